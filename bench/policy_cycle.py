@@ -1,0 +1,509 @@
+"""Benchmark: one full scheduling cycle (`policy.cycle.decide`) on a large cluster.
+
+Base size: 1,000 nodes x 8 GPUs in one pool, 50 projects (quotas summing to about the cluster,
+over-quota weights 1-3, a few project priorities), 5,000 running and 10,000 pending jobs: mostly
+1-GPU jobs, some of 2, 4 and 8 GPUs, a few two-node gangs, a few elastic jobs, a tenth
+non-preemptible (`build`); some running jobs inside their `min_runtime`, some pending jobs inside
+their `preemption_delay`. Then the same at 2x and 4x (nodes, running and pending all scaled).
+
+The state is built once by folding events into a `ClusterState` (the running jobs' GPUs are
+chosen here, packed but not by the policy), then `decide(state, now)` is timed repeatedly: it
+is pure, so every run does the same work.
+
+- `burst`: the cycle on the state as built (the queue is long, projects are off their shares,
+  so the cycle places, preempts and reclaims: the heaviest cycle).
+- `settled` (unless `--no-settled`): the cycle once its decisions, and those of the cycles
+  after it, have been carried out by simulated executors: the common case, nothing to do.
+
+Figures are p50/p99 milliseconds (time.perf_counter) over `--runs` runs, and the growth of each
+against the smallest scale. Nothing is asserted about time: machines are shared and noisy.
+
+    uv run python -m bench.policy_cycle [--runs 30] [--scales 1,2,4] [-o json] [--profile]
+"""
+
+from __future__ import annotations
+
+import cProfile
+import gc
+import io
+import math
+import platform
+import pstats
+import random
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Annotated, Literal
+
+import cyclopts
+import msgspec
+from rich.console import Console
+from rich.table import Table
+
+from events import (
+    ClusterConfigured,
+    Event,
+    JobAdmitted,
+    JobCheckpointed,
+    JobScheduled,
+    JobSpec,
+    JobStarted,
+    JobSubmitted,
+    NodeRegistered,
+    PoolConfigured,
+    ProjectConfigured,
+    ProjectTerms,
+    SchedulerSettings,
+)
+from events.model import DEFAULT_PRIORITY_CLASSES, Fitting, SchedulerType, VictimOrder
+from fairlane.virtual_cluster import VirtualCluster
+from policy.capacity import Capacity, NodeSlots
+from policy.cycle import decide
+from policy.state import ClusterState
+
+GPUS_PER_NODE = 8
+PROJECTS = 50
+POOL = "default"
+#: The moment the timed cycle runs at: long after the first jobs were submitted.
+NOW = 100_000.0
+
+CLASSES = {c.name: c for c in DEFAULT_PRIORITY_CLASSES}
+
+
+@dataclass(frozen=True)
+class Size:
+    """A cluster size: nodes (of 8 GPUs), running and pending jobs."""
+
+    nodes: int
+    running: int
+    pending: int
+
+    def times(self, scale: int) -> Size:
+        return Size(self.nodes * scale, self.running * scale, self.pending * scale)
+
+
+BASE = Size(nodes=1_000, running=5_000, pending=10_000)
+
+
+@dataclass
+class Figures:
+    scale: int
+    cycle: str  # "burst" (the state as built) or "settled"
+    nodes: int
+    running: int
+    pending: int
+    decisions: int
+    runs: int
+    p50_ms: float
+    p99_ms: float
+    growth_p50: float = 1.0
+    growth_p99: float = 1.0
+
+
+@dataclass(frozen=True)
+class Shape:
+    gpus: int
+    replicas: int
+    min_replicas: int
+
+
+def job_shape(rng: random.Random) -> Shape:
+    """Mostly 1-GPU jobs, some of 2, 4 and 8 GPUs, a few two-node gangs and elastic jobs
+    (about 1.5 GPUs a job on average, so 5,000 running jobs fill ~95% of 8,000 GPUs)."""
+    roll = rng.random()
+    if roll < 0.82:
+        return Shape(1, 1, 1)
+    if roll < 0.91:
+        return Shape(2, 1, 1)
+    if roll < 0.96:
+        return Shape(4, 1, 1)
+    if roll < 0.985:
+        return Shape(8, 1, 1)
+    if roll < 0.99:
+        return Shape(8, 2, 2)  # a two-node gang
+    return Shape(rng.choice((1, 2)), 4, 1)  # elastic: 1 to 4 replicas
+
+
+def job_class(rng: random.Random) -> str:
+    roll = rng.random()
+    return "build" if roll < 0.1 else "interactive" if roll < 0.35 else "train"
+
+
+@dataclass
+class Built:
+    state: ClusterState
+    events: int
+    build_s: float
+
+
+def build(
+    size: Size,
+    seed: int = 7,
+    scheduler: SchedulerType = "fair_share",
+    fitting: Fitting = "best",
+    victim_order: VictimOrder = "newest",
+) -> Built:
+    """A cluster of this size, as a folded event log."""
+    started = time.perf_counter()
+    rng = random.Random(seed)
+    n_nodes = size.nodes
+    total = n_nodes * GPUS_PER_NODE
+    events: list[tuple[float, int, Event]] = []
+    order = 0
+
+    def emit(event: Event) -> None:
+        nonlocal order
+        events.append((event.time, order, event))
+        order += 1
+
+    settings = SchedulerSettings(type=scheduler, fitting=fitting, victim_order=victim_order)
+    emit(ClusterConfigured(id="cluster", time=0.0, actor="bench", scheduler=settings))
+    emit(PoolConfigured(id="pool", time=0.0, actor="bench", pool=POOL))
+    for i in range(n_nodes):
+        node = f"node-{i:05d}"
+        emit(
+            NodeRegistered(
+                id=f"reg-{node}", time=0.0, actor="bench", node=node, pool=POOL, gpus=GPUS_PER_NODE
+            )
+        )
+
+    # Projects: quotas in proportion to a size, summing to about the cluster; popularity (how
+    # much work a project runs and queues) differs from its quota, so some are over it.
+    names = [f"project-{i:02d}" for i in range(PROJECTS)]
+    sizes = [rng.choice((1, 1, 2, 3, 5, 8)) for _ in names]
+    quotas = [total * s // sum(sizes) for s in sizes]
+    popularity = [s * rng.uniform(0.3, 2.5) for s in sizes]
+    limits: dict[str, int] = {}
+    for name, quota in zip(names, quotas, strict=True):
+        terms = ProjectTerms(
+            quota=quota,
+            over_quota_weight=rng.randint(1, 3),
+            limit=None if rng.random() < 0.8 else max(8, quota * 2),
+            priority=rng.choice((100, 100, 100, 100, 150)),
+        )
+        limits[name] = total if terms.limit is None else terms.limit
+        emit(
+            ProjectConfigured(
+                id=f"cfg-{name}", time=0.0, actor="bench", project=name, terms={POOL: terms}
+            )
+        )
+
+    # Running jobs, packed (best fit) by the bench itself; a job that no longer fits is drawn
+    # again as a 1-GPU job, so the count is exact.
+    capacity = Capacity(
+        [
+            NodeSlots(f"node-{i:05d}", i, i, GPUS_PER_NODE, list(range(GPUS_PER_NODE)))
+            for i in range(n_nodes)
+        ]
+    )
+    np_used = dict.fromkeys(names, 0)
+    used = dict.fromkeys(names, 0)
+    for job in range(size.running):
+        shape = job_shape(rng)
+        count = rng.randint(shape.min_replicas, shape.replicas)
+        placed = capacity.place(shape.gpus, count, "best")
+        if placed is None:
+            shape, count = Shape(1, 1, 1), 1
+            placed = capacity.place(1, 1, "best")
+        if placed is None:
+            break  # the cluster is full
+        project = rng.choices(names, popularity)[0]
+        while used[project] + shape.gpus * count > limits[project]:
+            project = rng.choice(names)  # limits hold for running work
+        cls = job_class(rng)
+        gpus = shape.gpus * count
+        if cls == "build" and np_used[project] + gpus > quotas[names.index(project)]:
+            cls = "train"  # non-preemptible work runs within quota
+        np_used[project] += gpus if cls == "build" else 0
+        used[project] += gpus
+        submitted = rng.uniform(0, NOW - 3_600)
+        start = submitted + rng.uniform(0, 600)
+        job_id = f"run-{job}"
+        min_runtime = 1_800.0 if rng.random() < 0.2 else 0.0
+        _job_events(emit, job_id, project, cls, shape, submitted, min_runtime, 0.0)
+        emit(
+            JobScheduled(
+                id=f"{job_id}/1/scheduled",
+                time=start,
+                actor="bench",
+                job_id=job_id,
+                attempt=1,
+                pool=POOL,
+                replicas=tuple(placed),
+            )
+        )
+        start += rng.uniform(0, 60) if rng.random() < 0.95 else NOW  # a few still starting
+        if start < NOW:
+            emit(
+                JobStarted(
+                    id=f"{job_id}/1/started", time=start, actor="bench", job_id=job_id, attempt=1
+                )
+            )
+            if rng.random() < 0.5:
+                at = rng.uniform(start, NOW)
+                emit(
+                    JobCheckpointed(
+                        id=f"{job_id}/1/ckpt",
+                        time=at,
+                        actor="bench",
+                        job_id=job_id,
+                        attempt=1,
+                        save_s=rng.uniform(5, 60),
+                    )
+                )
+
+    # Pending work is skewed: a few projects want far more than their share.
+    for i in range(size.pending):
+        project = names[int(rng.paretovariate(1.2)) % PROJECTS]
+        shape = job_shape(rng)
+        if shape.gpus * shape.min_replicas > limits[project]:
+            shape = Shape(1, 1, 1)
+        submitted = rng.uniform(NOW - 20_000, NOW - 1)
+        delay = 600.0 if rng.random() < 0.2 else 0.0
+        _job_events(emit, f"wait-{i}", project, job_class(rng), shape, submitted, 0.0, delay)
+
+    events.sort(key=lambda t: (t[0], t[1]))
+    state = ClusterState()
+    for _, _, event in events:
+        state.apply(event)
+    return Built(state, len(events), time.perf_counter() - started)
+
+
+def _job_events(
+    emit: Callable[[Event], None],
+    job_id: str,
+    project: str,
+    cls: str,
+    shape: Shape,
+    submitted: float,
+    min_runtime: float,
+    delay: float,
+) -> None:
+    klass = CLASSES[cls]
+    elastic = shape.min_replicas < shape.replicas
+    spec = JobSpec(
+        project=project,
+        priority_class=cls,
+        gpus=shape.gpus,
+        replicas=shape.replicas,
+        min_replicas=shape.min_replicas if elastic else None,
+        min_runtime_s=min_runtime,
+        preemption_delay_s=delay,
+    )
+    emit(
+        JobSubmitted(id=f"{job_id}/submit", time=submitted, actor="bench", job_id=job_id, spec=spec)
+    )
+    emit(
+        JobAdmitted(
+            id=f"{job_id}/admission",
+            time=submitted,
+            actor="bench",
+            job_id=job_id,
+            project=project,
+            priority=klass.priority,
+            preemptible=klass.preemptible,
+            gpus=shape.gpus,
+            replicas=shape.replicas,
+            min_replicas=shape.min_replicas,
+            pools=(POOL,),
+            min_runtime_s=min_runtime,
+            preemption_delay_s=delay,
+        )
+    )
+
+
+# -- timing ------------------------------------------------------------------------------------
+
+
+GcMode = Literal["on", "freeze", "off"]
+
+
+def measure(
+    scale: int,
+    runs: int,
+    *,
+    base: Size | None = None,
+    seed: int = 7,
+    settled: bool = True,
+    scheduler: SchedulerType = "fair_share",
+    fitting: Fitting = "best",
+    victim_order: VictimOrder = "newest",
+    gc_mode: GcMode = "on",
+) -> list[Figures]:
+    built = build((base or BASE).times(scale), seed, scheduler, fitting, victim_order)
+    figures = [time_cycle(built.state, scale, "burst", runs, gc_mode)]
+    if settled:
+        vc = VirtualCluster(state=built.state, now=NOW)
+        vc.settle()  # carry out the burst's decisions, and the cycles after it, until quiet
+        figures.append(time_cycle(vc.state, scale, "settled", runs, gc_mode))
+    return figures
+
+
+def time_cycle(
+    state: ClusterState, scale: int, cycle: str, runs: int, gc_mode: GcMode = "on"
+) -> Figures:
+    decisions = len(decide(state, NOW))  # warm-up, and the size of the answer
+    samples = []
+    gc.collect()
+    if gc_mode == "freeze":
+        gc.freeze()  # what a long-running service may do once it has replayed the log
+    elif gc_mode == "off":
+        gc.disable()
+    try:
+        for _ in range(runs):
+            start = time.perf_counter()
+            decide(state, NOW)
+            samples.append((time.perf_counter() - start) * 1000)
+    finally:
+        gc.enable()
+        gc.unfreeze()
+    phases = [j.phase for j in state.live.values()]
+    return Figures(
+        scale=scale,
+        cycle=cycle,
+        nodes=len(state.nodes),
+        running=sum(p in ("starting", "running") for p in phases),
+        pending=phases.count("pending"),
+        decisions=decisions,
+        runs=runs,
+        p50_ms=round(percentile(samples, 50), 2),
+        p99_ms=round(percentile(samples, 99), 2),
+    )
+
+
+def percentile(samples: list[float], q: float) -> float:
+    """Nearest-rank percentile (p99 of 30 runs is the slowest but none)."""
+    ordered = sorted(samples)
+    rank = max(1, math.ceil(q / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+def with_growth(results: list[Figures]) -> list[Figures]:
+    """Each row's p50/p99 against the smallest scale of the same cycle kind."""
+    for f in results:
+        base = min((r for r in results if r.cycle == f.cycle), key=lambda r: r.scale)
+        f.growth_p50 = round(f.p50_ms / base.p50_ms, 2) if base.p50_ms else 0.0
+        f.growth_p99 = round(f.p99_ms / base.p99_ms, 2) if base.p99_ms else 0.0
+    return results
+
+
+def profile(scale: int, runs: int, seed: int, top: int) -> str:
+    """cProfile of `runs` burst cycles at `scale`: the hot spots, by own time."""
+    state = build(BASE.times(scale), seed).state
+    decide(state, NOW)
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(runs):
+        decide(state, NOW)
+    profiler.disable()
+    out = io.StringIO()
+    pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(top)
+    return out.getvalue()
+
+
+# -- command line ------------------------------------------------------------------------------
+
+app = cyclopts.App(help=__doc__)
+
+
+@app.default
+def main(
+    *,
+    runs: int = 30,
+    scales: str = "1,2,4",
+    seed: int = 7,
+    settled: bool = True,
+    scheduler: SchedulerType = "fair_share",
+    fitting: Fitting = "best",
+    victim_order: VictimOrder = "newest",
+    gc_mode: Annotated[GcMode, cyclopts.Parameter(name="--gc")] = "on",
+    profile_top: Annotated[int, cyclopts.Parameter(name="--profile")] = 0,
+    output: Annotated[
+        Literal["text", "json"], cyclopts.Parameter(name=["--output", "-o"])
+    ] = "text",
+) -> None:
+    """Time one scheduling cycle at several cluster sizes.
+
+    Parameters
+    ----------
+    runs
+        Timed cycles per size and kind (after one warm-up).
+    scales
+        Comma-separated multiples of the base size (1,000 nodes, 5,000 running, 10,000 pending).
+    seed
+        Seed of the random cluster.
+    settled
+        Also time the cycle once the burst's decisions have been carried out.
+    scheduler
+        The pool's scheduler.
+    fitting
+        best (pack) or worst (spread).
+    victim_order
+        newest or cost.
+    gc_mode
+        Python's garbage collector while timing: on (as it comes), freeze (gc.freeze() after
+        building, as a long-running service may after replaying the log), or off.
+    profile_top
+        Instead of timing, profile the burst cycle at the first scale and print this many
+        functions by own time.
+    output
+        text (a table) or json.
+    """
+    console = Console(stderr=True)
+    sizes = [int(s) for s in scales.split(",") if s.strip()]
+    if profile_top:
+        sys.stdout.write(profile(sizes[0], runs, seed, profile_top))
+        return
+    results: list[Figures] = []
+    for scale in sizes:
+        with console.status(f"building and timing {scale}x ..."):
+            results.extend(
+                measure(
+                    scale,
+                    runs,
+                    seed=seed,
+                    settled=settled,
+                    scheduler=scheduler,
+                    fitting=fitting,
+                    victim_order=victim_order,
+                    gc_mode=gc_mode,
+                )
+            )
+    with_growth(results)
+    if output == "json":
+        doc = {
+            "python": platform.python_version(),
+            "machine": platform.machine(),
+            "scheduler": scheduler,
+            "fitting": fitting,
+            "victim_order": victim_order,
+            "gc": gc_mode,
+            "seed": seed,
+            "results": [asdict(f) for f in results],
+        }
+        sys.stdout.write(msgspec.json.encode(doc).decode() + "\n")
+        return
+    title = f"One full scheduling cycle ({scheduler}, {fitting} fit, {victim_order}, gc {gc_mode})"
+    table = Table(title=title)
+    columns = ("scale", "cycle", "nodes", "running", "pending", "decisions", "p50 ms", "p99 ms")
+    for column in (*columns, "p50 growth", "p99 growth"):
+        table.add_column(column, justify="right")
+    for f in sorted(results, key=lambda f: (f.cycle, f.scale)):
+        table.add_row(
+            f"{f.scale}x",
+            f.cycle,
+            f"{f.nodes:,}",
+            f"{f.running:,}",
+            f"{f.pending:,}",
+            f"{f.decisions:,}",
+            f"{f.p50_ms:.1f}",
+            f"{f.p99_ms:.1f}",
+            f"{f.growth_p50:.2f}",
+            f"{f.growth_p99:.2f}",
+        )
+    Console(width=None if sys.stdout.isatty() else 120).print(table)
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,282 @@
+"""The event catalogue: every fact Fairlane records, as versioned msgspec structs.
+
+Each event has an id (also its `Nats-Msg-Id`, so republishing is harmless), a schema version,
+the time it happened, the actor that caused it and the causation id of the event or command it
+answers. Times are seconds: epoch seconds on a live cluster, virtual seconds in the simulator.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Final, Literal
+
+import msgspec
+
+from events.model import (
+    JobSpec,
+    PreemptionFacts,
+    PriorityClass,
+    ProjectTerms,
+    Replica,
+    SchedulerSettings,
+)
+
+SCHEMA_VERSION: Final = 1
+
+PreemptionReason = Literal["priority", "reclaim", "pause", "cancel", "node_lost"]
+#: Reasons that make room for other work. Pauses, cancels and lost nodes are not preemptions
+#: in the user's sense and are not counted as such.
+MAKES_ROOM: Final = frozenset({"priority", "reclaim"})
+
+
+class Event(
+    msgspec.Struct,
+    frozen=True,
+    kw_only=True,
+    tag_field="type",
+    forbid_unknown_fields=True,
+    omit_defaults=True,
+):
+    id: str
+    version: int = SCHEMA_VERSION
+    time: float
+    actor: str
+    causation: str | None = None
+
+
+# -- cluster, pools, nodes, projects ---------------------------------------------------------
+
+
+class ClusterConfigured(Event, frozen=True, kw_only=True):
+    scheduler: SchedulerSettings = SchedulerSettings()
+    preemption_grace_s: float = 30.0
+    priority_classes: tuple[PriorityClass, ...] = ()
+    default_compute_pool: str | None = None
+    default_aux_pool: str | None = None
+
+
+class SchedulingHeld(Event, frozen=True, kw_only=True):
+    """An operator holds (or releases) scheduling: while held, no job is placed and nobody is
+    preempted; stops that users asked for still happen. Used for maintenance, and to let a
+    batch of submissions land before the scheduler looks at them."""
+
+    held: bool
+    reason: str = ""
+
+
+class PoolConfigured(Event, frozen=True, kw_only=True):
+    pool: str
+    #: Replaces the cluster's settings as a whole for this pool; None follows the cluster.
+    scheduler: SchedulerSettings | None = None
+
+
+class NodeRegistered(Event, frozen=True, kw_only=True):
+    node: str
+    pool: str
+    gpus: int
+    gpu_uuids: tuple[str, ...] = ()
+
+
+class NodeLost(Event, frozen=True, kw_only=True):
+    node: str
+    reason: str = ""
+
+
+class ProjectConfigured(Event, frozen=True, kw_only=True):
+    """The project's complete terms after the change, per pool (absent pools: no quota)."""
+
+    project: str
+    terms: dict[str, ProjectTerms]
+
+
+class ProjectQuotaCrossed(Event, frozen=True, kw_only=True):
+    """A project's usage in a pool went over its quota, or came back within it."""
+
+    project: str
+    pool: str
+    usage: int
+    quota: int
+    over: bool
+
+
+class LeaderElected(Event, frozen=True, kw_only=True):
+    """A decision service took the lease for its kind. Its decisions expect this term to be the
+    last message on `fl.leader.<kind>`, so a newer term fences the old leader out."""
+
+    kind: str
+    holder: str
+    term: int
+
+
+# -- jobs ------------------------------------------------------------------------------------
+
+
+class JobSubmitted(Event, frozen=True, kw_only=True):
+    job_id: str
+    spec: JobSpec
+    idempotency_key: str | None = None
+
+
+class JobAdmitted(Event, frozen=True, kw_only=True):
+    """Admission's resolution of the spec: what the scheduler works with from now on."""
+
+    job_id: str
+    project: str
+    priority: int
+    preemptible: bool
+    gpus: int
+    replicas: int
+    min_replicas: int
+    #: Pools to try, in order: only those that could ever hold the job.
+    pools: tuple[str, ...]
+    node: str | None = None
+    preemption_delay_s: float = 0.0
+    min_runtime_s: float = 0.0
+
+
+class JobRejected(Event, frozen=True, kw_only=True):
+    job_id: str
+    reason: str
+
+
+class JobNominated(Event, frozen=True, kw_only=True):
+    """GPUs that victims are giving up are held for this job until they are free."""
+
+    job_id: str
+    pool: str
+    replicas: tuple[Replica, ...]
+    victims: tuple[str, ...]
+    reason: PreemptionReason
+
+
+class JobScheduled(Event, frozen=True, kw_only=True):
+    job_id: str
+    attempt: int
+    pool: str
+    #: The replicas this decision adds (all of them, or one more for an elastic job).
+    replicas: tuple[Replica, ...]
+    scale_up: bool = False
+    note: str = ""
+
+
+class JobStarted(Event, frozen=True, kw_only=True):
+    job_id: str
+    attempt: int
+    resumed: bool = False
+
+
+class JobPreemptionRequested(Event, frozen=True, kw_only=True):
+    job_id: str
+    attempt: int
+    reason: PreemptionReason
+    #: How many replicas to stop, newest first; 0 means the whole job.
+    replicas: int = 0
+    for_job: str | None = None
+    facts: PreemptionFacts | None = None
+
+
+class JobPreempted(Event, frozen=True, kw_only=True):
+    job_id: str
+    attempt: int
+    reason: PreemptionReason
+    replicas: int = 0
+    checkpointed: bool = False
+
+
+class JobCheckpointed(Event, frozen=True, kw_only=True):
+    job_id: str
+    attempt: int
+    save_s: float = 0.0
+
+
+class JobPaused(Event, frozen=True, kw_only=True):
+    job_id: str
+
+
+class JobResumed(Event, frozen=True, kw_only=True):
+    job_id: str
+
+
+class JobCompleted(Event, frozen=True, kw_only=True):
+    job_id: str
+    attempt: int
+
+
+class JobFailed(Event, frozen=True, kw_only=True):
+    job_id: str
+    attempt: int
+    exit_code: int = 1
+    reason: str = ""
+
+
+class JobCancelled(Event, frozen=True, kw_only=True):
+    job_id: str
+
+
+class JobPriorityChanged(Event, frozen=True, kw_only=True):
+    """A user (or a simulated baseline policy) changed a job's priority."""
+
+    job_id: str
+    priority: int
+
+
+AnyEvent = (
+    ClusterConfigured
+    | SchedulingHeld
+    | ProjectQuotaCrossed
+    | LeaderElected
+    | PoolConfigured
+    | NodeRegistered
+    | NodeLost
+    | ProjectConfigured
+    | JobSubmitted
+    | JobAdmitted
+    | JobRejected
+    | JobNominated
+    | JobScheduled
+    | JobStarted
+    | JobPreemptionRequested
+    | JobPreempted
+    | JobCheckpointed
+    | JobPaused
+    | JobResumed
+    | JobCompleted
+    | JobFailed
+    | JobCancelled
+    | JobPriorityChanged
+)
+
+_encoder = msgspec.json.Encoder()
+_decoder: msgspec.json.Decoder[AnyEvent] = msgspec.json.Decoder(AnyEvent)
+
+
+def encode_event(event: Event) -> bytes:
+    return _encoder.encode(event)
+
+
+def decode_event(data: bytes) -> AnyEvent:
+    """Decode one event; raises msgspec.DecodeError / ValidationError on anything else."""
+    return _decoder.decode(data)
+
+
+_SNAKE = re.compile(r"(?<!^)(?=[A-Z])")
+
+
+def subject_for(event: Event) -> str:
+    """The stream subject of an event: `fl.<aggregate>.<key>.<event>`."""
+    name = _SNAKE.sub("_", type(event).__name__).lower()
+    match event:
+        case NodeRegistered(node=node) | NodeLost(node=node):
+            return f"fl.node.{node}.{name}"
+        case LeaderElected(kind=kind):
+            return f"fl.leader.{kind}"
+        case ProjectConfigured(project=project) | ProjectQuotaCrossed(project=project):
+            return f"fl.project.{project}.{name}"
+        case PoolConfigured(pool=pool):
+            return f"fl.pool.{pool}.{name}"
+        case ClusterConfigured() | SchedulingHeld():
+            return f"fl.cluster.{name}"
+    job_id = getattr(event, "job_id", None)
+    if job_id is None:
+        raise TypeError(f"no subject for event type {type(event).__name__}")
+    return f"fl.job.{job_id}.{name}"

@@ -1,0 +1,89 @@
+"""Value types carried inside events: small, frozen, versioned with the events that hold them."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+SchedulerType = Literal["fair_share", "priority", "round_robin"]
+Fitting = Literal["best", "worst"]
+VictimOrder = Literal["newest", "cost"]
+
+
+class SchedulerSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """How one pool (or the whole cluster, by default) is scheduled."""
+
+    type: SchedulerType = "fair_share"
+    fitting: Fitting = "best"
+    victim_order: VictimOrder = "newest"
+
+
+class PriorityClass(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    name: str
+    priority: int
+    preemptible: bool
+
+
+DEFAULT_PRIORITY_CLASSES: tuple[PriorityClass, ...] = (
+    PriorityClass("train", 50, True),
+    PriorityClass("interactive", 75, True),
+    PriorityClass("build", 100, False),
+    PriorityClass("inference", 125, False),
+)
+
+
+class ProjectTerms(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A project's terms in one pool."""
+
+    quota: int = 0
+    over_quota_weight: int = 1
+    limit: int | None = None
+    priority: int = 100
+
+
+class CheckpointModel(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """Simulated checkpointing (scenario core engine and simulator only)."""
+
+    every_s: float
+    save_s: float = 0.0
+    restore_s: float = 0.0
+
+
+class JobSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
+    """What a user asked for. Admission resolves defaults into JobAdmitted."""
+
+    project: str
+    priority_class: str | None = None
+    priority: int | None = None
+    preemptible: bool | None = None
+    gpus: int = 1
+    replicas: int = 1
+    min_replicas: int | None = None
+    pools: tuple[str, ...] = ()
+    node: str | None = None
+    preemption_delay_s: float = 0.0
+    min_runtime_s: float = 0.0
+    command: tuple[str, ...] = ()
+    image: str | None = None
+    duration_s: float | None = None
+    checkpoint: CheckpointModel | None = None
+
+
+class Replica(msgspec.Struct, frozen=True, array_like=True):
+    """One replica's place: a node and the indexes of the GPUs it holds there."""
+
+    node: str
+    gpus: tuple[int, ...]
+
+
+class PreemptionFacts(msgspec.Struct, frozen=True, omit_defaults=True):
+    """What the policy looked at when it chose a victim, so a person can read why."""
+
+    pool: str
+    fair_share: dict[str, int] = {}
+    usage: dict[str, int] = {}
+    quota: dict[str, int] = {}
+    victim_gpus: int = 0
+    cost_gpu_s: float | None = None
+    note: str = ""

@@ -1,0 +1,322 @@
+"""`--engine live`: a scenario on the real services over a fresh nats-server.
+
+Admission, the quota ledger, the scheduler and the preemptor run as they do in their processes
+(here as tasks, each with its own NATS connection); every node of the scenario gets a node
+executor with its declared GPUs (process runtime, the built-in workload). Steps become the
+commands a user would send; `complete` and `fail` tell the built-in workload to exit 0 or 1.
+After each step the engine waits until the cluster is settled: the log has been quiet for a
+moment, the policy has nothing more to decide, and no start or stop is outstanding.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import tempfile
+import time
+from collections.abc import Awaitable, Callable, Coroutine
+from pathlib import Path
+from typing import Any
+
+import nats.errors
+
+from events import (
+    Event,
+    JobNominated,
+    JobPreemptionRequested,
+    JobScheduled,
+    NodeLost,
+)
+from events.catalogue import MAKES_ROOM
+from events.commands import (
+    CancelJob,
+    ConfigureCluster,
+    HoldScheduling,
+    PauseJob,
+    ResumeJob,
+    SetPool,
+    SetProject,
+    SubmitJob,
+)
+from fairlane.scenario.core_engine import merge, project_terms
+from fairlane.scenario.observe import Observation, observe
+from fairlane.scenario.spec import NodeEntry, ProjectEntry, Scenario, Step
+from policy.cycle import decide
+from services.admission.service import Admission
+from services.ledger.service import Ledger
+from services.runtime.client import send
+from services.runtime.decider import Decider
+from services.runtime.eventlog import EventLog, Stored, connect
+from services.runtime.follower import Follower
+from services.runtime.servers import NatsServer
+from services.runtime.tasks import cancel_and_wait
+
+#: Starts a node executor for (log, node, pool, gpus, data_dir); returns its running task.
+ExecutorFactory = Callable[[EventLog, str, str, int, Path], Awaitable[asyncio.Task[None]]]
+
+QUIET_S = 0.3
+SETTLE_LIMIT_S = 60.0
+STABLE_WATCH_S = 2.5
+
+
+class LiveError(RuntimeError):
+    """The live cluster did not do what a step asked (a command refused, never settled)."""
+
+
+def _places(e: Event) -> bool:
+    return isinstance(e, JobScheduled)
+
+
+def _preempts(e: Event) -> bool:
+    return isinstance(e, JobPreemptionRequested | JobNominated)
+
+
+class LiveEngine:
+    def __init__(self, scenario: Scenario, start_executor: ExecutorFactory) -> None:
+        self.scenario = scenario
+        self.start_executor = start_executor
+        self.pools = [p.name for p in scenario.pools]
+        self.compute_pool = scenario.config.default_compute_pool or self.pools[0]
+        self.projects: dict[str, ProjectEntry] = {}
+        self.events: list[Event] = []
+        self.tasks: list[asyncio.Task[None]] = []
+        self.executors: dict[str, asyncio.Task[None]] = {}
+        self.logs: list[EventLog] = []
+        self._dir = tempfile.TemporaryDirectory(prefix="fairlane-live-")
+        self.root = Path(self._dir.name)
+        self.server = NatsServer(store_dir=self.root / "nats")
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        await self.server.start()
+        self.client = await self._log("client")
+        await self.client.ensure_stream()
+        self.follower = Follower(await self._log("observer"))
+        self._spawn(self.follower.run(self._collect))
+        self._spawn(Admission(await self._log("admission")).run())
+        self._spawn(Ledger(await self._log("ledger")).run())
+        self._spawn(Decider(await self._log("scheduler"), "scheduler", _places).run())
+        self._spawn(Decider(await self._log("preemptor"), "preemptor", _preempts).run())
+        await self._until_answering(CancelJob(job_id="readiness-probe"))
+        cfg = self.scenario.config
+        await self._command(
+            ConfigureCluster(
+                scheduler=cfg.scheduler,
+                preemption_grace_s=min(cfg.preemption_grace_s, 5.0),
+                priority_classes=cfg.priority_classes,
+                default_compute_pool=self.compute_pool,
+                default_aux_pool=cfg.default_aux_pool or self.compute_pool,
+            )
+        )
+        for pool in self.scenario.pools:
+            await self._command(SetPool(pool=pool.name, scheduler=pool.scheduler))
+            for node in pool.nodes:
+                await self._add_node(node)
+        for project in self.scenario.projects:
+            await self._set_project(project)
+        await self.settle()
+
+    async def stop(self) -> None:
+        # executors first (they stop their workloads), then the services
+        for task in [*self.executors.values(), *self.tasks]:
+            with contextlib.suppress(Exception):
+                await cancel_and_wait(task)
+        for log in self.logs:
+            with contextlib.suppress(Exception):
+                await log.nc.close()
+        await self.server.stop()
+        self._dir.cleanup()
+
+    async def _log(self, name: str) -> EventLog:
+        log = EventLog(await connect(self.server.url, name))
+        self.logs.append(log)
+        return log
+
+    def _spawn(self, body: Coroutine[Any, Any, None]) -> None:
+        self.tasks.append(asyncio.create_task(body))
+
+    async def _collect(self, stored: Stored) -> None:
+        self.events.append(stored.event)
+
+    # -- steps -----------------------------------------------------------------------------------
+
+    async def step(self, step: Step) -> None:
+        match step.kind:
+            case "submit":
+                # "submitted in list order, before the system reacts": hold scheduling while
+                # the batch lands, so the policy sees all of it at once, as the core engine does
+                await self._command(HoldScheduling(held=True, reason=f"step {step.number}"))
+                for job in step.value:
+                    await send(self.client.nc, SubmitJob(job_id=job.id, spec=job.spec))
+                await self.follower.wait_for(await self.client.last_seq())
+                await self._command(HoldScheduling(held=False, reason=f"step {step.number}"))
+            case "complete" | "fail":
+                for job_id in step.value:
+                    self._tell_workload(job_id, 0 if step.kind == "complete" else 1)
+            case "cancel":
+                for job_id in step.value:
+                    await self._command(CancelJob(job_id=job_id))
+            case "pause":
+                for job_id in step.value:
+                    await self._command(PauseJob(job_id=job_id))
+            case "resume":
+                for job_id in step.value:
+                    await self._command(ResumeJob(job_id=job_id))
+            case "set_project":
+                await self._set_project(step.value)
+            case "add_node":
+                if step.value.pool not in self.pools:
+                    self.pools.append(step.value.pool)
+                    await self._command(SetPool(pool=step.value.pool))
+                await self._add_node(step.value)
+            case "remove_node":
+                await self._remove_node(step.value)
+            case _:
+                raise LiveError(
+                    f"step {step.number}: {step.kind} is not possible on a live cluster"
+                )
+        await self.settle()
+
+    async def _until_answering(self, probe: Any) -> None:
+        """Until the service that owns `probe` answers at all (it may still be replaying)."""
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                await send(self.client.nc, probe, wait_s=2.0)
+                return
+            except (nats.errors.NoRespondersError, nats.errors.TimeoutError):
+                if time.monotonic() > deadline:
+                    raise LiveError(f"no service answers {type(probe).__name__}") from None
+                await asyncio.sleep(0.05)
+
+    async def _command(self, command: Any) -> None:
+        reply = await send(self.client.nc, command)
+        if not reply.ok:
+            raise LiveError(f"{type(command).__name__} refused: {reply.error}")
+
+    async def _set_project(self, entry: ProjectEntry) -> None:
+        old = self.projects.get(entry.name)
+        merged = merge(old, entry) if old is not None else entry
+        self.projects[entry.name] = merged
+        for pool, terms in project_terms(merged, self.pools, self.compute_pool).items():
+            await self._command(
+                SetProject(
+                    project=entry.name,
+                    pool=pool,
+                    quota=terms.quota,
+                    over_quota_weight=terms.over_quota_weight,
+                    limit=terms.limit,
+                    no_limit=terms.limit is None,
+                    priority=terms.priority,
+                )
+            )
+
+    async def _add_node(self, node: NodeEntry) -> None:
+        executor_log = await self._log(f"executor-{node.name}")
+        self.executors[node.name] = await self.start_executor(
+            executor_log, node.name, node.pool, node.gpus, self.root / "executors" / node.name
+        )
+        deadline = time.monotonic() + 15
+        while node.name not in self.follower.state.nodes:
+            if time.monotonic() > deadline:
+                raise LiveError(f"node {node.name} did not register")
+            await asyncio.sleep(0.02)
+
+    async def _remove_node(self, name: str) -> None:
+        task = self.executors.pop(name, None)
+        if task is not None:
+            with contextlib.suppress(Exception):
+                await cancel_and_wait(task)
+        await self.client.publish(
+            NodeLost(
+                id=f"{name}/lost/{self.follower.applied_seq}",
+                time=time.time(),
+                actor="operator",
+                node=name,
+                reason="removed by the scenario",
+            )
+        )
+
+    def _tell_workload(self, job_id: str, code: int) -> None:
+        """The built-in workload exits with the code it finds in `.exit` (services/executor)."""
+        for checkpoints in self.root.glob("executors/*/checkpoints"):
+            target = checkpoints / job_id
+            target.mkdir(parents=True, exist_ok=True)
+            (target / ".exit").write_text(str(code))
+
+    # -- settling and observing ------------------------------------------------------------------
+
+    async def settle(self) -> None:
+        deadline = time.monotonic() + SETTLE_LIMIT_S
+        seen, quiet_since = -1, time.monotonic()
+        while time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+            if self.follower.applied_seq != seen:
+                seen, quiet_since = self.follower.applied_seq, time.monotonic()
+                continue
+            if time.monotonic() - quiet_since < QUIET_S:
+                continue
+            if not self._outstanding():
+                return
+        raise LiveError(f"the cluster did not settle within {SETTLE_LIMIT_S:.0f}s")
+
+    def _outstanding(self) -> bool:
+        state = self.follower.state
+        for job in state.live.values():
+            if job.phase == "starting" or job.stop_replicas:
+                return True
+        return bool(decide(state, time.time()))
+
+    def observe(self) -> Observation:
+        seen = observe(self.follower.state, self.events, time.time(), self.compute_pool)
+        seen.unsettled = self._unsettled_marker
+        return seen
+
+    def _unsettled_marker(self) -> str:
+        return self._last_stability
+
+    async def check_stable(self) -> None:
+        """Watch the running cluster for a while: nothing may move."""
+        start = len(self.events)
+        before = {j.id: list(j.held) for j in self.follower.state.live.values() if j.held}
+        await asyncio.sleep(STABLE_WATCH_S)
+        await self.settle()
+        after = {j.id: list(j.held) for j in self.follower.state.live.values() if j.held}
+        preempted = sorted(
+            {
+                e.job_id
+                for e in self.events[start:]
+                if isinstance(e, JobPreemptionRequested) and e.reason in MAKES_ROOM
+            }
+        )
+        changes = []
+        if preempted:
+            changes.append("preemption of " + ", ".join(preempted))
+        moved = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
+        if moved:
+            changes.append("allocation change of " + ", ".join(moved))
+        self._last_stability = "; ".join(changes)
+
+    _last_stability = ""
+
+
+async def start_process_executor(
+    log: EventLog, node: str, pool: str, gpus: int, data_dir: Path
+) -> asyncio.Task[None]:
+    """A real node executor (process runtime, built-in workload) that stops its workloads
+    when the scenario ends."""
+    from services.executor.service import Executor, ExecutorConfig  # noqa: PLC0415
+
+    config = ExecutorConfig(
+        node=node,
+        pool=pool,
+        gpus=gpus,
+        data_dir=data_dir,
+        stop_workloads_on_exit=True,
+        checkpoint_poll_s=0.5,
+    )
+    ready = asyncio.Event()
+    task = asyncio.create_task(Executor(log, config).run(ready))
+    await asyncio.wait_for(ready.wait(), 15)
+    return task

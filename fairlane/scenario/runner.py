@@ -1,0 +1,83 @@
+"""Running scenario files on an engine and collecting verdicts."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from fairlane.scenario.core_engine import CoreEngine
+from fairlane.scenario.live_engine import LiveEngine, LiveError, start_process_executor
+from fairlane.scenario.observe import check
+from fairlane.scenario.spec import Scenario, ScenarioError, load_scenario
+from fairlane.virtual_cluster import NotSettled
+
+Verdict = Literal["pass", "fail", "skip", "error"]
+EngineName = Literal["core", "live"]
+
+
+@dataclass
+class Result:
+    path: str
+    name: str
+    verdict: Verdict
+    expectations: int = 0
+    problems: list[str] = field(default_factory=list)
+    reason: str = ""  # why it was skipped, or the error
+
+
+def run_file(path: Path, engine: EngineName = "core") -> Result:
+    try:
+        scenario = load_scenario(path)
+    except ScenarioError as e:
+        return Result(str(path), path.stem, "error", reason=str(e))
+    return run_scenario(scenario, engine)
+
+
+def run_scenario(scenario: Scenario, engine: EngineName = "core") -> Result:
+    result = Result(str(scenario.path), scenario.name, "pass")
+    if engine == "live":
+        why = scenario.needs_virtual_clock
+        if why is not None:
+            result.verdict, result.reason = "skip", f"needs the virtual clock: {why}"
+            return result
+        return asyncio.run(_run_live(scenario, result))
+    try:
+        runner = CoreEngine(scenario)
+        for step in scenario.steps:
+            if step.kind == "expect":
+                result.expectations += 1
+                for problem in check(step.value, runner.observe()):
+                    result.problems.append(f"step {step.number} expect {problem}")
+            else:
+                runner.step(step)
+    except NotSettled as e:
+        result.verdict, result.reason = "error", str(e)
+        return result
+    if result.problems:
+        result.verdict = "fail"
+    return result
+
+
+async def _run_live(scenario: Scenario, result: Result) -> Result:
+    engine = LiveEngine(scenario, start_process_executor)
+    try:
+        await engine.start()
+        for step in scenario.steps:
+            if step.kind == "expect":
+                result.expectations += 1
+                if step.value.stable:
+                    await engine.check_stable()
+                for problem in check(step.value, engine.observe()):
+                    result.problems.append(f"step {step.number} expect {problem}")
+            else:
+                await engine.step(step)
+    except LiveError as e:
+        result.verdict, result.reason = "error", str(e)
+        return result
+    finally:
+        await engine.stop()
+    if result.problems:
+        result.verdict = "fail"
+    return result

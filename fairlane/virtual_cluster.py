@@ -1,0 +1,384 @@
+"""The policy plus simulated node executors on a virtual clock.
+
+This is what `scenario run --engine core` and `fairlane simulate` drive. Commands become the
+same events the services would publish; the policy (`policy.cycle.decide`, `policy.admission`)
+decides; simulated executors answer its decisions at once (a start is reported, a victim stops
+within its grace period) and finish work when its `duration` is done. Nothing here reads a clock
+or does I/O, so a run is a pure function of its inputs.
+
+Work model (for jobs with a `duration`): an attempt makes progress from its start, after its
+restore time when it resumes; with a checkpoint model it saves every `every` seconds of progress
+and a preemption loses what was done since the last save; without one it loses everything.
+
+Finishes and checkpoints fall due from a heap, so moving the clock costs O(log n) per due item
+rather than a scan of every job with work. Two switches exist for trace-sized runs (the
+simulator): `keep_log=False` keeps events out of `log` (the observer still sees each one), and
+`settle_on_checkpoint=False` records checkpoints when they fall due without running a cycle for
+an instant at which nothing else happened.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from events import (
+    ClusterConfigured,
+    Event,
+    JobAdmitted,
+    JobCancelled,
+    JobCheckpointed,
+    JobCompleted,
+    JobFailed,
+    JobPaused,
+    JobPreempted,
+    JobPreemptionRequested,
+    JobResumed,
+    JobScheduled,
+    JobSpec,
+    JobStarted,
+    JobSubmitted,
+    NodeLost,
+    NodeRegistered,
+    PoolConfigured,
+    ProjectConfigured,
+    ProjectTerms,
+)
+from policy.admission import admit
+from policy.cycle import decide, next_wakeup
+from policy.state import ClusterState, Job
+
+#: A finish or checkpoint that falls due: (time, job seq, kind, job id). The order is the order
+#: in which simultaneous items are handled.
+Due = tuple[float, int, str, str]
+
+EXECUTOR = "executor"
+USER = "user"
+#: A cycle that keeps deciding things this many times without settling is a policy bug.
+MAX_ROUNDS = 10_000
+
+
+class NotSettled(RuntimeError):
+    """The policy kept making decisions: a ping-pong that the rules should have prevented."""
+
+
+@dataclass(slots=True)
+class Work:
+    """Progress of one job with a duration, in seconds of work."""
+
+    duration: float
+    every: float | None
+    restore: float
+    saved: float = 0.0  # progress kept by the last checkpoint
+    run_from: float | None = None  # when the current attempt started making progress
+
+    def progress(self, now: float) -> float:
+        if self.run_from is None or now < self.run_from:
+            return self.saved
+        return self.saved + (now - self.run_from)
+
+    def finishes_at(self) -> float | None:
+        if self.run_from is None:
+            return None
+        return self.run_from + (self.duration - self.saved)
+
+    def next_checkpoint_at(self) -> float | None:
+        if self.run_from is None or self.every is None:
+            return None
+        step = (int(self.saved / self.every) + 1) * self.every
+        if step >= self.duration:
+            return None
+        return self.run_from + (step - self.saved)
+
+
+@dataclass
+class VirtualCluster:
+    state: ClusterState = field(default_factory=ClusterState)
+    now: float = 0.0
+    log: list[Event] = field(default_factory=list)
+    work: dict[str, Work] = field(default_factory=dict)
+    #: Called with every event as it is recorded (the simulator measures from these).
+    observer: Callable[[Event], None] | None = None
+    #: False: events are not kept in `log` (a trace replay would hold millions of them).
+    keep_log: bool = True
+    #: False: an instant at which only checkpoints fall due gets no cycle of its own. A
+    #: checkpoint frees and queues nothing; it changes only what a victim would lose, which the
+    #: next cycle (at the next arrival, finish or timer) reads from the state.
+    settle_on_checkpoint: bool = True
+    _ids: itertools.count[int] = field(default_factory=itertools.count)
+    #: Finishes and checkpoints, pushed whenever an attempt's progress is re-anchored. Entries
+    #: go stale (preemption, a later re-anchor, completion) and are checked when they surface.
+    _due: list[Due] = field(default_factory=list)
+    #: Whether any job has a preemption_delay or min_runtime: without one, `next_wakeup` (a scan
+    #: of every live job) can only answer None.
+    _timers: bool = False
+
+    def __post_init__(self) -> None:
+        self._timers = any(
+            j.preemption_delay_s > 0 or j.min_runtime_s > 0 for j in self.state.jobs.values()
+        )
+
+    # -- recording -------------------------------------------------------------------------------
+
+    def record(self, event: Event) -> None:
+        self.state.apply(event)
+        if self.keep_log:
+            self.log.append(event)
+        if isinstance(event, JobAdmitted) and (
+            event.preemption_delay_s > 0 or event.min_runtime_s > 0
+        ):
+            self._timers = True
+        if self.observer is not None:
+            self.observer(event)
+
+    def _id(self, kind: str) -> str:
+        return f"{kind}-{next(self._ids)}"
+
+    # -- configuration ---------------------------------------------------------------------------
+
+    def configure(self, event: ClusterConfigured) -> None:
+        self.record(event)
+
+    def add_pool(self, name: str, scheduler: PoolConfigured | None = None) -> None:
+        self.record(
+            scheduler or PoolConfigured(id=self._id("pool"), time=self.now, actor=USER, pool=name)
+        )
+
+    def add_node(self, name: str, pool: str, gpus: int) -> None:
+        self.record(
+            NodeRegistered(
+                id=self._id("node"), time=self.now, actor=EXECUTOR, node=name, pool=pool, gpus=gpus
+            )
+        )
+
+    def remove_node(self, name: str) -> None:
+        self.record(
+            NodeLost(id=self._id("lost"), time=self.now, actor=EXECUTOR, node=name, reason="lost")
+        )
+
+    def set_project(self, name: str, terms: dict[str, ProjectTerms]) -> None:
+        self.record(
+            ProjectConfigured(
+                id=self._id("project"), time=self.now, actor=USER, project=name, terms=terms
+            )
+        )
+
+    # -- user commands ---------------------------------------------------------------------------
+
+    def submit(self, job_id: str, spec: JobSpec) -> Event:
+        """Submit and admit at once; returns JobAdmitted or JobRejected."""
+        submitted = JobSubmitted(
+            id=self._id("submit"), time=self.now, actor=USER, job_id=job_id, spec=spec
+        )
+        self.record(submitted)
+        verdict = admit(self.state, submitted, self.now)
+        self.record(verdict)
+        if spec.duration_s is not None and verdict.__class__.__name__ == "JobAdmitted":
+            cp = spec.checkpoint
+            self.work[job_id] = Work(
+                duration=spec.duration_s,
+                every=cp.every_s if cp else None,
+                restore=cp.restore_s if cp else 0.0,
+            )
+        return verdict
+
+    def complete(self, job_id: str) -> None:
+        job = self.state.jobs.get(job_id)
+        if job is not None and job.phase in ("starting", "running", "stopping"):
+            self.record(
+                JobCompleted(
+                    id=self._id("done"),
+                    time=self.now,
+                    actor=EXECUTOR,
+                    job_id=job_id,
+                    attempt=job.attempt,
+                )
+            )
+            self.work.pop(job_id, None)
+
+    def fail(self, job_id: str) -> None:
+        job = self.state.jobs.get(job_id)
+        if job is not None and job.phase in ("starting", "running", "stopping"):
+            self.record(
+                JobFailed(
+                    id=self._id("fail"),
+                    time=self.now,
+                    actor=EXECUTOR,
+                    job_id=job_id,
+                    attempt=job.attempt,
+                    exit_code=1,
+                )
+            )
+            self.work.pop(job_id, None)
+
+    def cancel(self, job_id: str) -> None:
+        job = self.state.jobs.get(job_id)
+        if job is not None and job.phase not in ("completed", "failed", "cancelled", "rejected"):
+            self.record(
+                JobCancelled(id=self._id("cancel"), time=self.now, actor=USER, job_id=job_id)
+            )
+
+    def pause(self, job_id: str) -> None:
+        job = self.state.jobs.get(job_id)
+        if job is not None and job.phase in ("pending", "starting", "running", "stopping"):
+            self.record(JobPaused(id=self._id("pause"), time=self.now, actor=USER, job_id=job_id))
+
+    def resume(self, job_id: str) -> None:
+        job = self.state.jobs.get(job_id)
+        if job is not None and job.phase == "paused":
+            self.record(JobResumed(id=self._id("resume"), time=self.now, actor=USER, job_id=job_id))
+
+    # -- running ---------------------------------------------------------------------------------
+
+    def settle(self) -> int:
+        """Run cycles (and the executors' answers) until nothing more happens now.
+        Returns how many decisions were made."""
+        made = 0
+        for _ in range(MAX_ROUNDS):
+            decisions = self.cycle()
+            if not decisions:
+                return made
+            made += len(decisions)
+        raise NotSettled(f"the policy did not settle after {MAX_ROUNDS} cycles at t={self.now}")
+
+    def cycle(self) -> list[Event]:
+        """One scheduling cycle now, and the executors' answers to it. Returns the decisions."""
+        decisions = decide(self.state, self.now)
+        for event in decisions:
+            self.record(event)
+            self._execute(event)
+        return decisions
+
+    def advance(self, seconds: float) -> None:
+        """Move the clock on, settling at every moment something becomes due on the way."""
+        self.run_until(self.now + seconds)
+
+    def run_until(self, end: float, *, cycles: bool = True) -> None:
+        """Move the clock to `end`, settling at every moment something becomes due on the way.
+        With `cycles=False` the executors still finish and checkpoint work on time, but no cycle
+        runs: the caller settles when it chooses (a simulator's round boundaries)."""
+        if cycles:
+            self.settle()
+        while True:
+            wakeup = self._next_wakeup()
+            work = self._next_work_event()
+            due = min((t for t in (wakeup, work) if t is not None), default=None)
+            if due is None or due > end:
+                break
+            self.now = max(self.now, due)
+            finished = self._fire_due()
+            if cycles and (finished or due == wakeup or self.settle_on_checkpoint):
+                self.settle()
+        self.now = max(self.now, end)
+
+    def next_due(self) -> float | None:
+        times = [t for t in (self._next_wakeup(), self._next_work_event()) if t is not None]
+        return min(times) if times else None
+
+    def _next_wakeup(self) -> float | None:
+        return next_wakeup(self.state, self.now) if self._timers else None
+
+    # -- simulated executors ---------------------------------------------------------------------
+
+    def _execute(self, event: Event) -> None:
+        if isinstance(event, JobScheduled) and not event.scale_up:
+            job = self.state.jobs[event.job_id]
+            resumed = event.attempt > 1
+            self.record(
+                JobStarted(
+                    id=f"{event.job_id}/{event.attempt}/started",
+                    time=self.now,
+                    actor=EXECUTOR,
+                    causation=event.id,
+                    job_id=event.job_id,
+                    attempt=event.attempt,
+                    resumed=resumed,
+                )
+            )
+            work = self.work.get(job.id)
+            if work is not None:
+                work.run_from = self.now + (work.restore if resumed else 0.0)
+                self._anchored(job, work)
+        elif isinstance(event, JobPreemptionRequested):
+            job = self.state.jobs[event.job_id]
+            whole = event.replicas == 0 or event.replicas >= len(job.held)
+            work = self.work.get(job.id)
+            checkpointed = False
+            if whole and work is not None:
+                done = work.progress(self.now)
+                work.saved = (int(done / work.every) * work.every) if work.every else 0.0
+                work.run_from = None
+                checkpointed = work.every is not None and work.saved > 0
+            self.record(
+                JobPreempted(
+                    id=f"{event.id}/done",
+                    time=self.now,
+                    actor=EXECUTOR,
+                    causation=event.id,
+                    job_id=event.job_id,
+                    attempt=event.attempt,
+                    reason=event.reason,
+                    replicas=event.replicas,
+                    checkpointed=checkpointed,
+                )
+            )
+
+    def _anchored(self, job: Job, work: Work) -> None:
+        """The attempt's progress was (re-)anchored: file when it finishes and next saves."""
+        for kind, t in (("finish", work.finishes_at()), ("checkpoint", work.next_checkpoint_at())):
+            if t is not None:
+                heapq.heappush(self._due, (t, job.seq, kind, job.id))
+
+    def _current(self, item: Due) -> bool:
+        """Is this heap entry still what the job's work says (a running attempt, same time)?"""
+        t, _, kind, job_id = item
+        work = self.work.get(job_id)
+        job = self.state.jobs.get(job_id)
+        if work is None or job is None or job.phase != "running":
+            return False
+        return t == (work.finishes_at() if kind == "finish" else work.next_checkpoint_at())
+
+    def _next_work_event(self) -> float | None:
+        due = self._due
+        while due and not self._current(due[0]):
+            heapq.heappop(due)
+        return due[0][0] if due else None
+
+    def _fire_due(self) -> bool:
+        """Finish or checkpoint every running job due by now (a finish wins over a checkpoint
+        of the same job), in (time, submission) order. Returns whether any job finished."""
+        chosen: dict[str, Due] = {}
+        while self._due and self._due[0][0] <= self.now:
+            item = heapq.heappop(self._due)
+            if self._current(item) and (item[2] == "finish" or item[3] not in chosen):
+                chosen[item[3]] = item
+        finished = False
+        for _, _, kind, job_id in sorted(chosen.values()):
+            if kind == "finish":
+                self.complete(job_id)
+                finished = True
+            else:
+                self._checkpoint(self.state.jobs[job_id])
+        return finished
+
+    def _checkpoint(self, job: Job) -> None:
+        work = self.work[job.id]
+        assert work.every is not None and work.run_from is not None
+        done = work.progress(self.now)
+        kept = int(done / work.every) * work.every
+        # progress continues from the checkpoint; re-anchor so later maths stays exact
+        work.run_from = self.now - (done - kept)
+        work.saved = kept
+        self._anchored(job, work)
+        self.record(
+            JobCheckpointed(
+                id=f"{job.id}/{job.attempt}/checkpoint/{int(kept)}",
+                time=self.now,
+                actor=EXECUTOR,
+                job_id=job.id,
+                attempt=job.attempt,
+                save_s=job.save_s,
+            )
+        )

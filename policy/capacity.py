@@ -1,0 +1,200 @@
+"""Free GPUs of one pool during a cycle, and placing replicas on them.
+
+Nodes are bucketed by their number of free GPUs, so a fit is found without scanning the pool:
+`best` takes the fullest node that still fits (packing), `worst` the emptiest (spreading), and
+ties go to the node that registered first, so placement is deterministic. Replicas of one job are
+all the same size, so a gang of r replicas of g GPUs fits exactly when the pool has r slots of g
+GPUs, summed over nodes; that sum is what `fits` computes.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from events import Replica
+from events.model import Fitting
+
+#: GPUs that victims are about to give up, per node: what a preemption would free.
+Overlay = Mapping[str, Sequence[int]]
+
+
+@dataclass(slots=True)
+class NodeSlots:
+    name: str
+    order: int
+    index: int
+    gpus: int
+    free: list[int] = field(default_factory=list)  # sorted indexes of idle GPUs
+
+
+class Capacity:
+    """The idle GPUs of one pool, updated as the cycle hands them out."""
+
+    def __init__(self, nodes: list[NodeSlots]) -> None:
+        self.nodes = nodes
+        self.by_name = {n.name: n for n in nodes}
+        self.max_gpus = max((n.gpus for n in nodes), default=0)
+        self.count = [0] * (self.max_gpus + 1)  # nodes by number of free GPUs
+        self._buckets: list[list[tuple[int, int]]] = [[] for _ in range(self.max_gpus + 1)]
+        self.total_free = 0
+        for node in nodes:
+            f = len(node.free)
+            self.count[f] += 1
+            self._buckets[f].append((node.order, node.index))
+            self.total_free += f
+        for bucket in self._buckets:
+            heapq.heapify(bucket)
+
+    @property
+    def total_gpus(self) -> int:
+        return sum(n.gpus for n in self.nodes)
+
+    def free_on(self, node: str) -> int:
+        slot = self.by_name.get(node)
+        return len(slot.free) if slot is not None else 0
+
+    # -- can it fit? ---------------------------------------------------------------------------
+
+    def slots(self, gpus: int) -> int:
+        """How many replicas of `gpus` GPUs the idle GPUs could hold."""
+        if gpus <= 0:
+            return 1 << 30 if self.nodes else 0
+        return sum(self.count[f] * (f // gpus) for f in range(gpus, self.max_gpus + 1))
+
+    def fits(
+        self, gpus: int, replicas: int, pin: str | None = None, overlay: Overlay | None = None
+    ) -> bool:
+        if pin is not None:
+            slot = self.by_name.get(pin)
+            if slot is None:
+                return False
+            if gpus <= 0:
+                return True
+            avail = len(slot.free) + len(overlay.get(pin, ())) if overlay else len(slot.free)
+            return avail // gpus >= replicas
+        if gpus <= 0:
+            return bool(self.nodes)
+        if replicas * gpus > self.total_free + (sum(map(len, overlay.values())) if overlay else 0):
+            return False
+        total = self.slots(gpus)
+        if overlay:
+            for name, extra in overlay.items():
+                slot = self.by_name.get(name)
+                if slot is None:
+                    continue
+                base = len(slot.free)
+                total += (base + len(extra)) // gpus - base // gpus
+        return total >= replicas
+
+    # -- placing -------------------------------------------------------------------------------
+
+    def place(
+        self,
+        gpus: int,
+        replicas: int,
+        fitting: Fitting,
+        pin: str | None = None,
+        overlay: Overlay | None = None,
+    ) -> list[Replica] | None:
+        """Take GPUs for `replicas` replicas, or take nothing and return None."""
+        if not self.fits(gpus, replicas, pin, overlay):
+            return None
+        extra = {k: list(v) for k, v in overlay.items()} if overlay else {}
+        placed: list[Replica] = []
+        for _ in range(replicas):
+            node = self._choose(gpus, fitting, pin, extra)
+            assert node is not None, "fits() promised room"
+            placed.append(self._take(node, gpus, extra))
+        return placed
+
+    def _choose(
+        self, gpus: int, fitting: Fitting, pin: str | None, extra: dict[str, list[int]]
+    ) -> NodeSlots | None:
+        if pin is not None:
+            return self.by_name.get(pin)
+        if extra:
+            return self._choose_with_overlay(gpus, fitting, extra)
+        want = (
+            range(gpus, self.max_gpus + 1)
+            if fitting == "best"
+            else range(self.max_gpus, gpus - 1, -1)
+        )
+        for f in want:
+            bucket = self._buckets[f]
+            while bucket and len(self.nodes[bucket[0][1]].free) != f:
+                heapq.heappop(bucket)  # stale: that node's count changed since it was filed here
+            if bucket:
+                return self.nodes[bucket[0][1]]
+        return None
+
+    def _choose_with_overlay(
+        self, gpus: int, fitting: Fitting, extra: dict[str, list[int]]
+    ) -> NodeSlots | None:
+        """The best node when victims' GPUs count too: the best of the overlay's nodes against
+        the buckets' choice, which is exact unless the buckets pick an overlay node."""
+        outside = self._choose(gpus, fitting, None, {})
+        if outside is not None and outside.name in extra:
+            return self._choose_by_scan(gpus, fitting, extra)
+        chosen = outside
+        best = None if outside is None else self._fit_key(len(outside.free), outside, fitting)
+        for name, freed in extra.items():
+            node = self.by_name.get(name)
+            if node is None or len(node.free) + len(freed) < gpus:
+                continue
+            key = self._fit_key(len(node.free) + len(freed), node, fitting)
+            if best is None or key < best:
+                best, chosen = key, node
+        return chosen
+
+    @staticmethod
+    def _fit_key(avail: int, node: NodeSlots, fitting: Fitting) -> tuple[int, int]:
+        return (avail if fitting == "best" else -avail, node.order)
+
+    def _choose_by_scan(
+        self, gpus: int, fitting: Fitting, extra: dict[str, list[int]]
+    ) -> NodeSlots | None:
+        best: tuple[int, int] | None = None
+        chosen: NodeSlots | None = None
+        for node in self.nodes:
+            avail = len(node.free) + len(extra.get(node.name, ()))
+            if avail < gpus:
+                continue
+            key = self._fit_key(avail, node, fitting)
+            if best is None or key < best:
+                best, chosen = key, node
+        return chosen
+
+    def _take(self, node: NodeSlots, gpus: int, extra: dict[str, list[int]]) -> Replica:
+        freed = extra.get(node.name, [])
+        from_extra = freed[:gpus]
+        del freed[: len(from_extra)]
+        from_free = node.free[: gpus - len(from_extra)]
+        if from_free:
+            self._set_free(node, node.free[len(from_free) :])
+        return Replica(node.name, tuple(sorted(from_extra + from_free)))
+
+    def reserve(self, replicas: Sequence[Replica]) -> None:
+        """Mark GPUs as taken (by a nomination made earlier, or a replica placed elsewhere)."""
+        for r in replicas:
+            node = self.by_name.get(r.node)
+            if node is not None:
+                taken = set(r.gpus)
+                self._set_free(node, [g for g in node.free if g not in taken])
+
+    def all_free(self, replicas: Sequence[Replica]) -> bool:
+        for r in replicas:
+            node = self.by_name.get(r.node)
+            if node is None or not set(r.gpus) <= set(node.free):
+                return False
+        return True
+
+    def _set_free(self, node: NodeSlots, free: list[int]) -> None:
+        before, after = len(node.free), len(free)
+        node.free = free
+        if before != after:
+            self.count[before] -= 1
+            self.count[after] += 1
+            self.total_free += after - before
+            heapq.heappush(self._buckets[after], (node.order, node.index))

@@ -1,0 +1,433 @@
+"""One pool's share of a scheduling cycle: its idle GPUs, its ledger, and the decisions made.
+
+The schedulers (fair_share, priority, round_robin) decide *what*; this module carries out the
+mechanics they share: placing a candidate, taking victims until a job fits, and turning both
+into events with ids derived from their inputs (a restarted scheduler that decides the same
+thing again publishes the same ids, which the log drops as duplicates).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from events import (
+    Event,
+    JobNominated,
+    JobPreemptionRequested,
+    JobScheduled,
+    PreemptionFacts,
+    Replica,
+    SchedulerSettings,
+)
+from events.catalogue import PreemptionReason
+from policy.capacity import Capacity
+from policy.ledger import Account, Ledger
+from policy.state import ClusterState, Job
+from policy.victims import Unit, lost_work_gpu_s, may_be_victim, units_of
+
+ACTOR = "scheduler"
+
+
+@dataclass(slots=True)
+class Candidate:
+    """A request for GPUs: a pending job's minimum gang, or one more replica of an elastic job."""
+
+    job: Job
+    replicas: int
+    extra: bool = False
+    before: int = 0  # replicas the job holds (or is given this cycle) before this request
+
+    @property
+    def gpus(self) -> int:
+        return self.replicas * self.job.gpus
+
+    def shape(self) -> tuple[int, int, str | None]:
+        return (self.job.gpus, self.replicas, self.job.node)
+
+    def follow_up(self) -> Candidate | None:
+        """Once this is placed, an elastic job's next replica waits its turn (rule 6)."""
+        after = self.before + self.replicas
+        if self.job.elastic and after < self.job.replicas:
+            return Candidate(self.job, 1, extra=True, before=after)
+        return None
+
+
+@dataclass(slots=True)
+class Taken:
+    """Victims chosen so far for one candidate, and what they free."""
+
+    units: list[Unit] = field(default_factory=list)
+    overlay: dict[str, list[int]] = field(default_factory=dict)
+    freed_by_project: dict[str, int] = field(default_factory=dict)
+    surplus_taken: dict[str, int] = field(default_factory=dict)
+    cursor: dict[str, int] = field(default_factory=dict)  # where a picker stopped looking
+    used: set[int] = field(default_factory=set)
+
+    def replicas_freed(self, unit: Unit) -> list[Replica]:
+        job = unit.job
+        if id(unit) in self.used:
+            return []
+        already = self.surplus_taken.get(job.id, 0)
+        if unit.surplus:
+            if job.active_replicas - already <= job.min_replicas:
+                return []
+            return [job.held[job.active_replicas - already - 1]]
+        return job.held[: job.active_replicas - already]
+
+    def add(self, unit: Unit, replicas: list[Replica]) -> int:
+        self.units.append(unit)
+        self.used.add(id(unit))
+        for r in replicas:
+            self.overlay.setdefault(r.node, []).extend(r.gpus)
+        gpus = len(replicas) * unit.job.gpus
+        self.freed_by_project[unit.project] = self.freed_by_project.get(unit.project, 0) + gpus
+        if unit.surplus:
+            self.surplus_taken[unit.job.id] = self.surplus_taken.get(unit.job.id, 0) + 1
+        return gpus
+
+    def requests(self) -> list[tuple[Job, int]]:
+        """(job, replicas to stop; 0 for the whole job), one per victim job, in taking order."""
+        seen: dict[str, tuple[Job, int]] = {}
+        for unit in self.units:
+            job = unit.job
+            if unit.surplus and seen.get(job.id, (job, 1))[1] != 0:
+                seen[job.id] = (job, self.surplus_taken[job.id])
+            else:
+                seen[job.id] = (job, 0)
+        return list(seen.values())
+
+
+class PoolCycle:
+    def __init__(
+        self,
+        state: ClusterState,
+        pool: str,
+        settings: SchedulerSettings,
+        capacity: Capacity,
+        ledger: Ledger,
+        now: float,
+        out: list[Event],
+    ) -> None:
+        self.state = state
+        self.pool = pool
+        self.settings = settings
+        self.capacity = capacity
+        self.ledger = ledger
+        self.now = now
+        self.out = out
+        self.running: list[Job] = []  # filled by the cycle: jobs holding GPUs in this pool
+        self.generation = 0  # bumps on every decision, invalidating memos of failures
+        # Decisions of this cycle, kept here rather than written into the state (which is input)
+        self.stopping: set[str] = set()
+        self.nominated: set[str] = set()
+        self.gone: set[str] = set()  # stopping, nominated or grown this cycle: no victim
+        # Possible victims, found once per cycle; their units are sorted per project when first
+        # needed. Lists of units keep those of jobs gone since: skip them (all units before
+        # _start[project] are gone).
+        self._victim_jobs: dict[str, list[Job]] | None = None
+        self._victim_ids: set[str] = set()
+        self._units: dict[str, list[Unit]] = {}
+        self._start: dict[str, int] = {}
+        self._pool_units: list[Unit] | None = None
+        self._pool_start = 0
+        # per project (once asked): how many live units free so many GPUs / have a priority
+        self._sizes: dict[str, dict[int, int]] = {}
+        self._priorities: dict[str, dict[int, int]] = {}
+
+    # -- placing ---------------------------------------------------------------------------------
+
+    def try_place(self, cand: Candidate) -> bool:
+        placed = self.capacity.place(
+            cand.job.gpus, cand.replicas, self.settings.fitting, cand.job.node
+        )
+        if placed is None:
+            return False
+        self.schedule(cand, placed)
+        return True
+
+    def split_by_room(self, cands: list[Candidate]) -> tuple[list[Candidate], list[Candidate]]:
+        """Candidates that might fit the idle GPUs now, and those that cannot. Idle GPUs only
+        shrink while a pass hands them out, so the second list needs no further look."""
+        memo: dict[tuple[int, int, str | None], bool] = {}
+        maybe: list[Candidate] = []
+        never: list[Candidate] = []
+        for cand in cands:
+            shape = cand.shape()
+            ok = memo.get(shape)
+            if ok is None:
+                ok = memo[shape] = self.capacity.fits(*shape)
+            (maybe if ok else never).append(cand)
+        return maybe, never
+
+    def schedule(self, cand: Candidate, replicas: list[Replica], note: str = "") -> None:
+        job = cand.job
+        self.ledger.account(job.project).add(cand.gpus, job.preemptible)
+        if cand.extra:
+            # an extra replica joins the attempt its minimum started (maybe in this very cycle)
+            attempt = job.attempt if job.phase in ("starting", "running") else job.attempt + 1
+            count = cand.before + len(replicas)
+            # surplus replicas may be taken back and granted again within one attempt: the
+            # preemption count keeps the id of a later grant apart from an earlier one
+            event_id = f"{job.id}/{attempt}/scale/{count}-{job.preemptions}"
+            self.out.append(
+                JobScheduled(
+                    id=event_id,
+                    time=self.now,
+                    actor=ACTOR,
+                    job_id=job.id,
+                    attempt=attempt,
+                    pool=self.pool,
+                    replicas=tuple(replicas),
+                    scale_up=True,
+                    note=note,
+                )
+            )
+            # what this cycle gives a job, it does not take back in the same breath: a job
+            # that grows now is no victim until the next cycle (its new replica would not even
+            # count as surplus, and preempting it whole undoes the grant at once)
+            self._forget_units([job])
+            return
+        attempt = job.attempt + 1
+        self.out.append(
+            JobScheduled(
+                id=f"{job.id}/{attempt}/scheduled",
+                time=self.now,
+                actor=ACTOR,
+                job_id=job.id,
+                attempt=attempt,
+                pool=self.pool,
+                replicas=tuple(replicas),
+                note=note,
+            )
+        )
+        self.generation += 1
+
+    # -- victims ---------------------------------------------------------------------------------
+
+    def victim_jobs(self) -> dict[str, list[Job]]:
+        """Jobs of this pool that may be victims, per project (found once per cycle; those gone
+        since are still listed)."""
+        if self._victim_jobs is None:
+            by_project: dict[str, list[Job]] = {}
+            for job in self.running:
+                if job.id not in self.gone and may_be_victim(job, self.now):
+                    by_project.setdefault(job.project, []).append(job)
+                    self._victim_ids.add(job.id)
+            self._victim_jobs = by_project
+        return self._victim_jobs
+
+    def project_units(self, project: str) -> list[Unit]:
+        """The project's victim units in taking order (units of jobs gone since included)."""
+        units = self._units.get(project)
+        if units is None:
+            gone = self.gone
+            jobs = [j for j in self.victim_jobs().get(project, ()) if j.id not in gone]
+            units = self._units[project] = units_of(jobs, self.settings.victim_order, self.now)
+        return units
+
+    def pool_units(self) -> tuple[list[Unit], int]:
+        """All victim units of the pool, whatever their project, in taking order (units of jobs
+        gone since included), and where the first that may not be gone is."""
+        if self._pool_units is None:
+            gone = self.gone
+            jobs = [j for js in self.victim_jobs().values() for j in js if j.id not in gone]
+            self._pool_units = units_of(jobs, self.settings.victim_order, self.now)
+        units, i = self._pool_units, self._pool_start
+        while i < len(units) and units[i].job.id in self.gone:
+            i += 1
+        self._pool_start = i
+        return units, i
+
+    def units_by_project(self) -> dict[str, list[Unit]]:
+        """Victim units of this pool per project, in taking order, without those gone."""
+        gone = self.gone
+        return {
+            p: [u for u in self.project_units(p) if u.job.id not in gone]
+            for p in self.victim_jobs()
+        }
+
+    def _unit_counts(self, project: str) -> tuple[dict[int, int], dict[int, int]]:
+        sizes = self._sizes.get(project)
+        priorities = self._priorities.get(project)
+        if sizes is None or priorities is None:
+            sizes = self._sizes[project] = {}
+            priorities = self._priorities[project] = {}
+            gone = self.gone
+            for job in self.victim_jobs().get(project, ()):
+                if job.id in gone:
+                    continue
+                # _count_units(job, sizes, priorities, 1), inline: this runs for many jobs
+                surplus = len(job.held) - job.stop_replicas - job.min_replicas
+                if surplus > 0:
+                    sizes[job.gpus] = sizes.get(job.gpus, 0) + surplus
+                whole = job.gpus * (len(job.held) - job.stop_replicas)
+                sizes[whole] = sizes.get(whole, 0) + 1
+                priority = job.priority
+                priorities[priority] = priorities.get(priority, 0) + 1 + max(0, surplus)
+        return sizes, priorities
+
+    def largest_unit_gpus(self, project: str) -> int:
+        """The most GPUs one victim unit of the project frees (0 if it has none)."""
+        sizes, _ = self._unit_counts(project)
+        return max((g for g, n in sizes.items() if n), default=0)
+
+    def lowest_victim_priority(self, project: str) -> float:
+        """The lowest job priority among the project's possible victims (inf if none)."""
+        _, priorities = self._unit_counts(project)
+        return min((p for p, n in priorities.items() if n), default=float("inf"))
+
+    def _forget_units(self, jobs: list[Job]) -> None:
+        """These jobs are now stopping, nominated or given GPUs: victims no more this cycle."""
+        for job in jobs:
+            if job.id in self.gone:
+                continue
+            self.gone.add(job.id)
+            sizes = self._sizes.get(job.project)
+            priorities = self._priorities.get(job.project)
+            if sizes is not None and priorities is not None and job.id in self._victim_ids:
+                _count_units(job, sizes, priorities, -1)
+
+    def next_unit(
+        self, project: str, taken: Taken, pin: str | None, admit: Callable[[Unit], bool]
+    ) -> tuple[Unit, list[Replica]] | None:
+        """The next unit of `project` that `admit` accepts and that frees GPUs the candidate
+        could use, without taking it."""
+        units = self.project_units(project)
+        gone = self.gone
+        i = taken.cursor.get(project)
+        if i is None:
+            i = self._start.get(project, 0)
+            while i < len(units) and units[i].job.id in gone:
+                i += 1
+            self._start[project] = i
+        while i < len(units):
+            unit = units[i]
+            if unit.job.id not in gone:
+                freed = taken.replicas_freed(unit) if admit(unit) else []
+                if freed and (pin is None or any(r.node == pin for r in freed)):
+                    taken.cursor[project] = i
+                    return unit, freed
+            i += 1
+        taken.cursor[project] = i
+        return None
+
+    def take_until_fits(
+        self,
+        cand: Candidate,
+        pick: Callable[[Taken], tuple[Unit, list[Replica]] | None],
+    ) -> Taken | None:
+        """Take victims one at a time (`pick` chooses the next) until the candidate fits."""
+        taken = Taken()
+        job = cand.job
+        gpus, replicas, capacity = job.gpus, cand.replicas, self.capacity
+        if job.node is not None or gpus <= 0:
+            while not capacity.fits(gpus, replicas, job.node, taken.overlay):
+                chosen = pick(taken)
+                if chosen is None:
+                    return None
+                unit, freed = chosen
+                taken.add(unit, freed)
+            return taken
+        # capacity.fits(gpus, replicas, None, taken.overlay), kept up to date as victims are
+        # added instead of summed over the whole overlay each time: the replica slots of the
+        # idle GPUs plus what each node with freed GPUs gains
+        slots = capacity.slots(gpus)
+        while slots < replicas:
+            chosen = pick(taken)
+            if chosen is None:
+                return None
+            unit, freed = chosen
+            before = {r.node: len(taken.overlay.get(r.node, ())) for r in freed}
+            taken.add(unit, freed)
+            for node, had in before.items():
+                slot = capacity.by_name.get(node)
+                if slot is not None:
+                    base = len(slot.free)
+                    slots += (base + len(taken.overlay[node])) // gpus - (base + had) // gpus
+        return taken
+
+    def commit_preemption(
+        self, cand: Candidate, taken: Taken, reason: PreemptionReason, note: str
+    ) -> None:
+        """Ask the victims to stop and hold their GPUs (plus any idle ones needed) for `cand`."""
+        job = cand.job
+        involved = {job.project} | {u.project for u in taken.units}
+        # the ledger as it stands before this preemption, for the projects it involves
+        fair_share, usage, quota = self.ledger.facts(involved)
+        victims: list[str] = []
+        for victim, replicas in taken.requests():
+            count = replicas or victim.active_replicas
+            gpus = count * victim.gpus
+            self.ledger.account(victim.project).remove(gpus, victim.preemptible)
+            victims.append(victim.id)
+            self.stopping.add(victim.id)
+            if victim.lost_node:
+                continue  # this cycle asks it to stop already (node_lost): ask once
+            facts = PreemptionFacts(
+                pool=self.pool,
+                fair_share=dict(fair_share),
+                usage=dict(usage),
+                quota=dict(quota),
+                victim_gpus=gpus,
+                cost_gpu_s=round(lost_work_gpu_s(victim, self.now, count), 3),
+                note=note,
+            )
+            remaining = len(victim.held) - (replicas or len(victim.held))
+            self.out.append(
+                JobPreemptionRequested(
+                    id=f"{victim.id}/{victim.attempt}/preempt/{remaining}",
+                    time=self.now,
+                    actor=ACTOR,
+                    causation=f"{job.id}/nominate/{job.nominations + 1}",
+                    job_id=victim.id,
+                    attempt=victim.attempt,
+                    reason=reason,
+                    replicas=replicas,
+                    for_job=job.id,
+                    facts=facts,
+                )
+            )
+        placed = self.capacity.place(
+            job.gpus, cand.replicas, self.settings.fitting, job.node, taken.overlay
+        )
+        assert placed is not None, "take_until_fits promised room"
+        self.ledger.account(job.project).add(cand.gpus, job.preemptible)
+        self.out.append(
+            JobNominated(
+                id=f"{job.id}/nominate/{job.nominations + 1}",
+                time=self.now,
+                actor=ACTOR,
+                job_id=job.id,
+                pool=self.pool,
+                replicas=tuple(placed),
+                victims=tuple(victims),
+                reason=reason,
+            )
+        )
+        self.nominated.add(job.id)
+        self._forget_units([job, *(victim for victim, _ in taken.requests())])
+        self.generation += 1
+
+    def delay_passed(self, cand: Candidate) -> bool:
+        job = cand.job
+        return cand.extra or self.now - job.pending_since >= job.preemption_delay_s
+
+
+def _count_units(job: Job, sizes: dict[int, int], priorities: dict[int, int], sign: int) -> None:
+    """Add (or with sign -1 remove) the job's victim units: each surplus replica, the whole."""
+    surplus = max(0, job.active_replicas - job.min_replicas)
+    sizes[job.gpus] = sizes.get(job.gpus, 0) + sign * surplus
+    whole = job.gpus * job.active_replicas
+    sizes[whole] = sizes.get(whole, 0) + sign
+    priorities[job.priority] = priorities.get(job.priority, 0) + sign * (surplus + 1)
+
+
+def gate_ok(acct: Account, cand: Candidate, respect_quota: bool = True) -> bool:
+    """Rule 3: preemptible work may use idle GPUs up to the limit; non-preemptible work only
+    while the project's non-preemptible usage stays within its quota."""
+    if acct.usage + cand.gpus > acct.limit:
+        return False
+    return not (
+        respect_quota and not cand.job.preemptible and acct.np_usage + cand.gpus > acct.quota
+    )

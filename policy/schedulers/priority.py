@@ -1,0 +1,76 @@
+"""Determined's priority scheduler: one queue per pool, by priority then submission time.
+
+Quotas and limits play no part. A pending job preempts preemptible jobs of strictly lower
+priority anywhere in the pool, lowest priority first, then newest (or least lost work), only as
+many as needed, all or nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from events import Replica
+from policy.pool_cycle import Candidate, PoolCycle, Taken
+from policy.victims import Unit
+
+
+def queue_key(cand: Candidate) -> tuple[int, int, int]:
+    return (-cand.job.priority, 1 if cand.extra else 0, cand.job.seq)
+
+
+def allocate(cycle: PoolCycle, cands: list[Candidate]) -> list[Candidate]:
+    maybe, waiting = cycle.split_by_room(cands)
+    queue = sorted(maybe, key=queue_key)
+    no_fit: set[tuple[int, int, str | None]] = set()
+    i = 0
+    while i < len(queue):
+        cand = queue[i]
+        i += 1
+        if cand.shape() in no_fit or not cycle.try_place(cand):
+            no_fit.add(cand.shape())
+            waiting.append(cand)
+            continue
+        follow = cand.follow_up()
+        if follow is not None:
+            queue.insert(i, follow)
+    return waiting
+
+
+def preempt(cycle: PoolCycle, waiting: list[Candidate]) -> None:
+    failed: dict[tuple[object, ...], int] = {}
+    for cand in sorted(waiting, key=queue_key):
+        job = cand.job
+        memo = (job.priority, cand.shape(), cand.extra)
+        if not cycle.delay_passed(cand) or failed.get(memo) == cycle.generation:
+            continue
+        pick = _lower_priority_picker(cycle, job.priority, job.node)
+        taken = cycle.take_until_fits(cand, pick)
+        if taken is None:
+            failed[memo] = cycle.generation
+            continue
+        note = f"priority {job.priority} job preempts lower-priority work in pool {cycle.pool}"
+        cycle.commit_preemption(cand, taken, "priority", note)
+
+
+def _lower_priority_picker(
+    cycle: PoolCycle, priority: int, pin: str | None
+) -> Callable[[Taken], tuple[Unit, list[Replica]] | None]:
+    """Takes units of strictly lower priority, in the pool's taking order, that free GPUs the
+    job could use (units of jobs already stopping or nominated are skipped)."""
+    units, start = cycle.pool_units()
+    gone = cycle.gone
+
+    def pick(taken: Taken) -> tuple[Unit, list[Replica]] | None:
+        i = taken.cursor.get("", start)
+        while i < len(units):
+            unit = units[i]
+            if unit.job.id not in gone:
+                freed = taken.replicas_freed(unit) if unit.job.priority < priority else []
+                if freed and (pin is None or any(r.node == pin for r in freed)):
+                    taken.cursor[""] = i
+                    return unit, freed
+            i += 1
+        taken.cursor[""] = i
+        return None
+
+    return pick

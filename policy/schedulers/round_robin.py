@@ -1,0 +1,47 @@
+"""Round robin: jobs take turns one replica at a time, the project holding the fewest GPUs first.
+
+A gang's minimum is one turn (it is placed whole or not at all); an elastic job's extra replicas
+take one turn each. Quotas play no part, limits still cap a project. It never preempts.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+from policy.pool_cycle import Candidate, PoolCycle, gate_ok
+from policy.schedulers.fair_share import job_key
+
+
+def allocate(cycle: PoolCycle, cands: list[Candidate]) -> list[Candidate]:
+    queues: dict[str, list[tuple[tuple[int, int, int], int, Candidate]]] = {}
+    tie = 0
+    maybe, waiting = cycle.split_by_room(cands)
+    for cand in maybe:
+        tie += 1
+        heapq.heappush(queues.setdefault(cand.job.project, []), (job_key(cand), tie, cand))
+    turns: list[tuple[int, int, str]] = []
+
+    def rank(project: str) -> None:
+        if queues.get(project):
+            acct = cycle.ledger.account(project)
+            heapq.heappush(turns, (acct.usage, acct.order, project))
+
+    for project in queues:
+        rank(project)
+    while turns:
+        _, _, project = heapq.heappop(turns)
+        _, _, cand = heapq.heappop(queues[project])
+        acct = cycle.ledger.account(project)
+        if gate_ok(acct, cand, respect_quota=False) and cycle.try_place(cand):
+            follow = cand.follow_up()
+            if follow is not None:
+                tie += 1
+                heapq.heappush(queues[project], (job_key(follow), tie, follow))
+        else:
+            waiting.append(cand)
+        rank(project)
+    return waiting
+
+
+def preempt(cycle: PoolCycle, waiting: list[Candidate]) -> None:
+    """Round robin never preempts."""

@@ -1,0 +1,515 @@
+"""Cluster state as a left fold over the event log.
+
+`ClusterState.apply(event)` is the only way state changes, so every service that replays the same
+log holds the same state. Objects are mutable for speed (a 15,000-job cycle must stay in
+milliseconds); `clone()` gives an independent copy for what-if questions.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal
+
+from events import (
+    ClusterConfigured,
+    Event,
+    JobAdmitted,
+    JobCancelled,
+    JobCheckpointed,
+    JobCompleted,
+    JobFailed,
+    JobNominated,
+    JobPaused,
+    JobPreempted,
+    JobPreemptionRequested,
+    JobPriorityChanged,
+    JobRejected,
+    JobResumed,
+    JobScheduled,
+    JobStarted,
+    JobSubmitted,
+    NodeLost,
+    NodeRegistered,
+    PoolConfigured,
+    PriorityClass,
+    ProjectConfigured,
+    ProjectTerms,
+    Replica,
+    SchedulerSettings,
+    SchedulingHeld,
+)
+from events.catalogue import MAKES_ROOM
+from events.model import DEFAULT_PRIORITY_CLASSES, JobSpec
+
+JobPhase = Literal[
+    "submitted",  # waiting for admission
+    "pending",  # admitted, holds nothing (a nomination may hold GPUs for it)
+    "starting",  # GPUs allocated, workload not yet reported started
+    "running",
+    "stopping",  # asked to stop (preempted); goes back to pending once stopped
+    "paused",
+    "completed",
+    "failed",
+    "cancelled",
+    "rejected",
+]
+FINAL_PHASES: Final = frozenset({"completed", "failed", "cancelled", "rejected"})
+HOLDING_PHASES: Final = frozenset({"starting", "running", "stopping"})
+
+
+@dataclass(slots=True)
+class Node:
+    name: str
+    pool: str
+    gpus: int
+    order: int
+
+
+@dataclass(slots=True)
+class Pool:
+    name: str
+    order: int
+    scheduler: SchedulerSettings | None = None
+
+
+@dataclass(slots=True)
+class Project:
+    name: str
+    order: int
+    terms: dict[str, ProjectTerms] = field(default_factory=dict)
+
+    def in_pool(self, pool: str) -> ProjectTerms:
+        return self.terms.get(pool, _NO_TERMS)
+
+
+_NO_TERMS: Final = ProjectTerms()
+
+
+@dataclass(slots=True)
+class Job:
+    id: str
+    seq: int
+    spec: JobSpec
+    submitted_at: float
+    phase: JobPhase = "submitted"
+    project: str = ""
+    priority: int = 0
+    preemptible: bool = True
+    gpus: int = 1
+    replicas: int = 1
+    min_replicas: int = 1
+    pools: tuple[str, ...] = ()
+    node: str | None = None
+    preemption_delay_s: float = 0.0
+    min_runtime_s: float = 0.0
+    reject_reason: str = ""
+    # -- the current attempt
+    attempt: int = 0
+    pool: str | None = None
+    held: list[Replica] = field(default_factory=list)
+    started_at: float | None = None
+    pending_since: float = 0.0
+    stop_replicas: int = 0  # replicas asked to stop; equal to len(held) for the whole job
+    stop_reason: str = ""
+    lost_node: bool = False
+    # -- a nomination: GPUs held for this job while victims stop
+    nomination: tuple[Replica, ...] = ()
+    nomination_pool: str | None = None
+    nominations: int = 0
+    # -- history the policy weighs
+    preemptions: int = 0
+    last_checkpoint_at: float | None = None
+    save_s: float = 0.0
+    restore_s: float = 0.0
+
+    @property
+    def elastic(self) -> bool:
+        return self.min_replicas < self.replicas
+
+    @property
+    def active_replicas(self) -> int:
+        """Replicas that hold GPUs and are not being stopped."""
+        return len(self.held) - self.stop_replicas
+
+    def gpus_held(self) -> int:
+        return len(self.held) * self.gpus
+
+
+@dataclass(slots=True)
+class ClusterSettings:
+    scheduler: SchedulerSettings = field(default_factory=SchedulerSettings)
+    preemption_grace_s: float = 30.0
+    priority_classes: tuple[PriorityClass, ...] = DEFAULT_PRIORITY_CLASSES
+    default_compute_pool: str | None = None
+    default_aux_pool: str | None = None
+
+
+@dataclass(slots=True)
+class ClusterState:
+    settings: ClusterSettings = field(default_factory=ClusterSettings)
+    pools: dict[str, Pool] = field(default_factory=dict)
+    nodes: dict[str, Node] = field(default_factory=dict)
+    projects: dict[str, Project] = field(default_factory=dict)
+    jobs: dict[str, Job] = field(default_factory=dict)
+    #: Jobs not yet final, or final but still holding GPUs: what a cycle has to look at.
+    live: dict[str, Job] = field(default_factory=dict)
+    #: Who holds each GPU (node -> GPU index -> job id): the referee for decisions, which
+    #: are applied only if every GPU they hand out is free at that point of the log.
+    owners: dict[str, dict[int, str]] = field(default_factory=dict)
+    #: GPUs held for a nominee (node -> GPU index -> job id): nobody else may be placed there.
+    reserved: dict[str, dict[int, str]] = field(default_factory=dict)
+    last_time: float = 0.0
+    events_applied: int = 0
+    #: Scheduling held by an operator: no placements, no preemptions (see SchedulingHeld).
+    held: bool = False
+    _node_seq: int = 0
+    _job_seq: int = 0
+
+    # -- queries -------------------------------------------------------------------------------
+
+    def compute_pool(self) -> str | None:
+        if self.settings.default_compute_pool is not None:
+            return self.settings.default_compute_pool
+        return next(iter(self.pools), None)
+
+    def aux_pool(self) -> str | None:
+        return self.settings.default_aux_pool or self.compute_pool()
+
+    def pool_settings(self, pool: str) -> SchedulerSettings:
+        own = self.pools[pool].scheduler if pool in self.pools else None
+        return own if own is not None else self.settings.scheduler
+
+    def nodes_in(self, pool: str) -> list[Node]:
+        return [n for n in self.nodes.values() if n.pool == pool]
+
+    def priority_class(self, name: str) -> PriorityClass | None:
+        return next((c for c in self.settings.priority_classes if c.name == name), None)
+
+    def clone(self) -> ClusterState:
+        return copy.deepcopy(self)
+
+    # -- the fold ------------------------------------------------------------------------------
+
+    def apply(self, event: Event) -> None:
+        """Apply one event. Events about unknown jobs or nodes are ignored (idempotent replay)."""
+        self.events_applied += 1
+        self.last_time = max(self.last_time, event.time)
+        handler = _HANDLERS.get(type(event))
+        if handler is not None:
+            handler(self, event)
+
+    def apply_all(self, events: list[Event]) -> None:
+        for event in events:
+            self.apply(event)
+
+    def _ensure_pool(self, name: str) -> Pool:
+        pool = self.pools.get(name)
+        if pool is None:
+            pool = self.pools[name] = Pool(name=name, order=len(self.pools))
+        return pool
+
+    def _take(self, job: Job, replicas: list[Replica] | tuple[Replica, ...]) -> bool:
+        """Record that `job` holds these GPUs, if they exist and nobody else holds them."""
+        for r in replicas:
+            node = self.nodes.get(r.node)
+            owners, reserved = self.owners.get(r.node, {}), self.reserved.get(r.node, {})
+            if node is None or any(
+                not 0 <= g < node.gpus or g in owners or reserved.get(g, job.id) != job.id
+                for g in r.gpus
+            ):
+                return False
+        for r in replicas:
+            owners = self.owners.setdefault(r.node, {})
+            for g in r.gpus:
+                owners[g] = job.id
+        return True
+
+    def _reserve(self, job: Job, replicas: tuple[Replica, ...], victims: tuple[str, ...]) -> bool:
+        """Hold GPUs for a nominee, if each is free or held by one of its victims and not
+        already held for someone else."""
+        for r in replicas:
+            node = self.nodes.get(r.node)
+            if node is None:
+                return False
+            owners, reserved = self.owners.get(r.node, {}), self.reserved.get(r.node, {})
+            for g in r.gpus:
+                if not 0 <= g < node.gpus or reserved.get(g, job.id) != job.id:
+                    return False
+                if g in owners and owners[g] not in victims and owners[g] != job.id:
+                    return False
+        for r in replicas:
+            reserved = self.reserved.setdefault(r.node, {})
+            for g in r.gpus:
+                reserved[g] = job.id
+        return True
+
+    def _drop_nomination(self, job: Job) -> None:
+        for r in job.nomination:
+            reserved = self.reserved.get(r.node)
+            if reserved is not None:
+                for g in r.gpus:
+                    if reserved.get(g) == job.id:
+                        del reserved[g]
+        job.nomination, job.nomination_pool = (), None
+
+    def _give_back(self, job: Job, replicas: list[Replica]) -> None:
+        for r in replicas:
+            owners = self.owners.get(r.node)
+            if owners is None:
+                continue
+            for g in r.gpus:
+                if owners.get(g) == job.id:
+                    del owners[g]
+
+    def _settle(self, job: Job) -> None:
+        """Keep `live` exact: final jobs that hold nothing leave it."""
+        if job.phase in FINAL_PHASES and not job.held:
+            self.live.pop(job.id, None)
+        else:
+            self.live[job.id] = job
+
+
+def _cluster_configured(state: ClusterState, e: ClusterConfigured) -> None:
+    state.settings = ClusterSettings(
+        scheduler=e.scheduler,
+        preemption_grace_s=e.preemption_grace_s,
+        priority_classes=e.priority_classes or DEFAULT_PRIORITY_CLASSES,
+        default_compute_pool=e.default_compute_pool,
+        default_aux_pool=e.default_aux_pool,
+    )
+    for name in (e.default_compute_pool, e.default_aux_pool):
+        if name is not None:
+            state._ensure_pool(name)
+
+
+def _scheduling_held(state: ClusterState, e: SchedulingHeld) -> None:
+    state.held = e.held
+
+
+def _pool_configured(state: ClusterState, e: PoolConfigured) -> None:
+    state._ensure_pool(e.pool).scheduler = e.scheduler
+
+
+def _node_registered(state: ClusterState, e: NodeRegistered) -> None:
+    state._ensure_pool(e.pool)
+    known = state.nodes.get(e.node)
+    if known is not None:
+        known.pool, known.gpus = e.pool, e.gpus
+        return
+    state.nodes[e.node] = Node(name=e.node, pool=e.pool, gpus=e.gpus, order=state._node_seq)
+    state._node_seq += 1
+
+
+def _node_lost(state: ClusterState, e: NodeLost) -> None:
+    if state.nodes.pop(e.node, None) is None:
+        return
+    state.owners.pop(e.node, None)
+    state.reserved.pop(e.node, None)
+    for job in list(state.live.values()):
+        if job.nomination and any(r.node == e.node for r in job.nomination):
+            state._drop_nomination(job)
+        if not any(r.node == e.node for r in job.held):
+            continue
+        kept = [r for r in job.held if r.node != e.node]
+        job.stop_replicas = min(job.stop_replicas, len(kept))
+        job.held = kept
+        if not kept:
+            _released(state, job, e.time)
+        elif job.phase in HOLDING_PHASES:
+            job.lost_node = True
+
+
+def _project_configured(state: ClusterState, e: ProjectConfigured) -> None:
+    project = state.projects.get(e.project)
+    if project is None:
+        project = state.projects[e.project] = Project(name=e.project, order=len(state.projects))
+    project.terms = dict(e.terms)
+
+
+def _job_submitted(state: ClusterState, e: JobSubmitted) -> None:
+    if e.job_id in state.jobs:
+        return
+    job = Job(id=e.job_id, seq=state._job_seq, spec=e.spec, submitted_at=e.time)
+    state._job_seq += 1
+    state.jobs[e.job_id] = job
+    state._settle(job)
+
+
+def _job_admitted(state: ClusterState, e: JobAdmitted) -> None:
+    job = state.jobs.get(e.job_id)
+    if job is None or job.phase != "submitted":
+        return
+    job.project, job.priority, job.preemptible = e.project, e.priority, e.preemptible
+    job.gpus, job.replicas, job.min_replicas = e.gpus, e.replicas, e.min_replicas
+    job.pools, job.node = e.pools, e.node
+    job.preemption_delay_s, job.min_runtime_s = e.preemption_delay_s, e.min_runtime_s
+    if job.spec.checkpoint is not None:
+        job.save_s, job.restore_s = job.spec.checkpoint.save_s, job.spec.checkpoint.restore_s
+    job.phase, job.pending_since = "pending", e.time
+
+
+def _job_rejected(state: ClusterState, e: JobRejected) -> None:
+    job = state.jobs.get(e.job_id)
+    if job is None or job.phase != "submitted":
+        return
+    job.phase, job.reject_reason = "rejected", e.reason
+    state._settle(job)
+
+
+def _job_nominated(state: ClusterState, e: JobNominated) -> None:
+    job = state.jobs.get(e.job_id)
+    if job is None or job.phase not in ("pending", "starting", "running") or job.nomination:
+        return
+    if job.phase != "pending" and len(job.held) + len(e.replicas) > job.replicas:
+        return  # decided before the job was placed some other way
+    job.nominations += 1  # counted even when refused: the next nomination gets a fresh id
+    if state._reserve(job, e.replicas, e.victims):
+        job.nomination, job.nomination_pool = e.replicas, e.pool
+
+
+def _job_scheduled(state: ClusterState, e: JobScheduled) -> None:
+    job = state.jobs.get(e.job_id)
+    if job is None:
+        return
+    if e.scale_up:
+        fits = len(job.held) + len(e.replicas) <= job.replicas
+        if job.phase in ("starting", "running") and e.attempt == job.attempt and fits:
+            if state._take(job, e.replicas):
+                job.held.extend(e.replicas)
+            state._drop_nomination(job)
+        return
+    if job.phase != "pending" or not state._take(job, e.replicas):
+        return  # decided on a state the log has since moved past: no effect
+    job.attempt, job.pool, job.held = e.attempt, e.pool, list(e.replicas)
+    job.phase, job.started_at = "starting", None
+    state._drop_nomination(job)
+    job.stop_replicas, job.stop_reason, job.lost_node = 0, "", False
+
+
+def _job_started(state: ClusterState, e: JobStarted) -> None:
+    job = state.jobs.get(e.job_id)
+    if job is None or e.attempt != job.attempt or job.phase != "starting":
+        return
+    job.phase, job.started_at = "running", e.time
+
+
+def _job_preemption_requested(state: ClusterState, e: JobPreemptionRequested) -> None:
+    job = state.jobs.get(e.job_id)
+    if job is None or e.attempt != job.attempt or not job.held:
+        return
+    whole = e.replicas == 0 or e.replicas >= len(job.held)
+    job.stop_replicas = len(job.held) if whole else e.replicas
+    job.stop_reason = e.reason
+    if whole and job.phase in ("starting", "running"):
+        job.phase = "stopping"
+
+
+def _job_preempted(state: ClusterState, e: JobPreempted) -> None:
+    job = state.jobs.get(e.job_id)
+    if job is None or e.attempt != job.attempt or not job.held:
+        return
+    if e.reason in MAKES_ROOM:
+        job.preemptions += 1
+    whole = e.replicas == 0 or e.replicas >= len(job.held)
+    if whole:
+        state._give_back(job, job.held)
+        job.held = []
+        _released(state, job, e.time)
+    else:
+        state._give_back(job, job.held[len(job.held) - e.replicas :])
+        del job.held[len(job.held) - e.replicas :]
+        job.stop_replicas = max(0, job.stop_replicas - e.replicas)
+    if e.checkpointed:
+        job.last_checkpoint_at = e.time
+
+
+def _released(state: ClusterState, job: Job, time: float) -> None:
+    """The job's attempt is over and it holds nothing: back in the queue unless it was ended."""
+    job.stop_replicas, job.stop_reason, job.lost_node = 0, "", False
+    job.started_at = None
+    if job.phase in HOLDING_PHASES:
+        job.phase, job.pending_since = "pending", time
+    state._settle(job)
+
+
+def _job_checkpointed(state: ClusterState, e: JobCheckpointed) -> None:
+    job = state.jobs.get(e.job_id)
+    if job is None or e.attempt != job.attempt:
+        return
+    job.last_checkpoint_at = e.time
+    if e.save_s:
+        job.save_s = e.save_s
+
+
+def _job_paused(state: ClusterState, e: JobPaused) -> None:
+    job = state.jobs.get(e.job_id)
+    if job is None or job.phase in FINAL_PHASES or job.phase in ("paused", "submitted"):
+        return
+    job.phase = "paused"
+    state._drop_nomination(job)
+
+
+def _job_resumed(state: ClusterState, e: JobResumed) -> None:
+    job = state.jobs.get(e.job_id)
+    if job is None or job.phase != "paused":
+        return
+    job.phase, job.pending_since = ("stopping" if job.held else "pending"), e.time
+
+
+def _job_ended(state: ClusterState, job_id: str, phase: JobPhase, attempt: int | None) -> None:
+    job = state.jobs.get(job_id)
+    if job is None or job.phase in FINAL_PHASES:
+        return
+    if attempt is not None and attempt != job.attempt:
+        return
+    job.phase = phase
+    if phase != "cancelled":
+        state._give_back(job, job.held)
+        job.held = []  # the workload exited: its GPUs are free now
+    state._drop_nomination(job)
+    state._settle(job)
+
+
+def _job_completed(state: ClusterState, e: JobCompleted) -> None:
+    _job_ended(state, e.job_id, "completed", e.attempt)
+
+
+def _job_failed(state: ClusterState, e: JobFailed) -> None:
+    _job_ended(state, e.job_id, "failed", e.attempt)
+
+
+def _job_cancelled(state: ClusterState, e: JobCancelled) -> None:
+    _job_ended(state, e.job_id, "cancelled", None)
+
+
+def _job_priority_changed(state: ClusterState, e: JobPriorityChanged) -> None:
+    job = state.jobs.get(e.job_id)
+    if job is not None and job.phase not in FINAL_PHASES:
+        job.priority = e.priority
+
+
+_HANDLERS: Final[dict[type[Event], Callable[[ClusterState, Any], None]]] = {
+    ClusterConfigured: _cluster_configured,
+    PoolConfigured: _pool_configured,
+    SchedulingHeld: _scheduling_held,
+    NodeRegistered: _node_registered,
+    NodeLost: _node_lost,
+    ProjectConfigured: _project_configured,
+    JobSubmitted: _job_submitted,
+    JobAdmitted: _job_admitted,
+    JobRejected: _job_rejected,
+    JobNominated: _job_nominated,
+    JobScheduled: _job_scheduled,
+    JobStarted: _job_started,
+    JobPreemptionRequested: _job_preemption_requested,
+    JobPreempted: _job_preempted,
+    JobCheckpointed: _job_checkpointed,
+    JobPaused: _job_paused,
+    JobResumed: _job_resumed,
+    JobCompleted: _job_completed,
+    JobFailed: _job_failed,
+    JobCancelled: _job_cancelled,
+    JobPriorityChanged: _job_priority_changed,
+}

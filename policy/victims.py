@@ -1,0 +1,71 @@
+"""Who may be preempted, in what order, and what it would cost.
+
+A victim unit is either one surplus replica of an elastic job (above its minimum), or a whole
+job. Surplus replicas always go first: an elastic job loses its extras before anything else
+(DESIGN rule 6). Among units, lower job priority goes first, then the newest job, or with
+`victim_order: cost` the one that would lose the least work (rule 9).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from events.model import VictimOrder
+from policy.state import Job
+
+
+@dataclass(slots=True)
+class Unit:
+    job: Job
+    surplus: bool  # one replica above the minimum, or the whole job
+
+    @property
+    def project(self) -> str:
+        return self.job.project
+
+
+def lost_work_gpu_s(job: Job, now: float, replicas: int | None = None) -> float:
+    """GPU-seconds lost by stopping `replicas` replicas now: work since the last checkpoint
+    (or since the attempt started) plus the time to save and restore, times their GPUs."""
+    since = job.last_checkpoint_at if job.last_checkpoint_at is not None else job.started_at
+    unsaved = max(0.0, now - since) if since is not None else 0.0
+    count = job.active_replicas if replicas is None else replicas
+    return (unsaved + job.save_s + job.restore_s) * job.gpus * count
+
+
+def protected(job: Job, now: float) -> bool:
+    """A job inside its min_runtime (counted from the start of its attempt) cannot be a victim."""
+    if job.min_runtime_s <= 0:
+        return False
+    return job.started_at is None or now - job.started_at < job.min_runtime_s
+
+
+def may_be_victim(job: Job, now: float) -> bool:
+    return (
+        job.preemptible
+        and job.phase in ("starting", "running")
+        and job.stop_replicas == 0
+        and not job.nomination
+        and not protected(job, now)
+    )
+
+
+def units_of(jobs: list[Job], order: VictimOrder, now: float) -> list[Unit]:
+    """The victim units of these jobs, in the order they would be taken."""
+
+    def key(job: Job, surplus: bool) -> tuple[float, ...]:
+        if order == "cost":
+            cost = lost_work_gpu_s(job, now, 1 if surplus else None)
+            return (job.priority, cost, -job.seq)
+        return (job.priority, -job.seq)
+
+    surplus: list[tuple[tuple[float, ...], int, Unit]] = []
+    whole: list[tuple[tuple[float, ...], Unit]] = []
+    for job in jobs:
+        extra = job.active_replicas - job.min_replicas
+        for i in range(extra):
+            surplus.append((key(job, True), i, Unit(job, True)))
+        whole.append((key(job, False), Unit(job, False)))
+    surplus.sort(key=lambda t: (t[0], t[1]))
+    whole.sort(key=lambda t: t[0])
+    return [u for _, _, u in surplus] + [u for _, u in whole]

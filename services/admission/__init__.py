@@ -1,0 +1,1 @@
+"""Admission: takes submit, cancel, pause and resume commands and records the verdicts."""

@@ -1,0 +1,145 @@
+"""`python -m services.executor`: run the node executor for this machine.
+
+    python -m services.executor --nats URL --node NAME --pool POOL [--gpus N]
+        [--data-dir DIR] [--hollow [--hollow-runtime SECONDS]] [--stop-workloads-on-exit]
+
+SIGTERM or SIGINT stops the executor cleanly. Its workloads keep running (they are in sessions
+of their own) and the next executor on this node adopts them, unless
+`--stop-workloads-on-exit` (for tests) stops them too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import signal
+import socket
+import sys
+from pathlib import Path
+
+import structlog
+
+from services.executor.gpus import GpuDiscoveryError, discover_gpus
+from services.executor.service import Executor, ExecutorConfig
+from services.runtime.eventlog import EventLog, connect
+
+log = structlog.get_logger("fairlane.executor")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m services.executor", description="Fairlane node executor"
+    )
+    parser.add_argument("--nats", default="nats://127.0.0.1:4222", help="NATS server URL")
+    parser.add_argument("--node", default=socket.gethostname(), help="node name (the hostname)")
+    parser.add_argument("--pool", default="default", help="pool the node belongs to")
+    parser.add_argument(
+        "--gpus",
+        type=int,
+        default=None,
+        help="GPUs this node offers; overrides NVML (needed where there is no NVIDIA driver)",
+    )
+    parser.add_argument(
+        "--data-dir",
+        type=Path,
+        default=None,
+        help="checkpoints, logs and process records (default .fairlane/executor/NODE)",
+    )
+    parser.add_argument(
+        "--hollow", action="store_true", help="start nothing: replicas run only in memory"
+    )
+    parser.add_argument(
+        "--hollow-runtime",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="hollow replicas complete after this long (default 0: never)",
+    )
+    parser.add_argument(
+        "--checkpoint-poll",
+        type=float,
+        default=1.0,
+        metavar="SECONDS",
+        help="how often to look for a touched .checkpoint",
+    )
+    parser.add_argument(
+        "--stop-workloads-on-exit",
+        action="store_true",
+        help="stop the workloads when the executor exits (default: leave them to be adopted)",
+    )
+    parser.add_argument(
+        "--log-format", choices=("json", "console"), default="json", help="as the other services"
+    )
+    parser.add_argument("--log-level", default="info")
+    return parser.parse_args(argv)
+
+
+def configure_logging(fmt: str, level: str) -> None:
+    renderer: structlog.typing.Processor = (
+        structlog.processors.JSONRenderer()
+        if fmt == "json"
+        else structlog.dev.ConsoleRenderer(colors=False)
+    )
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso"),
+            structlog.processors.format_exc_info,
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(
+            logging.getLevelNamesMapping()[level.upper()]
+        ),
+        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+    )
+
+
+def stopping(executor: Executor) -> None:
+    log.info("executor stopping", node=executor.node)
+    executor.stop()
+
+
+async def serve(args: argparse.Namespace) -> int:
+    try:
+        inventory = discover_gpus(args.gpus)
+    except GpuDiscoveryError as e:
+        log.error("cannot tell how many GPUs this node has", error=str(e))
+        return 2
+    config = ExecutorConfig(
+        node=args.node,
+        pool=args.pool,
+        gpus=inventory.count,
+        gpu_uuids=inventory.uuids,
+        data_dir=args.data_dir or Path(".fairlane/executor") / args.node,
+        hollow=args.hollow,
+        hollow_runtime_s=args.hollow_runtime,
+        checkpoint_poll_s=args.checkpoint_poll,
+        stop_workloads_on_exit=args.stop_workloads_on_exit,
+    )
+    nc = await connect(args.nats, name=f"executor-{args.node}")
+    executor = Executor(EventLog(nc), config)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stopping, executor)
+    code = 0
+    try:
+        await executor.run()
+    except Exception:
+        log.exception("executor failed", node=args.node)
+        code = 1
+    with contextlib.suppress(Exception):
+        await nc.close()
+    return code
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    configure_logging(args.log_format, args.log_level)
+    return asyncio.run(serve(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

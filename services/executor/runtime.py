@@ -1,0 +1,416 @@
+"""Runtimes: how the executor starts, watches and stops one replica of an attempt.
+
+`Runtime` is the seam: the process runtime here, the hollow one for benchmarks, and later a
+Docker runtime (aiodocker) with the same three operations: `start` a replica, `adopt` one that
+an earlier executor process recorded, and the `Workload` handle's `wait` / `signal`.
+
+The process runtime starts every replica through `services.executor.shim` in a session of its
+own (`setsid`), so:
+- the executor dying (even `kill -9`) leaves the workload running, to be adopted later;
+- SIGTERM and SIGKILL go to the whole process group (`killpg`), children of the workload too;
+- the shim writes the workload's exit status to a file, which is how a restarted executor
+  learns how a workload it did not start ended (it cannot `waitpid` a process that is not its
+  child).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final, Protocol
+from urllib.parse import quote
+
+import msgspec
+import structlog
+
+from services.executor.shim import exit_code_of
+
+log = structlog.get_logger("fairlane.executor.runtime")
+
+POLL_S: Final = 0.2  # liveness polling where pidfd is not available
+SIGTERM_EXIT: Final = 128 + signal.SIGTERM
+SIGKILL_EXIT: Final = 128 + signal.SIGKILL
+
+
+def safe_name(name: str) -> str:
+    """A job id as one path component (ordinary ids are unchanged)."""
+    return quote(name, safe="-_.@+=,") if name not in (".", "..") else quote(name, safe="")
+
+
+def checkpoint_dir(data_dir: Path, job_id: str) -> Path:
+    """`FAIRLANE_CHECKPOINT_DIR` of a job: the same for every attempt, on this node."""
+    return data_dir / "checkpoints" / safe_name(job_id)
+
+
+@dataclass(frozen=True, slots=True)
+class Launch:
+    """Everything needed to start one replica."""
+
+    job_id: str
+    attempt: int
+    replica: int  # index in the job's held replicas (FAIRLANE_REPLICA)
+    gpus: tuple[int, ...]
+    command: tuple[str, ...]  # empty: the built-in workload
+    image: str | None
+    env: dict[str, str]
+    checkpoint_dir: Path
+    run_dir: Path  # exit-status files and logs of this job's attempts
+
+    @property
+    def name(self) -> str:
+        return f"{self.attempt}.{self.replica}"
+
+
+class ProcessRecord(msgspec.Struct, frozen=True, forbid_unknown_fields=False):
+    """One started replica as written to `processes.json`, enough to find it again after the
+    executor restarts. Unknown fields are allowed, so a newer executor's file still reads."""
+
+    job_id: str
+    attempt: int
+    replica: int
+    node: str
+    gpus: tuple[int, ...]
+    started_at: float
+    checkpoint_mtime: float | None  # the checkpoint marker's mtime when the attempt started
+    runtime: str = "process"
+    pid: int = 0
+    start_ticks: int | None = None  # /proc/<pid>/stat starttime, against pid reuse
+    exit_file: str = ""
+
+
+class Workload(Protocol):
+    """A running (or ended) replica."""
+
+    @property
+    def record(self) -> ProcessRecord | None:
+        """What to persist for adoption; None for runtimes with nothing to find again."""
+
+    def alive(self) -> bool: ...
+
+    async def wait(self) -> int | None:
+        """The exit code once it ended (128 + N for signal N); None if it ended unobserved and
+        left no status (for example the machine rebooted)."""
+
+    def signal(self, sig: int) -> None:
+        """Send `sig` to the whole workload; a no-op once it ended."""
+
+
+class Runtime(Protocol):
+    name: str
+    #: Whether the runtime starts real work (False for hollow): checkpoints are only polled then.
+    real: bool
+
+    async def start(self, launch: Launch, node: str, checkpoint_mtime: float | None) -> Workload:
+        """Start one replica. Failing to start is not an exception: the workload ends at once
+        with an exit code (127 for a command that is not there)."""
+
+    def adopt(self, record: ProcessRecord) -> Workload:
+        """The handle of a replica an earlier executor process started (alive or not)."""
+
+    def adopt_unrecorded(self, launch: Launch) -> Workload | None:
+        """A replica the log says runs here but nothing was recorded for: None means it is
+        lost (the process runtime); the hollow runtime pretends it runs."""
+
+
+# -- processes ---------------------------------------------------------------------------------
+
+
+def proc_start_ticks(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot, or None if there is no such live
+    process (gone, or a zombie). Together with the pid it names one process for good."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[-1].split()
+    if not fields or fields[0] in ("Z", "X"):
+        return None
+    try:
+        return int(fields[19])
+    except (IndexError, ValueError):
+        return None
+
+
+def read_exit_file(path: Path) -> int | None:
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+async def wait_for_pid(pid: int, start_ticks: int | None = None) -> None:
+    """Return once process `pid` has exited (a zombie counts), child or not. With
+    `start_ticks`, a process with that pid but another start time is not the one meant."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return
+    except (OSError, AttributeError):  # no pidfd here: poll
+        while _exists(pid) and (start_ticks is None or proc_start_ticks(pid) == start_ticks):  # noqa: ASYNC110
+            await asyncio.sleep(POLL_S)
+        return
+    if start_ticks is not None and proc_start_ticks(pid) != start_ticks:
+        os.close(fd)  # the pid was reused before the pidfd was opened: ours is gone
+        return
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[None] = loop.create_future()
+
+    def readable() -> None:
+        if not done.done():
+            done.set_result(None)
+
+    loop.add_reader(fd, readable)
+    try:
+        await done
+    finally:
+        loop.remove_reader(fd)
+        os.close(fd)
+
+
+def _exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return proc_start_ticks(pid) is not None or not Path("/proc").is_dir()
+
+
+@dataclass(eq=False)
+class ProcessWorkload:
+    """A replica running as a process group led by the shim."""
+
+    _record: ProcessRecord
+    child: bool  # started by this executor process (so it can be reaped with waitpid)
+    _code: int | None = None
+    _ended: bool = False
+    _wait: asyncio.Task[int | None] | None = field(default=None, repr=False)
+
+    @property
+    def record(self) -> ProcessRecord:
+        return self._record
+
+    @property
+    def pid(self) -> int:
+        return self._record.pid
+
+    def alive(self) -> bool:
+        if self._ended:
+            return False
+        if self.child:
+            return True  # cleared by wait() when it is reaped
+        ticks = proc_start_ticks(self.pid)
+        return ticks is not None and ticks == self._record.start_ticks
+
+    async def wait(self) -> int | None:
+        if self._wait is None:
+            self._wait = asyncio.ensure_future(self._wait_once())
+        return await asyncio.shield(self._wait)
+
+    async def _wait_once(self) -> int | None:
+        if self.alive():
+            await wait_for_pid(self.pid, None if self.child else self._record.start_ticks)
+        status: int | None = None
+        if self.child:
+            # Anything the workload left behind in its group goes with it (the group still
+            # exists while the shim is an unreaped zombie, so its id cannot have been reused).
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.pid, signal.SIGKILL)
+            with contextlib.suppress(ChildProcessError):
+                # It has exited (the pidfd said so): reaping does not block.
+                pid, raw = os.waitpid(self.pid, os.WNOHANG)  # noqa: ASYNC222
+                if pid:
+                    status = exit_code_of(os.waitstatus_to_exitcode(raw))
+        self._ended = True
+        recorded = read_exit_file(Path(self._record.exit_file))
+        self._code = recorded if recorded is not None else status
+        return self._code
+
+    def signal(self, sig: int) -> None:
+        if not self.alive():
+            return
+        try:
+            os.killpg(self.pid, sig)
+        except ProcessLookupError:
+            pass
+        except PermissionError as e:
+            log.error("cannot signal workload", pid=self.pid, error=str(e))
+
+
+def workload_env(own: dict[str, str]) -> dict[str, str]:
+    """The executor's environment without its own FAIRLANE_* variables, plus the replica's."""
+    inherited = {k: v for k, v in os.environ.items() if not k.startswith("FAIRLANE_")}
+    return {**inherited, **own}
+
+
+class ProcessRuntime:
+    """Replicas as local processes."""
+
+    name = "process"
+    real = True
+
+    def __init__(self, python: str = sys.executable) -> None:
+        self.python = python
+
+    def argv(self, launch: Launch) -> list[str]:
+        command = list(launch.command) or [self.python, "-m", "services.executor.workload"]
+        return [
+            self.python,
+            "-m",
+            "services.executor.shim",
+            "--exit-file",
+            str(self.exit_file(launch)),
+            "--cwd",
+            str(launch.checkpoint_dir),
+            "--",
+            *command,
+        ]
+
+    @staticmethod
+    def exit_file(launch: Launch) -> Path:
+        return launch.run_dir / f"{launch.name}.exit"
+
+    async def start(self, launch: Launch, node: str, checkpoint_mtime: float | None) -> Workload:
+        if launch.image:
+            log.warning("the process runtime ignores the image", job=launch.job_id)
+        launch.run_dir.mkdir(parents=True, exist_ok=True)
+        launch.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+        exit_file = self.exit_file(launch)
+        exit_file.unlink(missing_ok=True)
+        output = os.open(
+            launch.run_dir / f"{launch.name}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644
+        )
+        try:
+            # posix_spawn, not asyncio's subprocesses: those are killed when their transport
+            # is closed (at the executor's exit), and these must outlive the executor.
+            pid = os.posix_spawn(  # noqa: ASYNC221  (returns once the shim is exec'd)
+                self.python,
+                self.argv(launch),
+                workload_env(launch.env),
+                file_actions=[
+                    (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                    (os.POSIX_SPAWN_DUP2, output, 1),
+                    (os.POSIX_SPAWN_DUP2, output, 2),
+                ],
+                setsid=True,
+            )
+        except OSError as e:
+            # The shim itself could not start (no python?): record an ended workload.
+            log.error("could not start the shim", job=launch.job_id, error=str(e))
+            exit_file.write_text("127\n")
+            pid = 0
+        finally:
+            os.close(output)
+        record = ProcessRecord(
+            job_id=launch.job_id,
+            attempt=launch.attempt,
+            replica=launch.replica,
+            node=node,
+            gpus=launch.gpus,
+            started_at=time.time(),
+            checkpoint_mtime=checkpoint_mtime,
+            pid=pid,
+            start_ticks=proc_start_ticks(pid) if pid else None,
+            exit_file=str(exit_file),
+        )
+        workload = ProcessWorkload(record, child=pid != 0)
+        if pid == 0:
+            workload._ended, workload._code = True, 127
+        return workload
+
+    def adopt(self, record: ProcessRecord) -> Workload:
+        return ProcessWorkload(record, child=False)
+
+    def adopt_unrecorded(self, launch: Launch) -> Workload | None:
+        return None
+
+
+# -- hollow ------------------------------------------------------------------------------------
+
+
+class HollowWorkload:
+    """A replica that only exists in the executor's memory (kubemark's hollow node)."""
+
+    def __init__(self, runtime_s: float) -> None:
+        self._ended = asyncio.Event()
+        self._code: int | None = None
+        self._runtime_s = runtime_s
+
+    @property
+    def record(self) -> ProcessRecord | None:
+        return None
+
+    def alive(self) -> bool:
+        return not self._ended.is_set()
+
+    async def wait(self) -> int | None:
+        if self._runtime_s > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._ended.wait(), self._runtime_s)
+            if not self._ended.is_set():
+                self._end(0)
+        else:
+            await self._ended.wait()
+        return self._code
+
+    def _end(self, code: int) -> None:
+        if not self._ended.is_set():
+            self._code = code
+            self._ended.set()
+
+    def signal(self, sig: int) -> None:
+        if sig in (signal.SIGTERM, signal.SIGINT, signal.SIGKILL):
+            self._end(128 + sig)
+
+
+class HollowRuntime:
+    """Starts nothing: a scheduled replica runs at once until it is stopped, or for
+    `runtime_s` seconds and then exits 0 (0: until stopped)."""
+
+    name = "hollow"
+    real = False
+
+    def __init__(self, runtime_s: float = 0.0) -> None:
+        self.runtime_s = runtime_s
+
+    async def start(self, launch: Launch, node: str, checkpoint_mtime: float | None) -> Workload:
+        return HollowWorkload(self.runtime_s)
+
+    def adopt(self, record: ProcessRecord) -> Workload:
+        return HollowWorkload(self.runtime_s)
+
+    def adopt_unrecorded(self, launch: Launch) -> Workload | None:
+        return HollowWorkload(self.runtime_s)
+
+
+# -- the record file ---------------------------------------------------------------------------
+
+_records_decoder = msgspec.json.Decoder(list[ProcessRecord])
+_records_encoder = msgspec.json.Encoder()
+
+
+def load_records(path: Path) -> list[ProcessRecord]:
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return []
+    try:
+        return _records_decoder.decode(data)
+    except (msgspec.DecodeError, msgspec.ValidationError) as e:
+        # Only written by os.replace, so this is damage from outside: say so, start afresh.
+        log.error("unreadable process records, ignored", path=str(path), error=str(e))
+        return []
+
+
+def save_records(path: Path, records: list[ProcessRecord]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(msgspec.json.format(_records_encoder.encode(records), indent=1))
+    os.replace(tmp, path)

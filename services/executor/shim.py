@@ -1,0 +1,75 @@
+"""The small supervisor between the executor and a workload process.
+
+`python -m services.executor.shim --exit-file F [--cwd D] -- COMMAND...`
+
+The executor starts this in a session (and process group) of its own; the shim starts the
+workload in that same group, waits for it and writes its exit status to `F` before exiting with
+the same status. That file is what lets an executor that was restarted (or crashed) learn how a
+workload it did not start itself ended: the workload is not its child, so it cannot wait for it.
+
+Signals go to the whole group (the executor uses `killpg`), so the workload and anything it
+started get SIGTERM directly. The shim itself only notes SIGTERM/SIGINT and keeps waiting, so
+the exit status is still recorded; a SIGKILL of the group ends the shim too (the executor that
+sent it knows why the workload ended).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from types import FrameType
+
+COMMAND_NOT_FOUND = 127
+CANNOT_EXECUTE = 126
+
+
+def exit_code_of(returncode: int) -> int:
+    """A shell's convention: a death by signal N is 128 + N."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def write_exit_file(path: Path, code: int) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(f"{code}\n")
+    os.replace(tmp, path)
+
+
+def _keep_waiting(signum: int, frame: FrameType | None) -> None:
+    """The workload got the same signal (it is sent to the group); the shim outlives it."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m services.executor.shim")
+    parser.add_argument("--exit-file", type=Path, required=True)
+    parser.add_argument("--cwd", type=Path, default=None)
+    parser.add_argument("command", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        parser.error("no command")
+    # A handler (not SIG_IGN): handlers are reset to the default in the exec'd workload, an
+    # ignored signal would stay ignored there.
+    signal.signal(signal.SIGTERM, _keep_waiting)
+    signal.signal(signal.SIGINT, _keep_waiting)
+    try:
+        child = subprocess.Popen(command, cwd=args.cwd)
+    except FileNotFoundError as e:
+        print(f"fairlane shim: {e}", file=sys.stderr, flush=True)
+        code = COMMAND_NOT_FOUND
+    except OSError as e:
+        print(f"fairlane shim: {e}", file=sys.stderr, flush=True)
+        code = CANNOT_EXECUTE
+    else:
+        code = exit_code_of(child.wait())
+    write_exit_file(args.exit_file, code)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

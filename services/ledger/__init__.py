@@ -1,0 +1,1 @@
+"""The quota ledger: owns projects, pools and quotas, and watches usage against quota."""

@@ -1,0 +1,1 @@
+"""The preemptor: picks victims for entitled pending jobs and holds the GPUs they free."""

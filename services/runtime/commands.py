@@ -1,0 +1,61 @@
+"""Serving commands by NATS request/reply: decode, handle one at a time, always answer."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+import msgspec
+import structlog
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+
+from events.commands import AnyCommand, Reply, decode_command
+from services.runtime.eventlog import TRANSIENT
+
+Handler = Callable[[AnyCommand], Awaitable[Reply]]
+log = structlog.get_logger("fairlane.commands")
+_encode = msgspec.json.Encoder().encode
+
+
+class Refusal(Exception):
+    """A command that cannot be carried out; the message names the bad value."""
+
+
+async def serve(nc: Client, subject: str, handler: Handler, concurrency: int = 1) -> Subscription:
+    """Answer every request on `subject`, at most `concurrency` at a time. With 1, strictly
+    one after the other in arrival order, so two commands never decide from the same state;
+    above 1, for a handler that guards what must not overlap itself."""
+    slots = asyncio.Semaphore(concurrency)
+    running: set[asyncio.Task[None]] = set()
+
+    def finished(task: asyncio.Task[None]) -> None:
+        running.discard(task)
+        slots.release()
+
+    async def on_request(msg: Msg) -> None:
+        await slots.acquire()  # nats-py hands over the next request only once this returns
+        task = asyncio.create_task(answer(msg))
+        running.add(task)
+        task.add_done_callback(finished)
+
+    async def answer(msg: Msg) -> None:
+        try:
+            command = decode_command(msg.data)
+        except (msgspec.DecodeError, msgspec.ValidationError) as e:
+            reply = Reply(ok=False, error=f"malformed command: {e}")
+        else:
+            try:
+                reply = await handler(command)
+            except Refusal as refused:
+                reply = Reply(ok=False, error=str(refused))
+            except TRANSIENT as e:
+                reply = Reply(ok=False, error=f"unavailable: {e!r}", retryable=True)
+            except Exception as e:  # answer, log, and keep serving
+                log.exception("command failed", command=type(command).__name__)
+                reply = Reply(ok=False, error=f"internal error: {e}")
+        if msg.reply:
+            await msg.respond(_encode(reply))
+
+    return await nc.subscribe(subject, queue=subject, cb=on_request)

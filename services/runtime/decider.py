@@ -1,0 +1,137 @@
+"""A decision service: a leader that folds the log, runs the policy, and publishes its decisions.
+
+The scheduler (placements) and the preemptor (stop requests and nominations) are the same loop
+with a different share of `policy.cycle.decide`'s output. Only the holder of the kind's lease
+decides; it records its term (`LeaderElected`) and fences every decision on it, so if it is
+deposed while a write is in flight the server refuses that write. A standby waits on the lease.
+
+Decision ids derive from their inputs, so a new leader that decides the same thing again
+publishes duplicates the stream drops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Callable
+
+import structlog
+
+from events import Event, JobNominated, LeaderElected
+from policy.cycle import decide, next_wakeup
+from services.runtime.eventlog import TRANSIENT, Conflict, EventLog
+from services.runtime.follower import Follower
+from services.runtime.lease import Lease
+from services.runtime.tasks import cancel_and_wait
+
+log = structlog.get_logger("fairlane.decider")
+#: How long to let a burst of events land before deciding on them.
+SETTLE_S = 0.005
+#: Decide at least this often even when nothing happens (clock-driven rules, lost wake-ups).
+TICK_S = 1.0
+#: Decisions in flight at once (acks awaited together: one round trip for many).
+PUBLISH_WINDOW = 256
+
+
+class Decider:
+    def __init__(
+        self,
+        event_log: EventLog,
+        kind: str,
+        mine: Callable[[Event], bool],
+        lease_ttl_s: float = 3.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.log = event_log
+        self.kind = kind
+        self.mine = mine
+        self.clock = clock
+        self.holder = f"{kind}-{uuid.uuid4().hex[:8]}"
+        self.lease = Lease(kind, self.holder, ttl_s=lease_ttl_s)
+        self.follower = Follower(event_log)
+        self.decisions = 0
+        self.is_leader = asyncio.Event()
+
+    async def run(self) -> None:
+        await self.log.ensure_stream()
+        await self.follower.catch_up()
+        following = asyncio.create_task(self.follower.run())
+        try:
+            while True:
+                try:
+                    await self.lease.acquire(self.log.js)
+                    await self._lead()
+                except TRANSIENT as e:  # the server went away mid-cycle: decide again later
+                    log.warning("cycle interrupted", kind=self.kind, error=str(e) or repr(e))
+                    await asyncio.sleep(0.5)
+        finally:
+            following.cancel()
+            await self.lease.release(self.log.js)
+
+    async def _lead(self) -> None:
+        term = self.lease.revision or 0
+        elected = LeaderElected(
+            id=f"{self.kind}/term/{self.holder}/{term}",
+            time=self.clock(),
+            actor=self.holder,
+            kind=self.kind,
+            holder=self.holder,
+            term=term,
+        )
+        fence = (f"fl.leader.{self.kind}", await self.log.publish_durably(elected))
+        lost = asyncio.Event()
+        keeping = asyncio.create_task(self.lease.keep(self.log.js, lost))
+        self.is_leader.set()
+        log.info("leading", kind=self.kind, holder=self.holder, term=term)
+        try:
+            await self.follower.wait_for(fence[1])
+            while not lost.is_set():
+                published = await self._cycle(fence)
+                if published:
+                    await self.follower.wait_for(published)
+                    continue
+                await self._wait_for_change(lost)
+        except Conflict:
+            log.warning("deposed: a newer term fenced our write", kind=self.kind)
+        finally:
+            self.is_leader.clear()
+            await cancel_and_wait(keeping)
+
+    async def _cycle(self, fence: tuple[str, int]) -> int:
+        """One cycle; returns the sequence of the last decision published (0 if none)."""
+        # Nominations land first: the GPUs a preemption frees must be held for the nominee
+        # before any victim lets go of them, or the scheduler could hand them to someone else.
+        # Then one job's decisions keep their order (an elastic job's minimum before its
+        # extras); different jobs' are published side by side.
+        decisions = [e for e in decide(self.follower.state, self.clock()) if self.mine(e)]
+        last = 0
+        nominations: list[list[Event]] = [[e] for e in decisions if isinstance(e, JobNominated)]
+        per_job: dict[str, list[Event]] = {}
+        for event in decisions:
+            if not isinstance(event, JobNominated):
+                per_job.setdefault(getattr(event, "job_id", ""), []).append(event)
+
+        async def in_order(events: list[Event]) -> int:
+            seq = 0
+            for event in events:
+                seq = await self.log.publish_durably(event, fence=fence)
+                self.decisions += 1
+            return seq
+
+        for chains in (nominations, list(per_job.values())):
+            for i in range(0, len(chains), PUBLISH_WINDOW):
+                window = chains[i : i + PUBLISH_WINDOW]
+                last = max([last, *await asyncio.gather(*(in_order(c) for c in window))])
+        return last
+
+    async def _wait_for_change(self, lost: asyncio.Event) -> None:
+        self.follower.changed.clear()
+        wake = next_wakeup(self.follower.state, self.clock())
+        timeout = TICK_S if wake is None else max(0.0, min(TICK_S, wake - self.clock()))
+        changed = asyncio.create_task(self.follower.changed.wait())
+        stop = asyncio.create_task(lost.wait())
+        await asyncio.wait({changed, stop}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        changed.cancel()
+        stop.cancel()
+        await asyncio.sleep(SETTLE_S)

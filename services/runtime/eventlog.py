@@ -1,0 +1,228 @@
+"""The event log: one JetStream stream that holds every Fairlane event.
+
+- Publishing is idempotent: the event id is the `Nats-Msg-Id`, so a repeat inside the
+  stream's duplicate window is dropped (the ack says so) and costs nothing.
+- Writes can be fenced: `expect_last_seq` makes the server refuse the write if anything was
+  written since the state the decision was computed from (error 10071), so a deposed leader's
+  decision never lands.
+- Reading is a replay from a sequence, then (with `follow`) the live tail. A message that is not
+  a known event is logged with its sequence, counted and skipped, never a crash loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any, Final
+
+import msgspec
+import nats
+import structlog
+from nats.aio.client import Client
+from nats.js import JetStreamContext
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StreamConfig
+from nats.js.errors import APIError, NotFoundError
+
+from events import Event, decode_event, encode_event, subject_for
+from events.catalogue import AnyEvent
+
+STREAM: Final = "FAIRLANE"
+SUBJECTS: Final = ["fl.>"]
+WRONG_LAST_SEQUENCE: Final = 10071
+log = structlog.get_logger("fairlane.eventlog")
+
+
+#: Errors that pass when the server is back: worth retrying an idempotent write.
+TRANSIENT: Final = (
+    TimeoutError,
+    nats.errors.TimeoutError,
+    nats.errors.ConnectionClosedError,
+    nats.errors.NoRespondersError,
+    nats.errors.ConnectionReconnectingError,
+    nats.errors.StaleConnectionError,
+    OSError,
+)
+
+
+class Conflict(Exception):
+    """The stream moved on since the state this write was decided from."""
+
+
+@dataclass(frozen=True, slots=True)
+class Stored:
+    seq: int
+    event: AnyEvent
+
+
+async def connect(url: str, name: str, retry_for: float = 30.0) -> Client:
+    """Connect, retrying the first connection (nats-py does not), and never give up later."""
+    deadline = asyncio.get_running_loop().time() + retry_for
+
+    async def on_error(e: Exception) -> None:  # instead of nats-py's traceback on every retry
+        log.warning("nats connection trouble", client=name, error=str(e) or repr(e))
+
+    async def on_disconnected() -> None:
+        log.warning("disconnected from nats", client=name)
+
+    async def on_reconnected() -> None:
+        log.info("reconnected to nats", client=name)
+
+    while True:
+        try:
+            return await nats.connect(
+                url,
+                name=name,
+                max_reconnect_attempts=-1,
+                reconnect_time_wait=0.5,
+                connect_timeout=2,
+                error_cb=on_error,
+                disconnected_cb=on_disconnected,
+                reconnected_cb=on_reconnected,
+            )
+        except (OSError, nats.errors.NoServersError, TimeoutError):
+            if asyncio.get_running_loop().time() > deadline:
+                raise
+            await asyncio.sleep(0.2)
+
+
+class EventLog:
+    def __init__(self, nc: Client, stream: str = STREAM) -> None:
+        self.nc = nc
+        self.js: JetStreamContext = nc.jetstream()
+        self.stream = stream
+        self.skipped = 0  # malformed or unknown messages seen while reading
+
+    async def ensure_stream(self) -> None:
+        config = StreamConfig(
+            name=self.stream, subjects=SUBJECTS, duplicate_window=120.0, allow_rollup_hdrs=False
+        )
+        try:
+            await self.js.stream_info(self.stream)
+        except NotFoundError:
+            await self.js.add_stream(config)
+
+    async def last_seq(self) -> int:
+        info = await self.js.stream_info(self.stream)
+        return int(info.state.last_seq)
+
+    async def publish(
+        self,
+        event: Event,
+        *,
+        expect_last_seq: int | None = None,
+        fence: tuple[str, int] | None = None,
+    ) -> int:
+        """Store one event; returns its stream sequence (the original's, for a duplicate).
+
+        `fence=(subject, seq)` stores it only if `seq` is still the last message on `subject`
+        (a leader's term: see services/runtime/lease.py)."""
+        headers: dict[str, Any] = {"Nats-Msg-Id": event.id}
+        if expect_last_seq is not None:
+            headers["Nats-Expected-Last-Sequence"] = str(expect_last_seq)
+        if fence is not None:
+            headers["Nats-Expected-Last-Subject-Sequence"] = str(fence[1])
+            headers["Nats-Expected-Last-Subject-Sequence-Subject"] = fence[0]
+        try:
+            ack = await self.js.publish(
+                subject_for(event), encode_event(event), stream=self.stream, headers=headers
+            )
+        except APIError as e:
+            if e.err_code == WRONG_LAST_SEQUENCE:
+                raise Conflict(str(e)) from None
+            raise
+        return int(ack.seq)
+
+    async def publish_durably(
+        self, event: Event, *, fence: tuple[str, int] | None = None, give_up_after: float = 300.0
+    ) -> int:
+        """`publish`, retried through server restarts and timeouts until stored. Safe because
+        the event id deduplicates: a retry of a write that did land is dropped. A `Conflict`
+        (the fence moved on) is final and raised at once."""
+        deadline = asyncio.get_running_loop().time() + give_up_after
+        wait = 0.1
+        while True:
+            try:
+                return await self.publish(event, fence=fence)
+            except Conflict:
+                raise
+            except TRANSIENT as e:
+                if asyncio.get_running_loop().time() > deadline:
+                    raise
+                log.warning("publish failed, retrying", event_id=event.id, error=str(e) or repr(e))
+                await asyncio.sleep(wait)
+                wait = min(wait * 2, 2.0)
+
+    async def publish_raw(self, subject: str, payload: bytes) -> int:
+        """For tests of bad input: put bytes on a stream subject as anyone could."""
+        return int((await self.js.publish(subject, payload, stream=self.stream)).seq)
+
+    async def read(self, from_seq: int = 1, batch: int = 5000) -> AsyncIterator[Stored]:
+        """Everything stored from `from_seq` up to the end as it is now."""
+        end = await self.last_seq()
+        if from_seq > end:
+            return
+        async for stored in self._consume(from_seq, batch, until=end):
+            yield stored
+
+    async def follow(self, from_seq: int = 1, batch: int = 5000) -> AsyncIterator[Stored]:
+        """Replay from `from_seq`, then the live tail, forever. Survives server restarts: the
+        consumer is made again from the last sequence read."""
+        next_seq = from_seq
+        while True:
+            try:
+                async for stored in self._consume(next_seq, batch, until=None):
+                    next_seq = stored.seq + 1
+                    yield stored
+            except (
+                nats.errors.ConnectionClosedError,
+                nats.errors.TimeoutError,
+                APIError,
+                NotFoundError,
+            ) as e:
+                log.warning("consumer lost, making it again", error=str(e), from_seq=next_seq)
+                await asyncio.sleep(0.2)
+
+    async def _consume(self, from_seq: int, batch: int, until: int | None) -> AsyncIterator[Stored]:
+        sub = await self.js.pull_subscribe(
+            "fl.>",
+            stream=self.stream,
+            config=ConsumerConfig(
+                deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
+                opt_start_seq=from_seq,
+                ack_policy=AckPolicy.NONE,
+                inactive_threshold=30.0,
+                max_waiting=1,
+            ),
+        )
+        try:
+            while True:
+                try:
+                    msgs = await sub.fetch(batch, timeout=0.5 if until is None else 2.0)
+                # nats-py raises its own TimeoutError, or under load a bare asyncio one
+                # (= the builtin, which its own subclasses): catch both.
+                except TimeoutError:
+                    if until is not None and from_seq > until:
+                        return
+                    continue
+                for msg in msgs:
+                    seq = int(msg.metadata.sequence.stream)
+                    from_seq = seq + 1
+                    try:
+                        event = decode_event(msg.data)
+                    except (msgspec.DecodeError, msgspec.ValidationError) as e:
+                        self.skipped += 1
+                        log.warning(
+                            "skipped a message that is not an event",
+                            seq=seq,
+                            subject=msg.subject,
+                            error=str(e),
+                        )
+                    else:
+                        yield Stored(seq, event)
+                    if until is not None and seq >= until:
+                        return
+        finally:
+            with contextlib.suppress(Exception):  # the connection may be gone already
+                await sub.unsubscribe()

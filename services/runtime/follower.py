@@ -1,0 +1,63 @@
+"""A service's view of the cluster: the fold of the log, kept current.
+
+Every service starts by replaying the log into a `ClusterState` and then applies the live
+tail. The last applied stream sequence is the only progress marker: each event is applied
+exactly once, in log order, whatever the consumer redelivers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+from policy.state import ClusterState
+from services.runtime.eventlog import EventLog, Stored
+
+OnEvent = Callable[[Stored], Awaitable[None]]
+
+
+class Follower:
+    def __init__(self, log: EventLog, state: ClusterState | None = None, applied_seq: int = 0):
+        self.log = log
+        self.state = state or ClusterState()
+        self.applied_seq = applied_seq
+        self.changed = asyncio.Event()  # set whenever events were applied
+        self._waiters: list[tuple[int, asyncio.Future[None]]] = []
+
+    async def catch_up(self, on_event: OnEvent | None = None) -> int:
+        """Replay what is stored now; returns how many events were applied."""
+        applied = 0
+        async for stored in self.log.read(self.applied_seq + 1):
+            self._apply(stored)
+            applied += 1
+            if on_event is not None:
+                await on_event(stored)
+        return applied
+
+    async def run(self, on_event: OnEvent | None = None) -> None:
+        """Follow the tail forever (cancel to stop)."""
+        async for stored in self.log.follow(self.applied_seq + 1):
+            if stored.seq <= self.applied_seq:
+                continue
+            self._apply(stored)
+            if on_event is not None:
+                await on_event(stored)
+
+    async def wait_for(self, seq: int, within: float = 10.0) -> None:
+        """Until the event at `seq` (or later) has been applied."""
+        if self.applied_seq >= seq:
+            return
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append((seq, future))
+        await asyncio.wait_for(future, within)
+
+    def _apply(self, stored: Stored) -> None:
+        self.state.apply(stored.event)
+        self.applied_seq = stored.seq
+        self.changed.set()
+        if self._waiters:
+            ready = [w for w in self._waiters if w[0] <= stored.seq]
+            self._waiters = [w for w in self._waiters if w[0] > stored.seq]
+            for _, future in ready:
+                if not future.done():
+                    future.set_result(None)

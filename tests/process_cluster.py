@@ -1,0 +1,165 @@
+"""A cluster of real service processes for robustness tests: start, kill -9, restart.
+
+Each service runs as `python -m services.<name> --nats URL`, as in production, so a kill is a
+real crash. Helpers read the whole log back to check what happened.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from events import JobCompleted, JobScheduled, JobSpec, JobStarted
+from events.commands import AnyCommand, Reply, SubmitJob
+from policy.state import ClusterState
+from services.runtime.client import send
+from services.runtime.eventlog import EventLog, Stored, connect
+
+
+@dataclass
+class ProcessCluster:
+    nats_url: str
+    root: Path
+    processes: dict[str, asyncio.subprocess.Process] = field(default_factory=dict)
+    args: dict[str, list[str]] = field(default_factory=dict)
+
+    async def start(self, name: str, module: str, *extra: str) -> None:
+        args = ["-m", f"services.{module}", "--nats", self.nats_url, *extra]
+        self.args[name] = args
+        await self._launch(name)
+
+    async def _launch(self, name: str) -> None:
+        (self.root / "logs").mkdir(parents=True, exist_ok=True)
+        log = (self.root / "logs" / f"{name}.log").open("ab")
+        self.processes[name] = await asyncio.create_subprocess_exec(
+            sys.executable,
+            *self.args[name],
+            stdout=log,
+            stderr=log,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        log.close()
+
+    async def kill(self, name: str) -> None:
+        """kill -9: no clean-up, no goodbye."""
+        process = self.processes.pop(name)
+        with contextlib.suppress(ProcessLookupError):
+            process.send_signal(signal.SIGKILL)
+        await process.wait()
+
+    async def leader(self, *names: str, within: float = 30.0) -> str:
+        """Which of `names` holds its lease, read from their own logs ("lease acquired")."""
+        deadline = asyncio.get_running_loop().time() + within
+        while asyncio.get_running_loop().time() < deadline:
+            for name in names:
+                path = self.root / "logs" / f"{name}.log"
+                if path.exists() and "lease acquired" in path.read_text(errors="replace"):
+                    return name
+            await asyncio.sleep(0.1)
+        raise AssertionError(f"none of {names} took the lease within {within} s")
+
+    async def restart(self, name: str) -> None:
+        await self._launch(name)
+
+    async def stop_all(self) -> None:
+        for process in self.processes.values():
+            with contextlib.suppress(ProcessLookupError):
+                process.send_signal(signal.SIGTERM)
+        for process in self.processes.values():
+            try:
+                await asyncio.wait_for(process.wait(), 10)
+            except TimeoutError:
+                process.kill()
+                await process.wait()
+        self.processes.clear()
+
+
+async def open_log(url: str, name: str = "test") -> EventLog:
+    log = EventLog(await connect(url, name))
+    await log.ensure_stream()
+    return log
+
+
+async def command(log: EventLog, cmd: AnyCommand, attempts: int = 40) -> Reply:
+    """Send, retrying while the service that owns it is down (a restart takes a moment)."""
+    for _ in range(attempts):
+        try:
+            reply = await send(log.nc, cmd, wait_s=2.0)
+        except Exception:  # no responder yet, or a timeout while it restarts
+            await asyncio.sleep(0.25)
+            continue
+        if not reply.retryable:
+            return reply
+        await asyncio.sleep(0.25)
+    raise AssertionError(f"{type(cmd).__name__} got no answer")
+
+
+async def submit(log: EventLog, job_id: str, spec: JobSpec) -> Reply:
+    """The same idempotency key on every retry: a retried submission is one job."""
+    return await command(log, SubmitJob(job_id=job_id, spec=spec, idempotency_key=job_id))
+
+
+async def replay(log: EventLog) -> tuple[ClusterState, list[Stored]]:
+    state = ClusterState()
+    stored = [s async for s in log.read(1)]
+    for s in stored:
+        state.apply(s.event)
+    return state, stored
+
+
+async def wait_until_done(log: EventLog, jobs: int, within: float) -> ClusterState:
+    deadline = asyncio.get_running_loop().time() + within
+    while True:
+        state, _ = await replay(log)
+        done = sum(1 for j in state.jobs.values() if j.phase == "completed")
+        if done >= jobs:
+            return state
+        if asyncio.get_running_loop().time() > deadline:
+            phases: dict[str, int] = {}
+            for j in state.jobs.values():
+                phases[j.phase] = phases.get(j.phase, 0) + 1
+            raise AssertionError(f"{done} of {jobs} jobs completed in time; phases: {phases}")
+        await asyncio.sleep(0.5)
+
+
+def audit(stored: list[Stored]) -> list[str]:
+    """What the log shows went wrong: placements that did not take effect (a conflicting or
+    stale decision), GPUs held twice, attempts started twice, jobs completed twice."""
+    problems: list[str] = []
+    state = ClusterState()
+    started: dict[tuple[str, int], int] = {}
+    completed: dict[str, int] = {}
+    for s in stored:
+        e = s.event
+        if isinstance(e, JobScheduled):
+            job = state.jobs.get(e.job_id)
+            before = len(job.held) if job is not None else 0
+            state.apply(e)
+            after = state.jobs[e.job_id].held if e.job_id in state.jobs else []
+            took = (
+                len(after) == before + len(e.replicas) if e.scale_up else after == list(e.replicas)
+            )
+            if not took:
+                problems.append(f"seq {s.seq}: placement of {e.job_id} had no effect")
+            continue
+        state.apply(e)
+        if isinstance(e, JobStarted):
+            key = (e.job_id, e.attempt)
+            started[key] = started.get(key, 0) + 1
+        elif isinstance(e, JobCompleted):
+            completed[e.job_id] = completed.get(e.job_id, 0) + 1
+    seen: dict[tuple[str, int], str] = {}
+    for job in state.live.values():
+        for r in job.held:
+            for g in r.gpus:
+                other = seen.setdefault((r.node, g), job.id)
+                if other != job.id:
+                    problems.append(f"GPU {r.node}:{g} held by {other} and {job.id}")
+    problems += [f"{k[0]} attempt {k[1]} started {n} times" for k, n in started.items() if n > 1]
+    problems += [f"{j} completed {n} times" for j, n in completed.items() if n > 1]
+    return problems

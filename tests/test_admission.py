@@ -1,0 +1,63 @@
+"""Admission refuses what can never run, with a reason that names the bad value (rule 10)."""
+
+from __future__ import annotations
+
+import pytest
+
+from events import JobAdmitted, JobRejected, JobSpec, ProjectTerms
+from fairlane.virtual_cluster import VirtualCluster
+
+
+@pytest.fixture
+def cluster() -> VirtualCluster:
+    vc = VirtualCluster()
+    vc.add_pool("gpu")
+    vc.add_pool("cpu")
+    vc.add_node("g0", "gpu", 8)
+    vc.add_node("g1", "gpu", 4)
+    vc.add_node("c0", "cpu", 0)
+    vc.set_project("team", {"gpu": ProjectTerms(quota=4, limit=10), "cpu": ProjectTerms()})
+    return vc
+
+
+@pytest.mark.parametrize(
+    ("spec", "fragment"),
+    [
+        (JobSpec(project="nobody"), "unknown project 'nobody'"),
+        (JobSpec(project="team", priority_class="urgent"), "unknown priority class 'urgent'"),
+        (JobSpec(project="team", pools=("tpu",)), "unknown pool 'tpu'"),
+        (JobSpec(project="team", node="g9"), "unknown node 'g9'"),
+        (JobSpec(project="team", gpus=9), "largest node in pool 'gpu' has 8"),
+        (JobSpec(project="team", gpus=4, replicas=4), "need 4 slots but pool 'gpu' has 3"),
+        (JobSpec(project="team", gpus=1, pools=("cpu",)), "pool 'cpu' has 0"),
+        (JobSpec(project="team", gpus=4, replicas=3), "limit of 10"),
+        (JobSpec(project="team", replicas=2, min_replicas=3), "min_replicas"),
+        (JobSpec(project="team", gpus=-1), "gpus must be 0 or more, got -1"),
+    ],
+)
+def test_refusals_name_the_bad_value(cluster: VirtualCluster, spec: JobSpec, fragment: str) -> None:
+    verdict = cluster.submit("j1", spec)
+    assert isinstance(verdict, JobRejected)
+    assert fragment in verdict.reason
+    assert cluster.state.jobs["j1"].phase == "rejected"
+
+
+def test_bad_job_id_is_refused(cluster: VirtualCluster) -> None:
+    verdict = cluster.submit("no spaces", JobSpec(project="team"))
+    assert isinstance(verdict, JobRejected)
+    assert "'no spaces'" in verdict.reason
+
+
+def test_defaults_resolve_from_class_and_pools(cluster: VirtualCluster) -> None:
+    verdict = cluster.submit("j1", JobSpec(project="team", priority_class="build", gpus=2))
+    assert isinstance(verdict, JobAdmitted)
+    assert (verdict.priority, verdict.preemptible, verdict.pools) == (100, False, ("gpu",))
+    aux = cluster.submit("j2", JobSpec(project="team", gpus=0))
+    assert isinstance(aux, JobAdmitted)
+    assert aux.pools == ("gpu",)  # no aux pool configured: the compute pool
+
+
+def test_pool_list_keeps_only_pools_that_could_hold_the_job(cluster: VirtualCluster) -> None:
+    verdict = cluster.submit("j1", JobSpec(project="team", gpus=2, pools=("cpu", "gpu")))
+    assert isinstance(verdict, JobAdmitted)
+    assert verdict.pools == ("gpu",)

@@ -1,0 +1,48 @@
+"""The cycle benchmark still runs (at a tiny size); its figures are reported, never asserted."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bench import policy_cycle
+from bench.policy_cycle import Size
+from events.model import SchedulerType
+
+
+def test_bench_measures_a_tiny_cluster() -> None:
+    burst, settled = policy_cycle.measure(1, runs=2, base=Size(nodes=8, running=30, pending=60))
+    assert (burst.cycle, settled.cycle) == ("burst", "settled")
+    assert (burst.nodes, burst.running, burst.pending) == (8, 30, 60)
+    assert burst.decisions > 0  # the state as built is off its shares
+    assert settled.decisions == 0  # settled means the policy has nothing more to do
+    assert burst.runs == 2 and burst.p50_ms <= burst.p99_ms
+
+
+@pytest.mark.parametrize("scheduler", ["priority", "round_robin"])
+def test_bench_builds_for_every_scheduler(scheduler: SchedulerType) -> None:
+    (burst,) = policy_cycle.measure(
+        1, runs=1, base=Size(nodes=4, running=10, pending=20), settled=False, scheduler=scheduler
+    )
+    assert burst.running == 10
+
+
+def test_bench_command_line_writes_json(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(policy_cycle, "BASE", Size(nodes=4, running=10, pending=20))
+    with pytest.raises(SystemExit) as done:  # cyclopts exits with the command's status
+        policy_cycle.app(["--runs", "2", "--scales", "1,2", "--gc", "freeze", "-o", "json"])
+    assert done.value.code == 0
+    doc = json.loads(capsys.readouterr().out)
+    rows = doc["results"]
+    assert [(r["scale"], r["cycle"]) for r in rows] == [
+        (1, "burst"),
+        (1, "settled"),
+        (2, "burst"),
+        (2, "settled"),
+    ]
+    assert [r["nodes"] for r in rows] == [4, 4, 8, 8]
+    assert all(r["growth_p50"] > 0 for r in rows)
+    assert doc["gc"] == "freeze"

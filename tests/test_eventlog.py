@@ -1,0 +1,90 @@
+"""The event log on a real nats-server: idempotent publishing, fenced writes, replay, bad input."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from events import JobCancelled, JobSpec, JobSubmitted
+from services.runtime.eventlog import Conflict, EventLog, connect
+from services.runtime.servers import NatsServer
+
+
+def submitted(job_id: str) -> JobSubmitted:
+    return JobSubmitted(
+        id=f"{job_id}/submitted", time=1.0, actor="t", job_id=job_id, spec=JobSpec(project="a")
+    )
+
+
+async def open_log(server: NatsServer) -> EventLog:
+    log = EventLog(await connect(server.url, "test"))
+    await log.ensure_stream()
+    return log
+
+
+async def test_the_same_event_twice_is_stored_once(nats_server: NatsServer) -> None:
+    log = await open_log(nats_server)
+    first = await log.publish(submitted("j1"))
+    again = await log.publish(submitted("j1"))
+    assert first == again == 1
+    assert await log.last_seq() == 1
+    await log.nc.close()
+
+
+async def test_a_stale_writer_is_refused(nats_server: NatsServer) -> None:
+    log = await open_log(nats_server)
+    seen = await log.publish(submitted("j1"))
+    await log.publish(submitted("j2"))
+    with pytest.raises(Conflict):
+        await log.publish(
+            JobCancelled(id="c1", time=2.0, actor="t", job_id="j1"), expect_last_seq=seen
+        )
+    assert (
+        await log.publish(
+            JobCancelled(id="c2", time=2.0, actor="t", job_id="j1"), expect_last_seq=2
+        )
+        == 3
+    )
+    await log.nc.close()
+
+
+async def test_replay_skips_garbage_and_keeps_order(nats_server: NatsServer) -> None:
+    log = await open_log(nats_server)
+    await log.publish(submitted("j1"))
+    await log.publish_raw("fl.job.j1.job_submitted", b"\x00not json")
+    await log.publish_raw("fl.job.j1.unknown", b'{"type":"Nope","id":"x","time":1,"actor":"t"}')
+    await log.publish(submitted("j2"))
+    stored = [s async for s in log.read()]
+    assert [(s.seq, getattr(s.event, "job_id", None)) for s in stored] == [(1, "j1"), (4, "j2")]
+    assert log.skipped == 2
+    await log.nc.close()
+
+
+async def test_follow_sees_the_live_tail(nats_server: NatsServer) -> None:
+    log = await open_log(nats_server)
+    await log.publish(submitted("j1"))
+    seen: list[int] = []
+
+    async def reader() -> None:
+        async for stored in log.follow(1):
+            seen.append(stored.seq)
+            if len(seen) == 3:
+                return
+
+    task = asyncio.create_task(reader())
+    await asyncio.sleep(0.2)
+    await log.publish(submitted("j2"))
+    await log.publish(submitted("j3"))
+    await asyncio.wait_for(task, 10)
+    assert seen == [1, 2, 3]
+    await log.nc.close()
+
+
+async def test_a_thousand_events_replay_in_order(nats_server: NatsServer) -> None:
+    log = await open_log(nats_server)
+    acks = [log.publish(submitted(f"j{i}")) for i in range(1000)]
+    await asyncio.gather(*acks)
+    stored = [s async for s in log.read(batch=300)]
+    assert [s.seq for s in stored] == list(range(1, 1001))
+    await log.nc.close()

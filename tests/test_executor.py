@@ -1,0 +1,543 @@
+"""The node executor on a real nats-server, with real processes (and hollow ones).
+
+Jobs are put on the log as the policy would (submitted, admitted, scheduled on this node); the
+tests then watch what the executor does to processes and what it reports.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from types import ModuleType
+from typing import Any, TypeVar
+
+import pytest
+
+from events import (
+    ClusterConfigured,
+    Event,
+    JobAdmitted,
+    JobCheckpointed,
+    JobCompleted,
+    JobFailed,
+    JobPreempted,
+    JobPreemptionRequested,
+    JobScheduled,
+    JobSpec,
+    JobStarted,
+    JobSubmitted,
+    NodeRegistered,
+    Replica,
+)
+from services.executor.gpus import GpuDiscoveryError, discover_gpus
+from services.executor.runtime import load_records, proc_start_ticks
+from services.executor.service import Executor, ExecutorConfig, ExecutorGroup, cancel_and_wait
+from services.runtime.eventlog import EventLog, connect
+from services.runtime.servers import NatsServer
+
+pytestmark = pytest.mark.nats
+E = TypeVar("E", bound=Event)
+POOL = "p"
+WORKLOAD = (sys.executable, "-m", "services.executor.workload")
+
+
+class Recorder:
+    """Follows the log in the background and keeps every event, for `wait`."""
+
+    def __init__(self, log: EventLog) -> None:
+        self.log = log
+        self.events: list[Event] = []
+        self.changed = asyncio.Condition()
+        self.task = asyncio.create_task(self._follow())
+
+    async def _follow(self) -> None:
+        async for stored in self.log.follow(1):
+            async with self.changed:
+                self.events.append(stored.event)
+                self.changed.notify_all()
+
+    def of(self, kind: type[E], job_id: str | None = None) -> list[E]:
+        return [
+            e
+            for e in self.events
+            if isinstance(e, kind) and (job_id is None or getattr(e, "job_id", None) == job_id)
+        ]
+
+    async def wait(
+        self,
+        kind: type[E],
+        job_id: str | None = None,
+        where: Callable[[E], bool] = lambda e: True,
+        within: float = 10.0,
+    ) -> E:
+        async def found() -> E:
+            async with self.changed:
+                while True:
+                    for e in self.of(kind, job_id):
+                        if where(e):
+                            return e
+                    await self.changed.wait()
+
+        try:
+            return await asyncio.wait_for(found(), within)
+        except TimeoutError:
+            seen = [f"{type(e).__name__}({e.id})" for e in self.events]
+            if self.task.done():
+                seen.append(f"recorder ended: {self.task.exception()!r}")
+            raise AssertionError(
+                f"no {kind.__name__} for {job_id} within {within}s: {seen}"
+            ) from None
+
+
+class Cluster:
+    """A test's view of the cluster: its own log connection, a recorder and executors."""
+
+    def __init__(self, server: NatsServer, tmp: Path) -> None:
+        self.server = server
+        self.tmp = tmp
+        self.runs: list[tuple[asyncio.Task[None], Executor | ExecutorGroup, EventLog]] = []
+
+    async def open(self) -> None:
+        self.log = EventLog(await connect(self.server.url, "test"))
+        await self.log.ensure_stream()
+        self.recorder = Recorder(self.log)
+        await self.publish(
+            ClusterConfigured(id="cluster", time=time.time(), actor="t", preemption_grace_s=5.0)
+        )
+
+    async def publish(self, event: Event) -> None:
+        await self.log.publish(event)
+
+    async def grace(self, seconds: float) -> None:
+        await self.publish(
+            ClusterConfigured(
+                id=f"grace-{seconds}", time=time.time(), actor="t", preemption_grace_s=seconds
+            )
+        )
+
+    def config(self, node: str, gpus: int = 2, **kw: Any) -> ExecutorConfig:
+        kw.setdefault("data_dir", self.tmp / node)
+        kw.setdefault("checkpoint_poll_s", 0.2)
+        return ExecutorConfig(node=node, pool=POOL, gpus=gpus, stop_workloads_on_exit=True, **kw)
+
+    async def executor(self, node: str, gpus: int = 2, **kw: Any) -> Executor:
+        log = EventLog(await connect(self.server.url, f"executor-{node}"))
+        executor = Executor(log, self.config(node, gpus, **kw))
+        await self._run(executor, log)
+        return executor
+
+    async def group(self, configs: list[ExecutorConfig]) -> ExecutorGroup:
+        log = EventLog(await connect(self.server.url, "executors"))
+        group = ExecutorGroup(log, [Executor(log, c) for c in configs])
+        await self._run(group, log)
+        return group
+
+    async def _run(self, runner: Executor | ExecutorGroup, log: EventLog) -> None:
+        ready = asyncio.Event()
+        task = asyncio.create_task(runner.run(ready))
+        await asyncio.wait_for(ready.wait(), 10)
+        self.runs.append((task, runner, log))
+
+    async def job(
+        self,
+        job_id: str,
+        replicas: tuple[Replica, ...],
+        command: tuple[str, ...] = (),
+        attempt: int = 1,
+        elastic_to: int | None = None,
+    ) -> None:
+        """Submitted, admitted and placed on `replicas`, as the policy would (`elastic_to`:
+        the job may grow to that many replicas)."""
+        now = time.time()
+        size = elastic_to or len(replicas)
+        if attempt == 1:
+            spec = JobSpec(project="a", replicas=size, command=command)
+            await self.publish(
+                JobSubmitted(
+                    id=f"{job_id}/submitted", time=now, actor="t", job_id=job_id, spec=spec
+                )
+            )
+            await self.publish(
+                JobAdmitted(
+                    id=f"{job_id}/admitted",
+                    time=now,
+                    actor="t",
+                    job_id=job_id,
+                    project="a",
+                    priority=50,
+                    preemptible=True,
+                    gpus=len(replicas[0].gpus),
+                    replicas=size,
+                    min_replicas=len(replicas),
+                    pools=(POOL,),
+                )
+            )
+        await self.publish(
+            JobScheduled(
+                id=f"{job_id}/{attempt}/scheduled",
+                time=now,
+                actor="t",
+                job_id=job_id,
+                attempt=attempt,
+                pool=POOL,
+                replicas=replicas,
+            )
+        )
+
+    async def preempt(self, job_id: str, attempt: int = 1, replicas: int = 0) -> str:
+        event_id = f"{job_id}/{attempt}/preempt"
+        await self.publish(
+            JobPreemptionRequested(
+                id=event_id,
+                time=time.time(),
+                actor="t",
+                job_id=job_id,
+                attempt=attempt,
+                reason="priority",
+                replicas=replicas,
+            )
+        )
+        return event_id
+
+    async def close(self) -> None:
+        for task, runner, _ in self.runs:
+            if task.done():  # an executor that stopped by itself failed
+                task.result()
+            runner.stop()
+        await asyncio.wait_for(asyncio.gather(*(task for task, _, _ in self.runs)), 15)
+        for _, _, log in self.runs:
+            await log.nc.close()
+        await cancel_and_wait(self.recorder.task)
+        await self.log.nc.close()
+
+
+@pytest.fixture
+async def cluster(nats_server: NatsServer, tmp_path: Path) -> AsyncIterator[Cluster]:
+    c = Cluster(nats_server, tmp_path)
+    await c.open()
+    try:
+        yield c
+    finally:
+        await c.close()
+        kill_recorded(tmp_path)
+
+
+def kill_recorded(root: Path) -> None:
+    """Whatever a test left running (a failed test, an executor killed with -9)."""
+    for path in root.glob("*/processes.json"):
+        for record in load_records(path):
+            if record.pid and proc_start_ticks(record.pid) == record.start_ticks:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(record.pid, signal.SIGKILL)
+
+
+async def eventually(check: Callable[[], bool], within: float = 10.0) -> None:
+    deadline = time.monotonic() + within
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        await asyncio.sleep(0.05)
+
+
+def read_env(path: Path) -> dict[str, str]:
+    pairs = (line.split("=", 1) for line in path.read_text().splitlines() if "=" in line)
+    return {k: v for k, v in pairs}
+
+
+def alive(pid: int) -> bool:
+    return proc_start_ticks(pid) is not None
+
+
+# -- GPUs ----------------------------------------------------------------------------------------
+
+
+def fake_nvml(gpus: int | None) -> ModuleType:
+    """A stand-in for pynvml: `gpus` devices, or no driver at all (None)."""
+    nvml = ModuleType("pynvml")
+
+    class NVMLError(Exception):
+        pass
+
+    class NVMLError_LibraryNotFound(NVMLError):
+        pass
+
+    def init() -> None:
+        if gpus is None:
+            raise NVMLError_LibraryNotFound("NVML Shared Library Not Found")
+
+    nvml.NVMLError = NVMLError  # type: ignore[attr-defined]
+    nvml.nvmlInit = init  # type: ignore[attr-defined]
+    nvml.nvmlShutdown = lambda: None  # type: ignore[attr-defined]
+    nvml.nvmlDeviceGetCount = lambda: gpus  # type: ignore[attr-defined]
+    nvml.nvmlDeviceGetHandleByIndex = lambda i: i  # type: ignore[attr-defined]
+    nvml.nvmlDeviceGetUUID = lambda h: f"GPU-{h}".encode()  # type: ignore[attr-defined]
+    return nvml
+
+
+def test_gpus_come_from_nvml_or_the_declared_count() -> None:
+    found = discover_gpus(None, nvml=fake_nvml(2))
+    assert (found.count, found.uuids, found.source) == (2, ("GPU-0", "GPU-1"), "nvml")
+    # a declared count overrides NVML, and is the fallback where there is no driver
+    assert discover_gpus(4, nvml=fake_nvml(2)).count == 4
+    declared = discover_gpus(2, nvml=fake_nvml(None))
+    assert (declared.count, declared.uuids, declared.source) == (2, (), "declared")
+    with pytest.raises(GpuDiscoveryError, match="NVMLError_LibraryNotFound"):
+        discover_gpus(None, nvml=fake_nvml(None))
+
+
+# -- processes -----------------------------------------------------------------------------------
+
+
+async def test_registers_and_runs_each_replica_with_its_environment(cluster: Cluster) -> None:
+    ex = await cluster.executor("n1", gpus=2)
+    registered = await cluster.recorder.wait(NodeRegistered)
+    assert (registered.node, registered.pool, registered.gpus) == ("n1", POOL, 2)
+
+    out = '"$FAIRLANE_CHECKPOINT_DIR/env-$FAIRLANE_REPLICA.txt"'
+    command = ("sh", "-c", f"env > {out}.tmp && mv {out}.tmp {out}; sleep 30")
+    await cluster.job("j1", (Replica("n1", (0,)), Replica("n1", (1,))), command)
+    started = await cluster.recorder.wait(JobStarted, "j1")
+    assert (started.id, started.attempt, started.resumed) == ("j1/1/started", 1, False)
+
+    ckpt = cluster.tmp / "n1" / "checkpoints" / "j1"
+    await eventually(lambda: all((ckpt / f"env-{i}.txt").exists() for i in (0, 1)))
+    for index in (0, 1):
+        env = read_env(ckpt / f"env-{index}.txt")
+        assert env["FAIRLANE_JOB_ID"] == "j1"
+        assert env["FAIRLANE_ATTEMPT"] == "1"
+        assert env["FAIRLANE_CHECKPOINT_DIR"] == str(ckpt.resolve())
+        assert env["FAIRLANE_REPLICA"] == str(index)
+        assert env["CUDA_VISIBLE_DEVICES"] == str(index)
+        assert "FAIRLANE_RESUMED" not in env
+    records = load_records(cluster.tmp / "n1" / "processes.json")
+    assert sorted((r.job_id, r.replica) for r in records) == [("j1", 0), ("j1", 1)]
+    pids = [r.pid for r in records]
+    assert all(alive(pid) for pid in pids)
+
+    # `sh` does not save anything: stopped by SIGTERM, not checkpointed
+    request = await cluster.preempt("j1")
+    preempted = await cluster.recorder.wait(JobPreempted, "j1")
+    assert (preempted.id, preempted.checkpointed, preempted.causation) == (
+        f"{request}/done",
+        False,
+        request,
+    )
+    assert not any(alive(pid) for pid in pids)
+    await eventually(lambda: not ex.attempts)
+    assert load_records(cluster.tmp / "n1" / "processes.json") == []
+
+
+async def test_preemption_saves_a_checkpoint_and_the_next_attempt_resumes(
+    cluster: Cluster,
+) -> None:
+    await cluster.executor("n1", gpus=1)
+    command = (*WORKLOAD, "--step-seconds", "0.05", "--checkpoint-every", "0.3")
+    await cluster.job("j2", (Replica("n1", (0,)),), command)
+    await cluster.recorder.wait(JobStarted, "j2")
+    checkpoint = await cluster.recorder.wait(JobCheckpointed, "j2")
+    assert (checkpoint.id, checkpoint.attempt) == ("j2/1/checkpoint/1", 1)
+
+    asked = time.monotonic()
+    await cluster.preempt("j2")
+    preempted = await cluster.recorder.wait(JobPreempted, "j2")
+    assert preempted.checkpointed
+    assert time.monotonic() - asked < 5.0  # it saved and exited on SIGTERM, no SIGKILL needed
+    state_file = cluster.tmp / "n1" / "checkpoints" / "j2" / "state.json"
+    first = read_json(state_file)
+    assert first["attempt"] == 1 and first["step"] > 0
+
+    await cluster.job("j2", (Replica("n1", (0,)),), attempt=2)
+    resumed = await cluster.recorder.wait(JobStarted, "j2", lambda e: e.attempt == 2)
+    assert resumed.resumed
+    await cluster.recorder.wait(JobCheckpointed, "j2", lambda e: e.attempt == 2)
+    (state_file.parent / ".exit").write_text("0")
+    done = await cluster.recorder.wait(JobCompleted, "j2")
+    assert done.attempt == 2
+    second = read_json(state_file)
+    assert second["attempt"] == 2
+    assert second["resumed_from"] == first["step"]
+    assert second["step"] > first["step"]
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(path.read_text())
+    return data
+
+
+async def test_a_workload_that_ignores_sigterm_is_killed_after_the_grace(
+    cluster: Cluster,
+) -> None:
+    await cluster.grace(0.5)
+    await cluster.executor("n1", gpus=1)
+    command = ("sh", "-c", "trap '' TERM; echo $$ > \"$FAIRLANE_CHECKPOINT_DIR/pid\"; sleep 30")
+    await cluster.job("j3", (Replica("n1", (0,)),), command)
+    await cluster.recorder.wait(JobStarted, "j3")
+    pid_file = cluster.tmp / "n1" / "checkpoints" / "j3" / "pid"
+    await eventually(pid_file.exists)
+    pid = int(pid_file.read_text())
+
+    asked = time.monotonic()
+    await cluster.preempt("j3")
+    preempted = await cluster.recorder.wait(JobPreempted, "j3")
+    assert time.monotonic() - asked >= 0.5
+    assert not preempted.checkpointed
+    assert not alive(pid)
+
+
+async def test_exit_codes_complete_or_fail_the_job(cluster: Cluster) -> None:
+    await cluster.executor("n1", gpus=2)
+    await cluster.job("ok", (Replica("n1", (0,)),))  # the built-in workload
+    await cluster.job("bad", (Replica("n1", (1,)),), ("sh", "-c", "exit 3"))
+    failed = await cluster.recorder.wait(JobFailed, "bad")
+    assert (failed.id, failed.attempt, failed.exit_code) == ("bad/1/failed", 1, 3)
+    await cluster.recorder.wait(JobStarted, "ok")
+    (cluster.tmp / "n1" / "checkpoints" / "ok" / ".exit").write_text("0")
+    completed = await cluster.recorder.wait(JobCompleted, "ok")
+    assert completed.id == "ok/1/completed"
+    assert not cluster.recorder.of(JobFailed, "ok")
+
+
+async def test_a_restarted_executor_adopts_reports_and_cleans_up(cluster: Cluster) -> None:
+    """kill -9 of the executor with four workloads running; while it is down, one exits 3,
+    one is killed with its shim (no exit status left), and the log ends a third one. The
+    restarted executor reports the first two, kills the third and adopts the fourth."""
+    data = cluster.tmp / "n1"
+    argv = [sys.executable, "-m", "services.executor", "--nats", cluster.server.url]
+    argv += ["--node", "n1", "--pool", POOL, "--gpus", "4", "--data-dir", str(data)]
+    output = (cluster.tmp / "executor.log").open("ab")
+
+    def start() -> subprocess.Popen[bytes]:
+        return subprocess.Popen(argv, stdout=output, stderr=output)
+
+    script = (
+        'echo started >> "$FAIRLANE_CHECKPOINT_DIR/starts"; '
+        'while [ ! -f "$FAIRLANE_CHECKPOINT_DIR/done" ]; do sleep 0.05; done; exit {code}'
+    )
+    jobs = {"keep": 0, "down": 3, "lost": 0, "stale": 0}
+    executor = start()
+    try:
+        await cluster.recorder.wait(NodeRegistered, within=20)
+        for gpu, (job_id, code) in enumerate(jobs.items()):
+            command = ("sh", "-c", script.format(code=code))
+            await cluster.job(job_id, (Replica("n1", (gpu,)),), command)
+        for job_id in jobs:
+            await cluster.recorder.wait(JobStarted, job_id)
+        pids = {r.job_id: r.pid for r in load_records(data / "processes.json")}
+        assert sorted(pids) == sorted(jobs)
+
+        executor.kill()  # kill -9: no chance to clean up
+        executor.wait()
+        # `down` ends while nobody watches; its shim leaves the exit status behind
+        (data / "checkpoints" / "down" / "done").touch()
+        await eventually((data / "runs" / "down" / "1.0.exit").exists)
+        # `lost` dies with its shim: no exit status at all
+        os.killpg(pids["lost"], signal.SIGKILL)
+        # someone else ends `stale` in the log
+        await cluster.publish(
+            JobCompleted(
+                id="stale/1/completed", time=time.time(), actor="t", job_id="stale", attempt=1
+            )
+        )
+
+        executor = start()
+        await eventually(lambda: len(cluster.recorder.of(NodeRegistered)) == 2, within=20)
+        failed = await cluster.recorder.wait(JobFailed, "down", within=20)
+        assert (failed.exit_code, failed.actor) == (3, "executor/n1")
+        lost = await cluster.recorder.wait(JobPreempted, "lost")
+        assert (lost.id, lost.reason) == ("lost/1/lost", "node_lost")
+        await eventually(lambda: not alive(pids["stale"]))
+        # reconciliation is done (it reported `down`): `keep` was adopted, not started again
+        assert alive(pids["keep"])
+        (data / "checkpoints" / "keep" / "done").touch()
+        completed = await cluster.recorder.wait(JobCompleted, "keep")
+        assert completed.attempt == 1
+        assert (data / "checkpoints" / "keep" / "starts").read_text().splitlines() == ["started"]
+        assert len(cluster.recorder.of(JobStarted, "keep")) == 1
+        assert len(cluster.recorder.of(JobCompleted)) == 2  # keep, and stale by someone else
+        assert not cluster.recorder.of(JobFailed, "stale")
+        await eventually(lambda: load_records(data / "processes.json") == [])
+    finally:
+        executor.send_signal(signal.SIGTERM)
+        try:
+            assert executor.wait(10) == 0  # a clean exit on SIGTERM
+        finally:
+            executor.kill()
+            output.close()
+
+
+async def test_a_gang_over_two_nodes_grows_and_stops_on_both(cluster: Cluster) -> None:
+    n1 = await cluster.executor("n1", gpus=2)
+    n2 = await cluster.executor("n2", gpus=2)
+    command = ("sh", "-c", 'echo "$FAIRLANE_REPLICA" > "$FAIRLANE_CHECKPOINT_DIR/r-$$"; sleep 30')
+    await cluster.job("g", (Replica("n1", (0,)), Replica("n2", (1,))), command, elastic_to=3)
+    started = await cluster.recorder.wait(JobStarted, "g")
+    assert started.actor == "executor/n1"  # the first replica's node reports
+    await cluster.publish(
+        JobScheduled(
+            id="g/1/scale/3",
+            time=time.time(),
+            actor="t",
+            job_id="g",
+            attempt=1,
+            pool=POOL,
+            replicas=(Replica("n2", (0,)),),
+            scale_up=True,
+        )
+    )
+    await eventually(lambda: len(n2.local_replicas()) == 2)
+    replicas = cluster.tmp / "n2" / "checkpoints" / "g"
+    await eventually(lambda: len(list(replicas.glob("r-*"))) == 2)
+    assert sorted(p.read_text().strip() for p in replicas.glob("r-*")) == ["1", "2"]
+    pids = [r.pid for ex in (n1, n2) for r in load_records(ex.records_path)]
+    assert len(pids) == 3 and all(alive(pid) for pid in pids)
+
+    await cluster.preempt("g")
+    preempted = await cluster.recorder.wait(JobPreempted, "g")
+    assert (preempted.actor, preempted.replicas) == ("executor/n1", 0)
+    await eventually(lambda: not any(alive(pid) for pid in pids))
+    await eventually(lambda: not n1.attempts and not n2.attempts)
+    assert len(cluster.recorder.of(JobPreempted, "g")) == 1
+
+
+# -- hollow --------------------------------------------------------------------------------------
+
+
+async def test_hollow_executors_report_without_starting_anything(cluster: Cluster) -> None:
+    await cluster.group(
+        [
+            cluster.config("h1", hollow=True),
+            cluster.config("h2", hollow=True, hollow_runtime_s=0.3),
+            cluster.config("h3", hollow=True),
+        ]
+    )
+    assert {e.node for e in cluster.recorder.of(NodeRegistered)} <= {"h1", "h2", "h3"}
+
+    await cluster.job("forever", (Replica("h1", (0,)),))
+    started = await cluster.recorder.wait(JobStarted, "forever")
+    assert started.actor == "executor/h1"
+    await cluster.preempt("forever")
+    preempted = await cluster.recorder.wait(JobPreempted, "forever")
+    assert not preempted.checkpointed
+
+    await cluster.job("short", (Replica("h2", (0,)),))
+    await cluster.recorder.wait(JobStarted, "short")
+    completed = await cluster.recorder.wait(JobCompleted, "short")
+    assert completed.actor == "executor/h2"
+
+    # a gang over two nodes loses its newest replica: the node holding it reports
+    await cluster.job("gang", (Replica("h1", (1,)), Replica("h3", (0,))))
+    await cluster.recorder.wait(JobStarted, "gang")
+    await cluster.preempt("gang", replicas=1)
+    partial = await cluster.recorder.wait(JobPreempted, "gang")
+    assert (partial.replicas, partial.actor) == (1, "executor/h3")
+
+    assert not any(cluster.tmp.glob("h*/processes.json"))
+    assert not any(cluster.tmp.glob("h*/runs"))

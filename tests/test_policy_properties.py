@@ -1,0 +1,590 @@
+"""Invariants of the policy over random clusters and random command sequences (hypothesis).
+
+A stateful test drives a `VirtualCluster` (the policy plus simulated executors that answer at
+once) through random commands on a random cluster: 1-4 pools under any scheduler, fitting and
+victim order, nodes of 0-8 GPUs, 1-5 projects with random quotas, weights, limits and
+priorities, and jobs of every shape (gangs, elastic, pinned, non-preemptible, with min_runtime
+and preemption_delay, with or without a duration and checkpoints). After every command:
+
+- before settling: replaying the log into a fresh state gives the same state and the same
+  decisions, and `decide()` does not touch its input;
+- while settling, for every decision as it is recorded: a job is never preempted to make room
+  (reason `priority` or `reclaim`) if it is non-preemptible or inside its min_runtime, nor for a
+  pending job inside its preemption_delay; a `priority` victim has a lower priority than the
+  job it makes room for; a `reclaim` goes from a project above its quota to one below its fair
+  share (as the recorded facts show); what a preemption says it takes is what the job holds;
+  and every placement and nomination takes effect (the fold never has to refuse one: the
+  policy gave out only GPUs that were free);
+- once settled: the GPUs each job holds, rebuilt from the JobScheduled replicas in the log
+  independently of the fold, are the state's `held`; no GPU index is held twice and no node
+  holds more than it has; every holding job runs with whole gangs (min_replicas to replicas
+  replicas of all its GPUs); limits hold (fair_share and round_robin pools); non-preemptible
+  usage stays within quota (fair_share pools); more cycles decide nothing, and an hour more with
+  no job finishing changes nothing once the timers (min_runtime, preemption_delay) have run out
+  (except for one known cycle, a semantic question: see the xfail test at the end).
+
+Cases the properties found are kept at the end as plain tests.
+
+Settings: the profile conftest.py loads ("dev", or with CI=true the derandomized "ci"), with
+this file's number of examples (FAIRLANE_POLICY_EXAMPLES, for a longer soak).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import event as note_event
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+
+from events import (
+    CheckpointModel,
+    ClusterConfigured,
+    Event,
+    JobCompleted,
+    JobFailed,
+    JobNominated,
+    JobPreempted,
+    JobPreemptionRequested,
+    JobScheduled,
+    JobSpec,
+    NodeLost,
+    NodeRegistered,
+    PoolConfigured,
+    ProjectTerms,
+    Replica,
+    SchedulerSettings,
+)
+from events.catalogue import MAKES_ROOM
+from fairlane.virtual_cluster import VirtualCluster
+from policy.cycle import decide, next_wakeup
+from policy.state import HOLDING_PHASES, ClusterState
+
+POOLS = ("p0", "p1", "p2", "p3")
+PROJECTS = ("a", "b", "c", "d", "e")
+
+# -- random clusters --------------------------------------------------------------------------
+
+
+@dataclass
+class ClusterSpec:
+    scheduler: SchedulerSettings
+    pools: list[tuple[str, SchedulerSettings | None]]
+    nodes: list[tuple[str, int]]  # (pool, gpus)
+    projects: dict[str, dict[str, ProjectTerms]] = field(default_factory=dict)
+
+
+scheduler_settings = st.builds(
+    SchedulerSettings,
+    type=st.sampled_from(["fair_share", "fair_share", "fair_share", "priority", "round_robin"]),
+    fitting=st.sampled_from(["best", "worst"]),
+    victim_order=st.sampled_from(["newest", "cost"]),
+)
+
+project_terms = st.builds(
+    ProjectTerms,
+    quota=st.integers(0, 8),
+    over_quota_weight=st.integers(0, 3),
+    limit=st.one_of(st.none(), st.integers(1, 16)),
+    priority=st.sampled_from([50, 100, 100, 200]),
+)
+
+
+@st.composite
+def cluster_specs(draw: st.DrawFn) -> ClusterSpec:
+    pools = POOLS[: draw(st.integers(1, 4))]
+    own = st.one_of(st.none(), st.none(), scheduler_settings)
+    spec = ClusterSpec(
+        scheduler=draw(scheduler_settings),
+        pools=[(p, draw(own)) for p in pools],
+        nodes=draw(
+            st.lists(
+                st.tuples(st.sampled_from(pools), st.sampled_from([0, 1, 2, 3, 4, 4, 8, 8])),
+                min_size=len(pools) + 1,
+                max_size=len(pools) + 6,
+            )
+        ),
+    )
+    for name in PROJECTS[: draw(st.integers(1, 5))]:
+        # a project may have no terms in some pools (no quota there)
+        spec.projects[name] = draw(st.dictionaries(st.sampled_from(pools), project_terms))
+    return spec
+
+
+@dataclass(frozen=True)
+class JobDraw:
+    """A job to submit; project, pools and pin are indexes into what the cluster has."""
+
+    project: int
+    pools: tuple[int, ...]
+    pin: int | None
+    gpus: int
+    replicas: int
+    min_replicas: int | None
+    priority: int | None
+    preemptible: bool | None
+    min_runtime: float
+    delay: float
+    duration: float | None
+    checkpoint: bool
+
+
+job_draws = st.builds(
+    JobDraw,
+    project=st.integers(0, 4),
+    pools=st.lists(st.integers(0, 3), max_size=2, unique=True).map(tuple),
+    pin=st.sampled_from([None] * 8 + list(range(8))),
+    gpus=st.sampled_from([0, 1, 1, 1, 1, 2, 2, 3, 4, 8]),
+    replicas=st.integers(1, 3),
+    min_replicas=st.one_of(st.none(), st.none(), st.integers(1, 3)),
+    priority=st.sampled_from([None, 40, 50, 75, 100, 125]),
+    preemptible=st.sampled_from([None, True, False]),
+    min_runtime=st.sampled_from([0.0, 0.0, 0.0, 120.0, 600.0]),
+    delay=st.sampled_from([0.0, 0.0, 0.0, 60.0, 300.0]),
+    duration=st.sampled_from([None, None, 60.0, 400.0, 1500.0]),
+    checkpoint=st.booleans(),
+)
+
+
+# -- the GPUs each job holds, rebuilt from the log without the fold ------------------------------
+
+
+class Holdings:
+    """Who holds which GPU, from NodeRegistered/NodeLost, JobScheduled replicas and the events
+    that give GPUs back. A placement on a GPU that is missing or already held is reported."""
+
+    def __init__(self) -> None:
+        self.nodes: dict[str, int] = {}
+        self.held: dict[str, list[Replica]] = {}
+        self.read = 0  # events of the log seen so far
+
+    def follow(self, log: list[Event]) -> None:
+        for event in log[self.read :]:
+            self.apply(event)
+        self.read = len(log)
+
+    def apply(self, event: Event) -> None:
+        if isinstance(event, NodeRegistered):
+            self.nodes[event.node] = event.gpus
+        elif isinstance(event, NodeLost):
+            self.nodes.pop(event.node, None)
+            for job, replicas in self.held.items():
+                self.held[job] = [r for r in replicas if r.node != event.node]
+        elif isinstance(event, JobScheduled):
+            owners = self.owners()
+            for r in event.replicas:
+                assert r.node in self.nodes, f"{event.id}: placed on unknown node {r.node}"
+                assert len(set(r.gpus)) == len(r.gpus), f"{event.id}: a GPU twice in a replica"
+                for g in r.gpus:
+                    assert 0 <= g < self.nodes[r.node], f"{event.id}: no GPU {g} on {r.node}"
+                    other = owners.get((r.node, g))
+                    assert other is None, f"{event.id}: GPU {r.node}/{g} already held by {other}"
+                    owners[r.node, g] = event.job_id
+            mine = self.held.setdefault(event.job_id, [])
+            if not event.scale_up:
+                assert not mine, f"{event.id}: {event.job_id} placed while holding {mine}"
+            mine.extend(event.replicas)
+        elif isinstance(event, JobPreempted):
+            mine = self.held.get(event.job_id, [])
+            if event.replicas == 0 or event.replicas >= len(mine):
+                self.held[event.job_id] = []
+            else:
+                del mine[len(mine) - event.replicas :]
+        elif isinstance(event, JobCompleted | JobFailed):
+            self.held[event.job_id] = []
+
+    def owners(self) -> dict[tuple[str, int], str]:
+        return {(r.node, g): job for job, rs in self.held.items() for r in rs for g in r.gpus}
+
+
+# -- the machine --------------------------------------------------------------------------------
+
+
+class PolicyMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.vc = VirtualCluster()
+        self.holdings = Holdings()
+        self.jobs: list[str] = []
+        self.node_names: list[str] = []  # every node ever registered, lost ones included
+
+    # -- setup and commands ----------------------------------------------------------------------
+
+    @initialize(spec=cluster_specs())
+    def build(self, spec: ClusterSpec) -> None:
+        vc = self.vc
+        vc.observer = self.check_decision
+        vc.configure(ClusterConfigured(id="cluster", time=0.0, actor="t", scheduler=spec.scheduler))
+        for name, own in spec.pools:
+            vc.add_pool(
+                name,
+                PoolConfigured(id=f"pool-{name}", time=0.0, actor="t", pool=name, scheduler=own),
+            )
+        for pool, gpus in spec.nodes:
+            self.add_node_to(pool, gpus)
+        for name, terms in spec.projects.items():
+            vc.set_project(name, terms)
+        self.step()
+
+    def add_node_to(self, pool: str, gpus: int, name: str | None = None) -> None:
+        if name is None:
+            name = f"n{len(self.node_names)}"
+            self.node_names.append(name)
+        self.vc.add_node(name, pool, gpus)
+
+    @rule(job=job_draws)
+    def submit(self, job: JobDraw) -> None:
+        self.submit_one(job)
+        self.step()
+
+    @rule(batch=st.lists(job_draws, min_size=2, max_size=5))
+    def submit_many(self, batch: list[JobDraw]) -> None:
+        for job in batch:
+            self.submit_one(job)
+        self.step()
+
+    def submit_one(self, job: JobDraw) -> None:
+        projects = sorted(self.vc.state.projects)
+        pools = sorted(self.vc.state.pools)
+        nodes = list(self.vc.state.nodes) or self.node_names
+        job_id = f"j{len(self.jobs)}"
+        self.jobs.append(job_id)
+        spec = JobSpec(
+            project=projects[job.project % len(projects)],
+            priority=job.priority,
+            preemptible=job.preemptible,
+            gpus=job.gpus,
+            replicas=job.replicas,
+            min_replicas=None if job.min_replicas is None else min(job.min_replicas, job.replicas),
+            pools=()
+            if job.pin is not None
+            else tuple(dict.fromkeys(pools[i % len(pools)] for i in job.pools)),
+            node=None if job.pin is None else nodes[job.pin % len(nodes)],
+            preemption_delay_s=job.delay,
+            min_runtime_s=job.min_runtime,
+            duration_s=job.duration,
+            checkpoint=CheckpointModel(every_s=100, save_s=5, restore_s=10)
+            if job.checkpoint
+            else None,
+        )
+        self.vc.submit(job_id, spec)
+
+    @rule(
+        command=st.sampled_from(["complete", "complete", "cancel", "pause", "resume", "resume"]),
+        index=st.integers(0, 50),
+    )
+    def job_command(self, command: str, index: int) -> None:
+        if self.jobs:  # (no precondition: those make hypothesis throw examples away)
+            getattr(self.vc, command)(self.jobs[index % len(self.jobs)])
+        self.step()
+
+    @rule(
+        remove=st.sampled_from([False, False, True]),
+        index=st.integers(0, 12),
+        gpus=st.sampled_from([0, 1, 2, 4, 6, 8, 8]),
+        again=st.booleans(),
+    )
+    def change_nodes(self, remove: bool, index: int, gpus: int, again: bool) -> None:
+        state = self.vc.state
+        if remove and state.nodes:
+            names = list(state.nodes)
+            self.vc.remove_node(names[index % len(names)])
+        else:
+            pools = sorted(state.pools)
+            lost = [n for n in self.node_names if n not in state.nodes]
+            # a lost node may come back under its old name (an executor restarted)
+            name = lost[0] if again and lost else None
+            self.add_node_to(pools[index % len(pools)], gpus, name)
+        self.step()
+
+    @rule(seconds=st.sampled_from([1, 30, 61, 120, 301, 700, 3600]))
+    def advance(self, seconds: int) -> None:
+        self.vc.advance(seconds)
+        self.step()
+
+    # -- after every command ---------------------------------------------------------------------
+
+    def step(self) -> None:
+        """Checks on the unsettled state (determinism, purity), then settle."""
+        state, now = self.vc.state, self.vc.now
+        replayed = ClusterState()
+        replayed.apply_all(self.vc.log)
+        assert replayed == state, "replaying the log gives another state"
+        before = copy.deepcopy(state)
+        decisions = decide(state, now)
+        assert state == before, "decide() changed its input"
+        assert decide(replayed, now) == decisions, "the same log gives other decisions"
+        assert decide(state, now) == decisions, "decide() is not deterministic"
+        self.vc.settle()
+
+    def check_decision(self, event: Event) -> None:
+        """Every event as it is recorded (the state has just applied it)."""
+        state = self.vc.state
+        if isinstance(event, JobPreemptionRequested) and event.reason in MAKES_ROOM:
+            victim = state.jobs[event.job_id]
+            assert victim.preemptible, f"{event.id}: non-preemptible {victim.id} preempted"
+            if victim.min_runtime_s > 0:
+                assert victim.started_at is not None, f"{event.id}: {victim.id} not started"
+                ran = event.time - victim.started_at
+                assert ran >= victim.min_runtime_s, f"{event.id}: inside min_runtime ({ran}s)"
+            claimant = state.jobs[event.for_job or ""]
+            if claimant.phase == "pending":
+                waited = event.time - claimant.pending_since
+                assert waited >= claimant.preemption_delay_s, (
+                    f"{event.id}: {claimant.id} preempts after {waited}s of its "
+                    f"{claimant.preemption_delay_s}s preemption_delay"
+                )
+            if event.reason == "priority":
+                assert victim.priority < claimant.priority, f"{event.id}: not lower priority"
+            facts = event.facts
+            assert facts is not None, f"{event.id}: a preemption without its facts"
+            # what the decision says it takes is what the job holds: a job that got GPUs
+            # earlier in the same cycle must not be preempted for what it held before
+            stops = event.replicas or len(victim.held)
+            assert facts.victim_gpus == stops * victim.gpus, (
+                f"{event.id}: takes {facts.victim_gpus} GPUs but stops {stops} x {victim.gpus}"
+            )
+            if event.reason == "reclaim":
+                # rule 5, as the facts recorded before the victims were taken show it
+                mine, theirs = claimant.project, victim.project
+                assert mine != theirs, f"{event.id}: a reclaim inside {mine}"
+                assert facts.usage.get(mine, 0) < facts.fair_share.get(mine, 0), (
+                    f"{event.id}: {mine} reclaims at or above its fair share: {facts}"
+                )
+                assert facts.usage.get(theirs, 0) > facts.quota.get(theirs, 0), (
+                    f"{event.id}: {theirs} gives GPUs while within its quota: {facts}"
+                )
+        elif isinstance(event, JobScheduled):
+            held = state.jobs[event.job_id].held
+            assert all(r in held for r in event.replicas), f"{event.id} was refused by the fold"
+        elif isinstance(event, JobNominated):
+            job = state.jobs[event.job_id]
+            assert job.nomination == event.replicas, f"{event.id} was refused by the fold"
+
+    # -- once settled ----------------------------------------------------------------------------
+
+    @invariant()
+    def gpus_are_held_once(self) -> None:
+        state = self.vc.state
+        self.holdings.follow(self.vc.log)
+        for job in state.jobs.values():
+            assert self.holdings.held.get(job.id, []) == job.held, (
+                f"{job.id}: the log's replicas {self.holdings.held.get(job.id)} but the state "
+                f"holds {job.held}"
+            )
+        per_node: dict[str, list[int]] = {}
+        for job in state.live.values():
+            for r in job.held:
+                per_node.setdefault(r.node, []).extend(r.gpus)
+        for name, gpus in per_node.items():
+            node = state.nodes[name]
+            assert len(gpus) == len(set(gpus)), f"a GPU of {name} is held twice: {sorted(gpus)}"
+            assert len(gpus) <= node.gpus, f"{name} holds {len(gpus)} of its {node.gpus} GPUs"
+            assert all(0 <= g < node.gpus for g in gpus), f"{name}: GPU index out of range"
+            owners = state.owners.get(name, {})
+            assert sorted(owners) == sorted(gpus), f"{name}: owners index disagrees with held"
+
+    @invariant()
+    def gangs_are_whole(self) -> None:
+        for job in self.vc.state.live.values():
+            if not job.held:
+                continue
+            assert job.phase == "running", f"{job.id} holds GPUs while {job.phase} once settled"
+            assert job.min_replicas <= len(job.held) <= job.replicas, (
+                f"{job.id}: {len(job.held)} replicas, wants {job.min_replicas}..{job.replicas}"
+            )
+            assert all(len(r.gpus) == job.gpus for r in job.held), f"{job.id}: short replica"
+            assert job.stop_replicas == 0, f"{job.id}: still stopping once settled"
+
+    @invariant()
+    def limits_and_quotas_hold(self) -> None:
+        state = self.vc.state
+        usage: dict[tuple[str, str], int] = {}
+        np_usage: dict[tuple[str, str], int] = {}
+        for job in state.live.values():
+            if job.phase in HOLDING_PHASES and job.pool is not None:
+                key = (job.project, job.pool)
+                usage[key] = usage.get(key, 0) + len(job.held) * job.gpus
+                if not job.preemptible:
+                    np_usage[key] = np_usage.get(key, 0) + len(job.held) * job.gpus
+            if job.nomination_pool is not None:
+                key = (job.project, job.nomination_pool)
+                usage[key] = usage.get(key, 0) + len(job.nomination) * job.gpus
+        for (project, pool), used in usage.items():
+            kind = state.pool_settings(pool).type
+            terms = state.projects[project].in_pool(pool)
+            if kind != "priority" and terms.limit is not None:
+                assert used <= terms.limit, f"{project} holds {used} in {pool}, limit {terms.limit}"
+            np_used = np_usage.get((project, pool), 0)
+            if kind == "fair_share":
+                assert np_used <= terms.quota, (
+                    f"{project} holds {np_used} non-preemptible GPUs in {pool}, quota {terms.quota}"
+                )
+
+    @invariant()
+    def settled_stays_settled(self) -> None:
+        vc = self.vc
+        assert decide(vc.state, vc.now) == [], "settle() left decisions to make"
+        vc.observer = None
+        probe = copy.deepcopy(vc)
+        vc.observer = self.check_decision
+        probe.work.clear()  # no job finishes: only time passes
+        if next_wakeup(probe.state, probe.now) is not None:
+            # timers still run: let them run out (what they unlock may legitimately move jobs)
+            probe.advance(3600)
+        before = {j.id: (j.phase, list(j.held)) for j in probe.state.live.values()}
+        start = len(probe.log)
+        probe.advance(3600)
+        changes = [
+            e
+            for e in probe.log[start:]
+            if isinstance(e, JobScheduled | JobPreemptionRequested | JobNominated)
+        ]
+        if changes and takes_project_over_fair_share(probe.state, changes):
+            # the known cycle of test_in_project_preemption_over_fair_share_cycles (xfail)
+            note_event("known issue: in-project preemption over the fair share, then reclaims")
+            return
+        assert not changes, f"an hour with nothing happening changed: {changes}"
+        after = {j.id: (j.phase, list(j.held)) for j in probe.state.live.values()}
+        assert before == after
+
+
+def takes_project_over_fair_share(state: ClusterState, events: Sequence[Event]) -> bool:
+    """Did an in-project preemption (fair_share pool) leave its project above its fair share?
+    (Rule 4 allows it; a reclaim may then take the GPUs back, and the preempted job reclaim
+    them in turn: a semantic question, reported, not settled here.)"""
+    requests = [e for e in events if isinstance(e, JobPreemptionRequested)]
+    for nominated in events:
+        if not isinstance(nominated, JobNominated) or nominated.reason != "priority":
+            continue
+        if state.pool_settings(nominated.pool).type != "fair_share":
+            continue
+        mine = [r for r in requests if r.causation == nominated.id and r.facts is not None]
+        if not mine or mine[0].facts is None:
+            continue
+        facts = mine[0].facts
+        project = state.jobs[nominated.job_id].project
+        freed = sum(r.facts.victim_gpus for r in mine if r.facts is not None)
+        given = sum(len(r.gpus) for r in nominated.replicas)
+        if facts.usage.get(project, 0) - freed + given > facts.fair_share.get(project, 0):
+            return True
+    return False
+
+
+#: Examples per run: about 30 s on two cores. A longer soak: FAIRLANE_POLICY_EXAMPLES=5000.
+EXAMPLES = int(os.environ.get("FAIRLANE_POLICY_EXAMPLES", "250"))
+
+PolicyMachine.TestCase.settings = settings(
+    max_examples=EXAMPLES,
+    stateful_step_count=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+test_policy_invariants = PolicyMachine.TestCase
+
+
+# -- found by the properties above --------------------------------------------------------------
+
+
+def test_a_job_grown_in_a_cycle_is_not_preempted_in_it() -> None:
+    """Regression: one cycle gave an elastic job an extra replica on an idle GPU and then, in
+    its preemption pass, reclaimed the whole job for another project (the new replica was not
+    even a surplus unit yet). Once its project was back within quota the job reclaimed its
+    GPUs, grew again, and so on at one instant for ever: settle() raised NotSettled at t=60."""
+    vc = VirtualCluster()
+    settings_ = SchedulerSettings(fitting="worst")
+    vc.configure(ClusterConfigured(id="c", time=0.0, actor="t", scheduler=settings_))
+    vc.add_pool("default")
+    for name, gpus in (("n0", 2), ("n1", 2), ("n2", 4)):
+        vc.add_node(name, "default", gpus)
+    vc.set_project("a", {"default": ProjectTerms(quota=4, over_quota_weight=0, priority=50)})
+    vc.set_project("b", {})
+    vc.submit("elastic", JobSpec(project="a", gpus=1, replicas=3, min_replicas=2, node="n2"))
+    vc.submit("pair", JobSpec(project="a", gpus=2, node="n1"))
+    vc.submit("gang", JobSpec(project="b", gpus=1, replicas=3, node="n2"))
+    vc.submit("short", JobSpec(project="a", gpus=1, duration_s=60))
+    vc.settle()
+    vc.advance(120)
+    assert decide(vc.state, vc.now) == []
+    phases = {j.id: (j.phase, len(j.held)) for j in vc.state.jobs.values()}
+    assert phases == {
+        "elastic": ("running", 3),
+        "pair": ("running", 1),
+        "gang": ("pending", 0),  # b may take only the elastic job's surplus: too little on n2
+        "short": ("completed", 0),
+    }
+
+
+def test_a_job_on_a_lost_node_is_asked_to_stop_once() -> None:
+    """Regression: in the cycle that asked a job to stop because one of its nodes was lost, a
+    reclaim picked the same job as its victim and asked it to stop a second time, for
+    `reclaim` (the fold dropped that request: the job had stopped already). Its GPUs may still
+    be held for the claimant; the only stop request is the node_lost one."""
+    vc = VirtualCluster()
+    vc.add_pool("default")
+    for name in ("n0", "n1", "n2"):
+        vc.add_node(name, "default", 1)
+    vc.set_project("a", {"default": ProjectTerms(quota=2)})
+    vc.set_project("b", {"default": ProjectTerms(quota=0)})
+    vc.submit("other", JobSpec(project="b", gpus=1))
+    vc.submit("gang", JobSpec(project="b", gpus=1, replicas=2))
+    vc.settle()
+    assert [r.node for r in vc.state.jobs["gang"].held] == ["n1", "n2"]
+    start = len(vc.log)
+    vc.submit("claim", JobSpec(project="a", gpus=1))
+    vc.remove_node("n1")  # in the same cycle as the claim
+    vc.settle()
+    stops = [(e.job_id, e.reason) for e in vc.log[start:] if isinstance(e, JobPreemptionRequested)]
+    assert stops == [("gang", "node_lost")]
+    nominated = [e for e in vc.log[start:] if isinstance(e, JobNominated)]
+    assert [(e.job_id, e.victims, e.replicas) for e in nominated] == [
+        ("claim", ("gang",), (Replica("n2", (0,)),))
+    ]
+    assert {j.id: j.phase for j in vc.state.jobs.values()} == {
+        "other": "running",
+        "gang": "pending",
+        "claim": "running",
+    }
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="semantic question (reported): rule 4 lets an in-project preemption take its project "
+    "over its fair share with idle GPUs; rule 5 then reclaims it, and the preempted job, its "
+    "project back within quota, reclaims from a project above quota but within its fair share",
+)
+def test_in_project_preemption_over_fair_share_cycles() -> None:
+    """Found by settled_stays_settled: every time `low`'s min_runtime runs out, `high` (same
+    project, higher priority) preempts it and takes 2 idle GPUs besides, which puts a over its
+    fair share (5 > 4); b's `gang` reclaims `high` (a held more than max(quota, fair share));
+    `low` reclaims `gang` (a within quota after, b above its quota 0, though within its fair
+    share 3); `low` runs protected for 600 s, and round it goes, for ever."""
+    vc = VirtualCluster()
+    vc.add_pool("default")
+    for name, gpus in (("n0", 3), ("n1", 1), ("n2", 4)):
+        vc.add_node(name, "default", gpus)
+    vc.set_project("a", {"default": ProjectTerms(quota=4, over_quota_weight=0)})
+    vc.set_project("b", {"default": ProjectTerms(over_quota_weight=3)})
+    vc.set_project("d", {})
+    vc.submit("fill", JobSpec(project="d", gpus=3, node="n0"))  # n0 has no room for 2 GPUs
+    vc.submit("base", JobSpec(project="a", gpus=1, node="n1"))
+    vc.submit(
+        "low", JobSpec(project="a", gpus=1, replicas=2, priority=40, node="n2", min_runtime_s=600)
+    )
+    vc.submit("high", JobSpec(project="a", gpus=2, replicas=2, priority=50))
+    vc.submit("gang", JobSpec(project="b", gpus=1, replicas=3, node="n2"))
+    vc.settle()
+    vc.advance(601)  # the first round: high preempts low, gang reclaims high, low reclaims gang
+    start = len(vc.log)
+    vc.advance(3600)  # nothing finishes: nothing should move
+    moved = [
+        (e.time, e.job_id, e.reason)
+        for e in vc.log[start:]
+        if isinstance(e, JobPreemptionRequested)
+    ]
+    assert moved == []

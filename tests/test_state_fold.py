@@ -1,0 +1,67 @@
+"""The fold is the referee: decisions that no longer fit the log have no effect."""
+
+from __future__ import annotations
+
+from events import JobScheduled, JobSpec, NodeLost, ProjectTerms, Replica, SchedulingHeld
+from fairlane.virtual_cluster import VirtualCluster
+from policy.cycle import decide
+
+
+def cluster() -> VirtualCluster:
+    vc = VirtualCluster()
+    vc.add_pool("default")
+    vc.add_node("n0", "default", 2)
+    vc.set_project("a", {"default": ProjectTerms(quota=2)})
+    vc.submit("j1", JobSpec(project="a", gpus=2))
+    vc.submit("j2", JobSpec(project="a", gpus=2))
+    vc.settle()
+    return vc
+
+
+def scheduled(job: str, node: str, gpus: tuple[int, ...]) -> JobScheduled:
+    return JobScheduled(
+        id=f"{job}/stale",
+        time=0.0,
+        actor="stale-leader",
+        job_id=job,
+        attempt=1,
+        pool="default",
+        replicas=(Replica(node, gpus),),
+    )
+
+
+def test_a_placement_on_held_gpus_is_ignored() -> None:
+    vc = cluster()
+    assert vc.state.jobs["j1"].phase == "running"
+    vc.record(scheduled("j2", "n0", (1,)))
+    assert vc.state.jobs["j2"].phase == "pending"
+    assert vc.state.owners["n0"] == {0: "j1", 1: "j1"}
+
+
+def test_a_placement_on_a_lost_node_is_ignored() -> None:
+    vc = cluster()
+    vc.record(NodeLost(id="lost", time=0.0, actor="t", node="n0"))
+    vc.record(scheduled("j2", "n0", (0, 1)))
+    assert vc.state.jobs["j2"].phase == "pending"
+    assert vc.state.jobs["j1"].phase == "pending"  # its only node is gone
+
+
+def test_gpus_given_back_can_be_taken_again() -> None:
+    vc = cluster()
+    vc.complete("j1")
+    vc.settle()
+    assert vc.state.jobs["j2"].phase == "running"
+    assert vc.state.owners["n0"] == {0: "j2", 1: "j2"}
+
+
+def test_held_scheduling_places_nothing_until_released() -> None:
+    vc = VirtualCluster()
+    vc.add_pool("default")
+    vc.add_node("n0", "default", 2)
+    vc.set_project("a", {"default": ProjectTerms(quota=2)})
+    vc.record(SchedulingHeld(id="hold", time=0.0, actor="op", held=True))
+    vc.submit("j1", JobSpec(project="a", gpus=1))
+    assert decide(vc.state, 0.0) == []
+    vc.record(SchedulingHeld(id="release", time=0.0, actor="op", held=False))
+    vc.settle()
+    assert vc.state.jobs["j1"].phase == "running"

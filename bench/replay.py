@@ -1,11 +1,16 @@
 """Benchmark: how fast a service rebuilds its state by replaying the log.
 
 Writes a log of N events (default 1,000,000: jobs submitted, admitted, scheduled, started and
-completed on a 1,000-node cluster) into a fresh nats-server, then times what a service does on
-start: read every event back with the event log's consumer, decode it and fold it into a
-`ClusterState`. Reported as events per second, split into reading+decoding and folding.
+completed on a 1,000-node cluster; each with its `Nats-Msg-Id` header, as the services write
+them) into a fresh nats-server, then times what a service does on start:
 
-    uv run python -m bench.replay [--events 1000000] [-o json]
+- without a snapshot: read every event back with the event log's consumer, decode it and fold
+  it into a `ClusterState` (events per second, split into reading+decoding and folding);
+- with a snapshot taken `--tail` events before the end (as the ledger takes them): load it from
+  the object store and replay only the tail. The effective rate is the log's length over that
+  restart time.
+
+    uv run python -m bench.replay [--events 1000000] [--tail 50000] [-o json]
 """
 
 from __future__ import annotations
@@ -41,8 +46,10 @@ from events import (
 )
 from policy.state import ClusterState
 from services.runtime.eventlog import EventLog, connect
+from services.runtime.follower import Follower
 from services.runtime.main import configure_logging
 from services.runtime.servers import NatsServer
+from services.runtime.snapshots import SnapshotStore
 
 NODES = 1000
 
@@ -56,6 +63,12 @@ class Figures:
     read_decode_per_s: float
     fold_per_s: float
     live_jobs_after: int
+    snapshot_bytes: int
+    snapshot_save_s: float
+    restart_with_snapshot_s: float
+    snapshot_load_s: float
+    tail_events: int
+    effective_events_per_s: float
 
 
 def workload(total: int) -> list[Event]:
@@ -103,7 +116,7 @@ def workload(total: int) -> list[Event]:
     return events[:total]
 
 
-async def run(total: int, console: Console) -> Figures:
+async def run(total: int, tail: int, console: Console) -> Figures:
     with tempfile.TemporaryDirectory(prefix="fairlane-replay-") as tmp:
         server = NatsServer(store_dir=Path(tmp) / "nats")
         await server.start()
@@ -117,7 +130,11 @@ async def run(total: int, console: Console) -> Figures:
                 # plain publishes, the stream stores them; one flush per chunk keeps it honest
                 for i in range(0, total, 10_000):
                     for event in events[i : i + 10_000]:
-                        await log.nc.publish(subject_for(event), encode_event(event))
+                        await log.nc.publish(
+                            subject_for(event),
+                            encode_event(event),
+                            headers={"Nats-Msg-Id": event.id},
+                        )
                     await log.nc.flush(timeout=60)
                     progress.update(task, completed=min(total, i + 10_000))
             while await log.last_seq() < total:  # noqa: ASYNC110  (the server's count, polled)
@@ -125,26 +142,58 @@ async def run(total: int, console: Console) -> Figures:
             write_s = time.perf_counter() - start
             del events
 
+            with console.status("replaying the whole log"):
+                start = time.perf_counter()
+                decoded = [s async for s in log.read(1)]
+                read_s = time.perf_counter() - start
+                state = ClusterState()
+                start = time.perf_counter()
+                for stored in decoded:
+                    state.apply(stored.event)
+                fold_s = time.perf_counter() - start
+
+            # the snapshot the ledger would have taken `tail` events before the end
+            cut = max(0, len(decoded) - tail)
+            at_cut = ClusterState()
+            for stored in decoded[:cut]:
+                at_cut.apply(stored.event)
+            live_after, count = len(state.live), len(decoded)
+            del decoded, state
+            store = SnapshotStore(log.js)
+            data = SnapshotStore.encode(at_cut, cut)
             start = time.perf_counter()
-            decoded = [s.event async for s in log.read(1)]
-            read_s = time.perf_counter() - start
-            state = ClusterState()
-            start = time.perf_counter()
-            for event in decoded:
-                state.apply(event)
-            fold_s = time.perf_counter() - start
+            await store.save(data, cut)
+            save_s = time.perf_counter() - start
+            del at_cut
+
+            with console.status("restarting from the snapshot"):
+                start = time.perf_counter()
+                follower = Follower(log, snapshots=SnapshotStore(log.js))
+                restored = await follower.snapshots.load()  # type: ignore[union-attr]
+                load_s = time.perf_counter() - start
+                assert restored is not None
+                follower.state, follower.applied_seq = restored
+                replayed = await follower.catch_up()
+                restart_s = time.perf_counter() - start
+            assert follower.applied_seq == count
             await log.nc.close()
         finally:
             await server.stop()
     replay_s = read_s + fold_s
     return Figures(
-        events=len(decoded),
+        events=count,
         write_s=round(write_s, 2),
         replay_s=round(replay_s, 2),
-        events_per_s=round(len(decoded) / replay_s),
-        read_decode_per_s=round(len(decoded) / read_s),
-        fold_per_s=round(len(decoded) / fold_s),
-        live_jobs_after=len(state.live),
+        events_per_s=round(count / replay_s),
+        read_decode_per_s=round(count / read_s),
+        fold_per_s=round(count / fold_s),
+        live_jobs_after=live_after,
+        snapshot_bytes=len(data),
+        snapshot_save_s=round(save_s, 2),
+        restart_with_snapshot_s=round(restart_s, 2),
+        snapshot_load_s=round(load_s, 2),
+        tail_events=replayed,
+        effective_events_per_s=round(count / restart_s),
     )
 
 
@@ -155,6 +204,7 @@ app = cyclopts.App(help=__doc__)
 def main(
     *,
     events: int = 1_000_000,
+    tail: int = 50_000,
     output: Annotated[
         Literal["text", "json"], cyclopts.Parameter(name=["--output", "-o"])
     ] = "text",
@@ -165,11 +215,13 @@ def main(
     ----------
     events
         Size of the log.
+    tail
+        Events after the snapshot, replayed on restart (the ledger snapshots every 50,000).
     output
         text (a table) or json.
     """
     configure_logging("error")
-    figures = asyncio.run(run(events, Console(stderr=True)))
+    figures = asyncio.run(run(events, tail, Console(stderr=True)))
     if output == "json":
         sys.stdout.write(msgspec.json.encode(asdict(figures)).decode() + "\n")
         return

@@ -34,6 +34,7 @@ from policy.state import ClusterState
 from services.runtime.commands import Refusal, serve
 from services.runtime.eventlog import EventLog, Stored
 from services.runtime.follower import Follower
+from services.runtime.snapshots import EVERY_EVENTS, SnapshotStore, Snapshotter
 
 NAME: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
 
@@ -47,9 +48,11 @@ def usage_by_pool(state: ClusterState, project: str) -> dict[str, int]:
 
 
 class Ledger:
-    def __init__(self, log: EventLog) -> None:
+    def __init__(self, log: EventLog, snapshot_every: int = EVERY_EVENTS) -> None:
         self.log = log
-        self.follower = Follower(log)
+        # the ledger takes the snapshots every decision service restarts from (see snapshots.py)
+        snapshotter = Snapshotter(SnapshotStore(log.js), every=snapshot_every)
+        self.follower = Follower(log, snapshotter=snapshotter)
         self.over: dict[tuple[str, str], bool] = {}  # as last recorded in the log
         self.live = False
 

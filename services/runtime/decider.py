@@ -23,6 +23,7 @@ from policy.cycle import decide, next_wakeup
 from services.runtime.eventlog import TRANSIENT, Conflict, EventLog
 from services.runtime.follower import Follower
 from services.runtime.lease import Lease
+from services.runtime.snapshots import SnapshotStore
 from services.runtime.tasks import cancel_and_wait
 
 log = structlog.get_logger("fairlane.decider")
@@ -49,7 +50,8 @@ class Decider:
         self.clock = clock
         self.holder = f"{kind}-{uuid.uuid4().hex[:8]}"
         self.lease = Lease(kind, self.holder, ttl_s=lease_ttl_s)
-        self.follower = Follower(event_log)
+        # a restart (or a standby's start) replays from the newest snapshot the ledger took
+        self.follower = Follower(event_log, snapshots=SnapshotStore(event_log.js))
         self.decisions = 0
         self.is_leader = asyncio.Event()
 

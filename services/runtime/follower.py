@@ -2,7 +2,9 @@
 
 Every service starts by replaying the log into a `ClusterState` and then applies the live
 tail. The last applied stream sequence is the only progress marker: each event is applied
-exactly once, in log order, whatever the consumer redelivers.
+exactly once, in log order, whatever the consumer redelivers. With a snapshot store, replay
+starts from the newest snapshot instead of the first event; with a snapshotter, this follower
+also takes snapshots as it goes.
 """
 
 from __future__ import annotations
@@ -12,20 +14,42 @@ from collections.abc import Awaitable, Callable
 
 from policy.state import ClusterState
 from services.runtime.eventlog import EventLog, Stored
+from services.runtime.snapshots import SnapshotStore, Snapshotter
 
 OnEvent = Callable[[Stored], Awaitable[None]]
 
 
 class Follower:
-    def __init__(self, log: EventLog, state: ClusterState | None = None, applied_seq: int = 0):
+    def __init__(
+        self,
+        log: EventLog,
+        state: ClusterState | None = None,
+        applied_seq: int = 0,
+        *,
+        snapshots: SnapshotStore | None = None,
+        snapshotter: Snapshotter | None = None,
+    ):
         self.log = log
         self.state = state or ClusterState()
         self.applied_seq = applied_seq
+        self.snapshots = snapshots
+        self.snapshotter = snapshotter
+        self.restored_from: int | None = None  # the snapshot's sequence, if one was used
         self.changed = asyncio.Event()  # set whenever events were applied
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
 
     async def catch_up(self, on_event: OnEvent | None = None) -> int:
-        """Replay what is stored now; returns how many events were applied."""
+        """Replay what is stored now (from the newest snapshot, where there is one and nothing
+        was applied yet); returns how many events were applied."""
+        if self.snapshots is not None and self.applied_seq == 0:
+            restored = await self.snapshots.load()
+            if restored is not None and restored[1] > await self.log.last_seq():
+                restored = None  # taken from another stream (it was made again since)
+            if restored is not None:
+                self.state, self.applied_seq = restored
+                self.restored_from = self.applied_seq
+                if self.snapshotter is not None:
+                    self.snapshotter.last_seq = self.applied_seq
         applied = 0
         async for stored in self.log.read(self.applied_seq + 1):
             self._apply(stored)
@@ -54,6 +78,8 @@ class Follower:
     def _apply(self, stored: Stored) -> None:
         self.state.apply(stored.event)
         self.applied_seq = stored.seq
+        if self.snapshotter is not None:
+            self.snapshotter.after_apply(self.state, stored.seq)
         self.changed.set()
         if self._waiters:
             ready = [w for w in self._waiters if w[0] <= stored.seq]

@@ -1,0 +1,172 @@
+"""A `ClusterState` as bytes, and back: the fold up to a stream sequence, so a service that
+restarts replays only the log's tail.
+
+The format is an explicit, versioned msgspec schema, not a pickle of the objects: what is in a
+snapshot is decided here, and an old snapshot is refused (`SnapshotMismatch`) instead of being
+half-understood. `FOLD_VERSION` names the fold's own meaning: change it whenever `state.py`
+would fold the same events into a different state, and every older snapshot is ignored (the
+service replays the whole log, as it would without one).
+
+The bytes are a small header (its length in 4 bytes, then format, fold and sequence), so a
+snapshot can be checked without decoding it, then the body. Dict orders are part of the state
+(the policy breaks ties by them), so they are kept as they
+are: msgspec writes dicts in insertion order and reads them back in the same order, and `live`
+(which shares its jobs with `jobs`) is written as the ordered list of its ids.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import msgspec
+
+from events import PriorityClass, ProjectTerms, SchedulerSettings
+from policy.state import ClusterSettings, ClusterState, Job, Node, Pool, Project
+
+#: The meaning of the fold (bump with any change to `policy/state.py` that changes results).
+FOLD_VERSION: Final = 1
+#: The layout of this file's structs.
+FORMAT_VERSION: Final = 1
+
+
+class SnapshotMismatch(ValueError):
+    """The bytes are not a snapshot this code can use (another format or fold version)."""
+
+
+class _Settings(msgspec.Struct, array_like=True):
+    scheduler: SchedulerSettings
+    preemption_grace_s: float
+    priority_classes: tuple[PriorityClass, ...]
+    default_compute_pool: str | None
+    default_aux_pool: str | None
+
+
+class _Pool(msgspec.Struct, array_like=True):
+    name: str
+    order: int
+    scheduler: SchedulerSettings | None
+
+
+class _Node(msgspec.Struct, array_like=True):
+    name: str
+    pool: str
+    gpus: int
+    order: int
+
+
+class _Project(msgspec.Struct, array_like=True):
+    name: str
+    order: int
+    terms: dict[str, ProjectTerms]
+
+
+class _Header(msgspec.Struct, array_like=True):
+    format: int
+    fold: int
+    #: The stream sequence of the last event folded in: replay resumes after it.
+    seq: int
+
+
+class _Snapshot(msgspec.Struct):
+    settings: _Settings
+    pools: list[_Pool]
+    nodes: list[_Node]
+    projects: list[_Project]
+    jobs: list[Job]
+    live: list[str]
+    owners: dict[str, dict[int, str]]
+    reserved: dict[str, dict[int, str]]
+    last_time: float
+    events_applied: int
+    held: bool
+    node_seq: int
+    job_seq: int
+
+
+_encoder: Final = msgspec.msgpack.Encoder()
+_decoder: Final = msgspec.msgpack.Decoder(_Snapshot)
+_header_decoder: Final = msgspec.msgpack.Decoder(_Header)
+_LENGTH_BYTES: Final = 4
+
+
+def encode_snapshot(state: ClusterState, seq: int) -> bytes:
+    """The state, folded up to and including stream sequence `seq`, as bytes."""
+    s = state.settings
+    header = _encoder.encode(_Header(FORMAT_VERSION, FOLD_VERSION, seq))
+    body = _encoder.encode(
+        _Snapshot(
+            settings=_Settings(
+                s.scheduler,
+                s.preemption_grace_s,
+                s.priority_classes,
+                s.default_compute_pool,
+                s.default_aux_pool,
+            ),
+            pools=[_Pool(p.name, p.order, p.scheduler) for p in state.pools.values()],
+            nodes=[_Node(n.name, n.pool, n.gpus, n.order) for n in state.nodes.values()],
+            projects=[_Project(p.name, p.order, p.terms) for p in state.projects.values()],
+            jobs=list(state.jobs.values()),
+            live=list(state.live),
+            owners=state.owners,
+            reserved=state.reserved,
+            last_time=state.last_time,
+            events_applied=state.events_applied,
+            held=state.held,
+            node_seq=state._node_seq,
+            job_seq=state._job_seq,
+        )
+    )
+    return len(header).to_bytes(_LENGTH_BYTES, "big") + header + body
+
+
+def snapshot_seq(data: bytes) -> int:
+    """The sequence a snapshot was taken at, reading only its header."""
+    return _check(data)[0].seq
+
+
+def decode_snapshot(data: bytes) -> tuple[ClusterState, int]:
+    """The state a snapshot holds and the stream sequence to resume after."""
+    header, body_at = _check(data)
+    try:
+        snap = _decoder.decode(memoryview(data)[body_at:])
+    except (msgspec.DecodeError, msgspec.ValidationError) as e:
+        raise SnapshotMismatch(f"damaged snapshot: {e}") from None
+    jobs = {j.id: j for j in snap.jobs}
+    st = snap.settings
+    state = ClusterState(
+        settings=ClusterSettings(
+            scheduler=st.scheduler,
+            preemption_grace_s=st.preemption_grace_s,
+            priority_classes=st.priority_classes,
+            default_compute_pool=st.default_compute_pool,
+            default_aux_pool=st.default_aux_pool,
+        ),
+        pools={p.name: Pool(p.name, p.order, p.scheduler) for p in snap.pools},
+        nodes={n.name: Node(n.name, n.pool, n.gpus, n.order) for n in snap.nodes},
+        projects={p.name: Project(p.name, p.order, p.terms) for p in snap.projects},
+        jobs=jobs,
+        live={job_id: jobs[job_id] for job_id in snap.live},
+        owners=snap.owners,
+        reserved=snap.reserved,
+        last_time=snap.last_time,
+        events_applied=snap.events_applied,
+        held=snap.held,
+    )
+    state._node_seq, state._job_seq = snap.node_seq, snap.job_seq
+    return state, header.seq
+
+
+def _check(data: bytes) -> tuple[_Header, int]:
+    """The header, and where the body starts."""
+    length = int.from_bytes(data[:_LENGTH_BYTES], "big")
+    try:
+        header = _header_decoder.decode(data[_LENGTH_BYTES : _LENGTH_BYTES + length])
+    except (msgspec.DecodeError, msgspec.ValidationError) as e:
+        raise SnapshotMismatch(f"not a snapshot: {e}") from None
+
+    if header.format != FORMAT_VERSION or header.fold != FOLD_VERSION:
+        raise SnapshotMismatch(
+            f"snapshot format {header.format} fold {header.fold}; this code reads format "
+            f"{FORMAT_VERSION} fold {FOLD_VERSION}"
+        )
+    return header, _LENGTH_BYTES + length

@@ -1,0 +1,127 @@
+"""Snapshots of the fold in a JetStream object store, so that a restart replays only the tail.
+
+Every service folds the same log into the same `ClusterState`, so one snapshot serves them all.
+The ledger writes one every `EVERY_EVENTS` events (any service could: a snapshot at sequence
+`n` is the fold of events 1..n whoever takes it); every other service reads the newest on
+start and replays from the sequence after it. A snapshot is only ever a shortcut: one that is
+missing, unreadable or of another fold version is logged and ignored, and the service replays
+the whole log as it would without one.
+
+The object store chunks the bytes (a state of 100,000 jobs is tens of megabytes; a KV value is
+capped at the server's max payload), and replaces the object whole: a reader sees the old
+snapshot or the new one, never a mix.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import time
+from typing import Final
+
+import structlog
+from nats.js import JetStreamContext
+from nats.js.api import ObjectMeta, ObjectMetaOptions, StorageType
+from nats.js.errors import NotFoundError
+from nats.js.object_store import ObjectStore
+
+from policy.snapshot import SnapshotMismatch, decode_snapshot, encode_snapshot
+from policy.state import ClusterState
+
+BUCKET: Final = "fairlane-snapshots"
+OBJECT: Final = "cluster-state"
+#: How many events the ledger folds between two snapshots.
+EVERY_EVENTS: Final = 50_000
+CHUNK_BYTES: Final = 512 * 1024
+log = structlog.get_logger("fairlane.snapshots")
+
+
+class SnapshotStore:
+    def __init__(self, js: JetStreamContext) -> None:
+        self.js = js
+        self._store: ObjectStore | None = None
+
+    async def _bucket(self) -> ObjectStore:
+        if self._store is None:
+            try:
+                self._store = await self.js.object_store(BUCKET)
+            except NotFoundError:
+                self._store = await self.js.create_object_store(
+                    BUCKET, description="fold snapshots", storage=StorageType.FILE
+                )
+        return self._store
+
+    async def load(self) -> tuple[ClusterState, int] | None:
+        """The newest snapshot's state and sequence, or None if there is none this code can use."""
+        began = time.perf_counter()
+        try:
+            store = await self._bucket()
+            buffer = io.BytesIO()
+            await store.get(OBJECT, writeinto=buffer)
+        except NotFoundError:
+            return None
+        except Exception as e:  # a damaged or half-written object: replay instead
+            log.warning("snapshot unreadable, replaying the whole log", error=repr(e))
+            return None
+        try:
+            state, seq = decode_snapshot(buffer.getvalue())
+        except SnapshotMismatch as e:
+            log.warning("snapshot ignored, replaying the whole log", reason=str(e))
+            return None
+        log.info(
+            "snapshot loaded",
+            seq=seq,
+            jobs=len(state.jobs),
+            bytes=buffer.tell(),
+            seconds=round(time.perf_counter() - began, 3),
+        )
+        return state, seq
+
+    async def save(self, data: bytes, seq: int) -> None:
+        """Store encoded snapshot bytes (see `encode`) taken at `seq`."""
+        store = await self._bucket()
+        meta = ObjectMeta(
+            name=OBJECT,
+            description=f"fold up to seq {seq}",
+            options=ObjectMetaOptions(max_chunk_size=CHUNK_BYTES),
+        )
+        began = time.perf_counter()
+        await store.put(OBJECT, data, meta=meta)
+        log.info(
+            "snapshot saved",
+            seq=seq,
+            bytes=len(data),
+            seconds=round(time.perf_counter() - began, 3),
+        )
+
+    @staticmethod
+    def encode(state: ClusterState, seq: int) -> bytes:
+        """The bytes, taken now: call it between two applies, where the state is `seq`'s."""
+        return encode_snapshot(state, seq)
+
+
+class Snapshotter:
+    """Takes a snapshot every `every` events a follower applies; one write in flight at a time
+    (a slow write is not queued behind: the next one is simply taken later)."""
+
+    def __init__(self, store: SnapshotStore, every: int = EVERY_EVENTS) -> None:
+        self.store = store
+        self.every = every
+        self.last_seq = 0
+        self._writing: asyncio.Task[None] | None = None
+
+    def after_apply(self, state: ClusterState, seq: int) -> None:
+        if seq - self.last_seq < self.every or (self._writing and not self._writing.done()):
+            return
+        self.last_seq = seq
+        self._writing = asyncio.create_task(self._write(SnapshotStore.encode(state, seq), seq))
+
+    async def _write(self, data: bytes, seq: int) -> None:
+        try:
+            await self.store.save(data, seq)
+        except Exception as e:  # only a shortcut: the log still holds everything
+            log.warning("snapshot not saved", seq=seq, error=repr(e))
+
+    async def close(self) -> None:
+        if self._writing is not None and not self._writing.done():
+            await asyncio.wait({self._writing}, timeout=10)

@@ -15,6 +15,7 @@ from typing import Final
 
 from events import (
     ClusterConfigured,
+    NodeLost,
     PoolConfigured,
     ProjectConfigured,
     ProjectQuotaCrossed,
@@ -30,7 +31,7 @@ from events.commands import (
     SetPool,
     SetProject,
 )
-from policy.state import ClusterState
+from policy.state import ClusterState, Job
 from services.runtime.commands import Refusal, serve
 from services.runtime.eventlog import EventLog, Stored
 from services.runtime.follower import Follower
@@ -39,12 +40,42 @@ from services.runtime.snapshots import EVERY_EVENTS, SnapshotStore, Snapshotter
 NAME: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
 
 
-def usage_by_pool(state: ClusterState, project: str) -> dict[str, int]:
-    usage: dict[str, int] = {}
-    for job in state.live.values():
-        if job.project == project and job.pool is not None and job.phase in ("starting", "running"):
-            usage[job.pool] = usage.get(job.pool, 0) + job.active_replicas * job.gpus
-    return usage
+def counted_usage(job: Job) -> tuple[str, str, int] | None:
+    """What a job adds to its project's usage: (project, pool, GPUs), or None if nothing."""
+    if job.pool is None or job.phase not in ("starting", "running"):
+        return None
+    return job.project, job.pool, job.active_replicas * job.gpus
+
+
+class Usage:
+    """Each project's GPUs in use per pool, kept by delta: an event about one job changes only
+    that job's part (a scan of every live job on every event cost the ledger a fifth of its
+    time at 600 jobs/s). Events about many jobs at once (a lost node) count again."""
+
+    def __init__(self) -> None:
+        self.by_pool: dict[tuple[str, str], int] = {}
+        self.parts: dict[str, tuple[str, str, int]] = {}
+
+    def job_changed(self, job: Job) -> None:
+        old, new = self.parts.pop(job.id, None), counted_usage(job)
+        if old == new:
+            if new is not None:
+                self.parts[job.id] = new
+            return
+        if old is not None:
+            self.by_pool[old[:2]] -= old[2]
+        if new is not None:
+            self.parts[job.id] = new
+            self.by_pool[new[:2]] = self.by_pool.get(new[:2], 0) + new[2]
+
+    def recount(self, state: ClusterState) -> None:
+        self.by_pool.clear()
+        self.parts.clear()
+        for job in state.live.values():
+            self.job_changed(job)
+
+    def of(self, project: str, pool: str) -> int:
+        return self.by_pool.get((project, pool), 0)
 
 
 class Ledger:
@@ -54,6 +85,7 @@ class Ledger:
         snapshotter = Snapshotter(SnapshotStore(log.js), every=snapshot_every)
         self.follower = Follower(log, snapshotter=snapshotter)
         self.over: dict[tuple[str, str], bool] = {}  # as last recorded in the log
+        self.usage = Usage()
         self.live = False
 
     async def run(self) -> None:
@@ -150,27 +182,38 @@ class Ledger:
         if isinstance(event, ProjectQuotaCrossed):
             self.over[(event.project, event.pool)] = event.over
             return
-        project = getattr(event, "project", None)
-        job_id = getattr(event, "job_id", None)
         state = self.follower.state
-        if project is None and job_id is not None and job_id in state.jobs:
-            project = state.jobs[job_id].project
-        if not self.live or not project or project not in state.projects:
+        job = state.jobs.get(getattr(event, "job_id", None) or "")
+        if job is not None:
+            self.usage.job_changed(job)
+            projects = [job.project]
+        elif isinstance(event, NodeLost):
+            self.usage.recount(state)
+            projects = list(state.projects)
+        else:
+            project = getattr(event, "project", None)
+            projects = [project] if project else []
+        if not self.live:
             return
-        usage = usage_by_pool(state, project)
-        for pool, terms in state.projects[project].terms.items():
-            now_over = usage.get(pool, 0) > terms.quota
+        for project in projects:
+            if project in state.projects:
+                await self._check_quota(project, event.id, stored.seq)
+
+    async def _check_quota(self, project: str, cause: str, seq: int) -> None:
+        for pool, terms in self.follower.state.projects[project].terms.items():
+            usage = self.usage.of(project, pool)
+            now_over = usage > terms.quota
             if self.over.get((project, pool), False) != now_over:
                 self.over[(project, pool)] = now_over
                 await self.log.publish_durably(
                     ProjectQuotaCrossed(
-                        id=f"quota/{project}/{pool}/{stored.seq}",
+                        id=f"quota/{project}/{pool}/{seq}",
                         time=time.time(),
                         actor="ledger",
-                        causation=event.id,
+                        causation=cause,
                         project=project,
                         pool=pool,
-                        usage=usage.get(pool, 0),
+                        usage=usage,
                         quota=terms.quota,
                         over=now_over,
                     )

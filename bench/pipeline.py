@@ -8,15 +8,21 @@ as Kubernetes' kubemark does) in this process on one connection; short jobs. Rep
 - submit-to-start latency p50/p99 (submit = the client sends the command; start = the
   `JobStarted` event's time);
 - raw JetStream publish throughput with the same client library in the same run (acks
-  awaited one by one, and in batches of 1,000), and the pipeline's ratio to it.
+  awaited one by one, and in batches of 1,000), and the pipeline's ratio to it;
+- CPU milliseconds per job of each process (nats-server, each service, and this process with
+  the clients and the executors) over the same window: where the machine's time goes.
 
-    uv run python -m bench.pipeline [--jobs 3000] [--nodes 100] [--clients 8] [-o json]
+The watcher that times starts reads only `fl.job.*.job_started` (a filtered consumer), so
+measuring adds little to what is measured.
+
+    uv run python -m bench.pipeline [--jobs 3000] [--nodes 100] [--clients 16] [-o json]
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import statistics
 import sys
 import tempfile
@@ -51,6 +57,20 @@ class Figures:
     raw_publish_batched_per_s: float
     ratio_to_raw: float
     ratio_to_raw_batched: float
+    #: CPU time per job, milliseconds, by process, over the whole run (Linux /proc)
+    cpu_ms_per_job: dict[str, float]
+
+
+SERVICES = ("admission", "ledger", "scheduler", "preemptor")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU seconds a process has used so far (0 where /proc is missing)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def raw_publish_rate(url: str, count: int, batched: bool) -> float:
@@ -79,7 +99,7 @@ async def run(jobs: int, nodes: int, clients: int, gpus_per_node: int) -> Figure
         await server.start()
         services: list[asyncio.subprocess.Process] = []
         try:
-            for name in ("admission", "ledger", "scheduler", "preemptor"):
+            for name in SERVICES:
                 services.append(
                     await asyncio.create_subprocess_exec(
                         sys.executable,
@@ -123,7 +143,7 @@ async def run(jobs: int, nodes: int, clients: int, gpus_per_node: int) -> Figure
             done = asyncio.Event()
 
             async def watch() -> None:
-                async for stored in log.follow(1):
+                async for stored in log.follow(1, subject="fl.job.*.job_started"):
                     e = stored.event
                     if isinstance(e, JobStarted) and e.attempt == 1 and e.job_id.startswith("b"):
                         started[e.job_id] = e.time
@@ -151,6 +171,10 @@ async def run(jobs: int, nodes: int, clients: int, gpus_per_node: int) -> Figure
                         raise RuntimeError(reply.error)
                 await nc.close()
 
+            pids = {"nats-server": server.process.pid if server.process else 0}
+            pids |= {name: p.pid for name, p in zip(SERVICES, services, strict=True)}
+            cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+            own_before = time.process_time()
             first = time.time()
             await asyncio.gather(*(client(k) for k in range(clients)))
             try:
@@ -166,6 +190,9 @@ async def run(jobs: int, nodes: int, clients: int, gpus_per_node: int) -> Figure
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await group
             jobs_per_s = jobs / (last - first)
+            cpu = {name: cpu_seconds(pid) - cpu_before[name] for name, pid in pids.items()}
+            cpu["bench (clients, 100 hollow executors)"] = time.process_time() - own_before
+            cpu_ms_per_job = {name: round(1000 * s / jobs, 3) for name, s in cpu.items()}
             raw = await raw_publish_rate(server.url, 5000, batched=False)
             raw_batched = await raw_publish_rate(server.url, 20000, batched=True)
             await log.nc.close()
@@ -187,6 +214,7 @@ async def run(jobs: int, nodes: int, clients: int, gpus_per_node: int) -> Figure
         raw_publish_batched_per_s=round(raw_batched, 1),
         ratio_to_raw=round(jobs_per_s / raw, 3),
         ratio_to_raw_batched=round(jobs_per_s / raw_batched, 3),
+        cpu_ms_per_job=cpu_ms_per_job,
     )
 
 
@@ -214,7 +242,7 @@ def main(
     *,
     jobs: int = 3000,
     nodes: int = 100,
-    clients: int = 8,
+    clients: int = 16,
     gpus_per_node: int = 8,
     output: Annotated[
         Literal["text", "json"], cyclopts.Parameter(name=["--output", "-o"])
@@ -245,7 +273,11 @@ def main(
     table.add_column("figure")
     table.add_column("value", justify="right")
     for key, value in asdict(figures).items():
-        table.add_row(key, f"{value:,}")
+        if isinstance(value, dict):
+            for part, amount in value.items():
+                table.add_row(f"{key}: {part}", f"{amount:,}")
+        else:
+            table.add_row(key, f"{value:,}")
     Console().print(table)
 
 

@@ -27,8 +27,11 @@ from services.runtime.snapshots import SnapshotStore
 from services.runtime.tasks import cancel_and_wait
 
 log = structlog.get_logger("fairlane.decider")
-#: How long to let a burst of events land before deciding on them.
+#: How long to let a burst of events land before deciding on them (at least).
 SETTLE_S = 0.005
+#: Under load, wait as long as the last cycle took before the next one (up to this much):
+#: at most about half the service's time goes to deciding, and each cycle sees more news.
+MAX_PACE_S = 0.05
 #: Decide at least this often even when nothing happens (clock-driven rules, lost wake-ups).
 TICK_S = 1.0
 #: Decisions in flight at once (acks awaited together: one round trip for many).
@@ -43,6 +46,7 @@ class Decider:
         mine: Callable[[Event], bool],
         lease_ttl_s: float = 3.0,
         clock: Callable[[], float] = time.time,
+        settle_s: float = SETTLE_S,
     ) -> None:
         self.log = event_log
         self.kind = kind
@@ -52,6 +56,8 @@ class Decider:
         self.lease = Lease(kind, self.holder, ttl_s=lease_ttl_s)
         # a restart (or a standby's start) replays from the newest snapshot the ledger took
         self.follower = Follower(event_log, snapshots=SnapshotStore(event_log.js))
+        self.settle_s = settle_s
+        self.last_cycle_s = 0.0
         self.decisions = 0
         self.is_leader = asyncio.Event()
 
@@ -92,6 +98,7 @@ class Decider:
                 published = await self._cycle(fence)
                 if published:
                     await self.follower.wait_for(published)
+                    await asyncio.sleep(min(self.last_cycle_s, MAX_PACE_S))
                     continue
                 await self._wait_for_change(lost)
         except Conflict:
@@ -106,7 +113,9 @@ class Decider:
         # before any victim lets go of them, or the scheduler could hand them to someone else.
         # Then one job's decisions keep their order (an elastic job's minimum before its
         # extras); different jobs' are published side by side.
+        began = time.perf_counter()
         decisions = [e for e in decide(self.follower.state, self.clock()) if self.mine(e)]
+        self.last_cycle_s = time.perf_counter() - began
         last = 0
         nominations: list[list[Event]] = [[e] for e in decisions if isinstance(e, JobNominated)]
         per_job: dict[str, list[Event]] = {}
@@ -136,4 +145,4 @@ class Decider:
         await asyncio.wait({changed, stop}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
         changed.cancel()
         stop.cancel()
-        await asyncio.sleep(SETTLE_S)
+        await asyncio.sleep(max(self.settle_s, min(self.last_cycle_s, MAX_PACE_S)))

@@ -178,13 +178,17 @@ class EventLog:
         async for stored in self._consume(from_seq, batch, until=end):
             yield stored
 
-    async def follow(self, from_seq: int = 1, batch: int = 5000) -> AsyncIterator[Stored]:
+    async def follow(
+        self, from_seq: int = 1, batch: int = 5000, subject: str | None = None
+    ) -> AsyncIterator[Stored]:
         """Replay from `from_seq`, then the live tail, forever. Survives server restarts: the
-        consumer is made again from the last sequence read."""
+        consumer is made again from the last sequence read. `subject` (a filter such as
+        `fl.job.*.job_started`) has the server deliver only those events: for readers that
+        watch a few kinds, not for a fold, which needs them all."""
         next_seq = from_seq
         while True:
             try:
-                async for stored in self._consume(next_seq, batch, until=None):
+                async for stored in self._consume(next_seq, batch, until=None, subject=subject):
                     next_seq = stored.seq + 1
                     yield stored
             except (
@@ -198,7 +202,9 @@ class EventLog:
                 log.warning("consumer lost, making it again", error=str(e), from_seq=next_seq)
                 await asyncio.sleep(0.2)
 
-    async def _consume(self, from_seq: int, batch: int, until: int | None) -> AsyncIterator[Stored]:
+    async def _consume(
+        self, from_seq: int, batch: int, until: int | None, subject: str | None = None
+    ) -> AsyncIterator[Stored]:
         """Pull from an ephemeral consumer with hand-made pull requests into a callback
         subscription: nats-py's own `fetch` awaits every message through `wait_for` and two
         tasks, which capped replay at about 34,000 events/s here; this reads 5x faster."""
@@ -210,6 +216,7 @@ class EventLog:
                 ack_policy=AckPolicy.NONE,
                 inactive_threshold=30.0,
                 mem_storage=True,
+                filter_subject=subject,
             ),
         )
         arrived: deque[Msg] = deque()

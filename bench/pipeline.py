@@ -15,7 +15,7 @@ as Kubernetes' kubemark does) in this process on one connection; short jobs. Rep
 The watcher that times starts reads only `fl.job.*.job_started` (a filtered consumer), so
 measuring adds little to what is measured.
 
-    uv run python -m bench.pipeline [--jobs 3000] [--nodes 100] [--clients 16] [-o json]
+    uv run python -m bench.pipeline [--jobs 3000] [--nodes 100] [--clients 8] [-o json]
 """
 
 from __future__ import annotations
@@ -242,7 +242,7 @@ def main(
     *,
     jobs: int = 3000,
     nodes: int = 100,
-    clients: int = 16,
+    clients: int = 8,
     gpus_per_node: int = 8,
     output: Annotated[
         Literal["text", "json"], cyclopts.Parameter(name=["--output", "-o"])

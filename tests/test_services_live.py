@@ -29,6 +29,7 @@ from services.runtime.client import send
 from services.runtime.decider import Decider
 from services.runtime.eventlog import EventLog, Stored, connect
 from services.runtime.servers import NatsServer
+from services.runtime.tasks import cancel_and_wait
 
 
 def places(e: object) -> bool:
@@ -93,10 +94,8 @@ async def cluster(nats_server: NatsServer) -> AsyncIterator[EventLog]:
         yield logs[0]
     finally:
         for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+            with contextlib.suppress(Exception):
+                await cancel_and_wait(task)
         for log in logs:
             await log.nc.close()
 

@@ -353,7 +353,8 @@ class HollowWorkload:
     async def wait(self) -> int | None:
         if self._runtime_s > 0:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._ended.wait(), self._runtime_s)
+                async with asyncio.timeout(self._runtime_s):  # wait_for may swallow a cancel
+                    await self._ended.wait()
             if not self._ended.is_set():
                 self._end(0)
         else:

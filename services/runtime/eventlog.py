@@ -241,7 +241,10 @@ class EventLog:
                 if not arrived:
                     wake.clear()
                     try:
-                        await asyncio.wait_for(wake.wait(), PULL_EXPIRES_S + 2.0)
+                        # asyncio.timeout, not wait_for: in Python 3.11 wait_for can swallow a
+                        # cancellation that lands as the wait ends, and this loop never would
+                        async with asyncio.timeout(PULL_EXPIRES_S + 2.0):
+                            await wake.wait()
                     except TimeoutError:
                         asked = 0  # the request was lost (a server restart): ask again
                         continue

@@ -73,7 +73,8 @@ class Follower:
             return
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.append((seq, future))
-        await asyncio.wait_for(future, within)
+        async with asyncio.timeout(within):  # not wait_for: it can swallow a cancellation (3.11)
+            await future
 
     def _apply(self, stored: Stored) -> None:
         self.state.apply(stored.event)

@@ -9,10 +9,21 @@ from pathlib import Path
 
 import pytest
 
-from events import Event
+from events import (
+    Event,
+    JobAdmitted,
+    JobRejected,
+    JobSpec,
+    NodeRegistered,
+    ProjectConfigured,
+    ProjectTerms,
+)
+from events.commands import SubmitJob
 from policy.snapshot import encode_snapshot
 from policy.state import ClusterState
+from services.admission.service import Admission
 from services.ledger.service import Ledger
+from services.runtime.client import send
 from services.runtime.eventlog import EventLog, connect
 from services.runtime.follower import Follower
 from services.runtime.servers import NatsServer
@@ -110,3 +121,58 @@ async def test_an_unreadable_snapshot_is_ignored(log: EventLog, tmp_path: Path) 
     follower = Follower(log, snapshots=store)
     assert await follower.catch_up() == 10
     assert follower.restored_from is None
+
+
+async def test_admission_restored_from_a_snapshot_answers_repeats_alike(
+    log: EventLog, nats_server: NatsServer
+) -> None:
+    """A repeated submission of a job admission knows only from the snapshot gets the verdict
+    it got the first time, read back from the stream; another key is refused."""
+    await publish_all(
+        log,
+        [
+            NodeRegistered(id="n1", time=0.0, actor="t", node="n1", pool="default", gpus=4),
+            ProjectConfigured(
+                id="a", time=0.0, actor="t", project="a", terms={"default": ProjectTerms(quota=4)}
+            ),
+        ],
+    )
+    first = Admission(EventLog(await connect(nats_server.url, "admission-1")))
+    running = asyncio.create_task(first.run())
+    admitted = await send(
+        log.nc, SubmitJob(job_id="j1", spec=JobSpec(project="a"), idempotency_key="k1")
+    )
+    rejected = await send(
+        log.nc, SubmitJob(job_id="j2", spec=JobSpec(project="x"), idempotency_key="k2")
+    )
+    assert admitted.ok and isinstance(admitted.event, JobAdmitted)
+    assert not rejected.ok and isinstance(rejected.event, JobRejected)
+    await cancel_and_wait(running)
+    await first.log.nc.close()  # as if its process ended: nobody answers for it any more
+
+    folded = await full_replay(log)
+    await SnapshotStore(log.js).save(
+        encode_snapshot(folded.state, folded.applied_seq), folded.applied_seq
+    )
+    second = Admission(EventLog(await connect(nats_server.url, "admission-2")))
+    running = asyncio.create_task(second.run())
+    try:
+        again = await send(
+            log.nc, SubmitJob(job_id="j1", spec=JobSpec(project="a"), idempotency_key="k1")
+        )
+        assert second.follower.restored_from == folded.applied_seq
+        assert "j1" not in second.keys  # known from the snapshot only
+        assert again.ok and again.event == admitted.event
+        refused = await send(
+            log.nc, SubmitJob(job_id="j1", spec=JobSpec(project="a"), idempotency_key="k9")
+        )
+        assert refused.error == "job id 'j1' already exists"
+        repeat = await send(
+            log.nc, SubmitJob(job_id="j2", spec=JobSpec(project="x"), idempotency_key="k2")
+        )
+        assert not repeat.ok and repeat.event == rejected.event
+        fresh = await send(log.nc, SubmitJob(job_id="j3", spec=JobSpec(project="a")))
+        assert fresh.ok
+    finally:
+        await cancel_and_wait(running)
+        await second.log.nc.close()

@@ -3,6 +3,12 @@
 A submission is recorded as `JobSubmitted` (its id derives from the job id, so a retry is one
 job) and answered with `JobAdmitted` or `JobRejected` from `policy.admission.admit`, the same
 pure function the scenario runner and the simulator use.
+
+It starts from the newest snapshot of the fold (see services/runtime/snapshots.py) and replays
+the rest. The idempotency keys and verdicts it answers a repeated submission with are kept for
+the jobs it has seen in the log it read; for a job it knows only from the snapshot, they are
+read back from the stream (the last message on the job's `job_submitted`, `job_admitted` and
+`job_rejected` subjects): repeats are rare, so the lookup costs nothing in the common case.
 """
 
 from __future__ import annotations
@@ -10,6 +16,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+
+import msgspec
+from nats.js.errors import NotFoundError
 
 from events import (
     Event,
@@ -19,6 +28,7 @@ from events import (
     JobRejected,
     JobResumed,
     JobSubmitted,
+    decode_event,
 )
 from events.commands import (
     ADMISSION_SUBJECT,
@@ -34,6 +44,7 @@ from policy.state import FINAL_PHASES, Job
 from services.runtime.commands import Refusal, serve
 from services.runtime.eventlog import EventLog, Stored
 from services.runtime.follower import Follower
+from services.runtime.snapshots import SnapshotStore
 
 CONCURRENCY = 64
 
@@ -41,7 +52,7 @@ CONCURRENCY = 64
 class Admission:
     def __init__(self, log: EventLog) -> None:
         self.log = log
-        self.follower = Follower(log)
+        self.follower = Follower(log, snapshots=SnapshotStore(log.js))
         self.keys: dict[str, str | None] = {}  # job id -> idempotency key of its submission
         self.verdicts: dict[str, JobAdmitted | JobRejected] = {}
         #: Submissions being recorded now: a second one for the same id waits for the first.
@@ -104,8 +115,12 @@ class Admission:
                 await asyncio.shield(self.inflight[job_id])
         if job_id in self.follower.state.jobs or job_id in self.keys:
             key = command.idempotency_key
-            if key is not None and self.keys.get(job_id) == key and job_id in self.verdicts:
-                return Reply(ok=True, event=self.verdicts[job_id])
+            if key is not None:
+                recorded_key, verdict = await self._recorded(job_id)
+                if recorded_key == key and verdict is not None:
+                    if isinstance(verdict, JobRejected):
+                        return Reply(ok=False, event=verdict, error=verdict.reason)
+                    return Reply(ok=True, event=verdict)
             raise Refusal(f"job id {job_id!r} already exists")
         done: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
         self.inflight[job_id] = done
@@ -138,6 +153,30 @@ class Admission:
         if isinstance(verdict, JobRejected):
             return Reply(ok=False, event=verdict, error=verdict.reason)
         return Reply(ok=True, event=verdict)
+
+    async def _recorded(self, job_id: str) -> tuple[str | None, JobAdmitted | JobRejected | None]:
+        """The idempotency key a job was submitted with and the verdict it got."""
+        if job_id in self.keys:
+            return self.keys[job_id], self.verdicts.get(job_id)
+        submitted = await self._last_on(f"fl.job.{job_id}.job_submitted")
+        if not isinstance(submitted, JobSubmitted):
+            return None, None
+        verdict = await self._last_on(f"fl.job.{job_id}.job_admitted")
+        if verdict is None:
+            verdict = await self._last_on(f"fl.job.{job_id}.job_rejected")
+        if not isinstance(verdict, JobAdmitted | JobRejected):
+            return submitted.idempotency_key, None
+        return submitted.idempotency_key, verdict
+
+    async def _last_on(self, subject: str) -> Event | None:
+        try:
+            msg = await self.log.js.get_last_msg(self.log.stream, subject)
+        except NotFoundError:
+            return None
+        try:
+            return decode_event(msg.data or b"")
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            return None
 
     def _job(self, job_id: str) -> Job:
         job = self.follower.state.jobs.get(job_id)

@@ -96,29 +96,28 @@ async def test_kill_9_each_service_in_turn(
     await log.nc.close()
 
 
-async def scheduler_terms(url: str) -> list[int]:
-    """Stream sequences of the scheduler's `LeaderElected` terms, in log order."""
+async def leader_terms(url: str, kind: str) -> list[int]:
+    """Stream sequences of the `LeaderElected` terms of one kind, in log order."""
     log = await open_log(url, "terms")
     _, stored = await replay(log)
     await log.nc.close()
-    return [
-        s.seq for s in stored if isinstance(s.event, LeaderElected) and s.event.kind == "scheduler"
-    ]
+    return [s.seq for s in stored if isinstance(s.event, LeaderElected) and s.event.kind == kind]
 
 
-async def test_the_standby_scheduler_takes_over(
-    cluster: ProcessCluster, nats_server: NatsServer
+@pytest.mark.parametrize("kind", ["scheduler", "preemptor"])
+async def test_the_standby_takes_over(
+    cluster: ProcessCluster, nats_server: NatsServer, kind: str
 ) -> None:
-    await cluster.start("scheduler-2", "scheduler")
-    leader = await cluster.leader("scheduler", "scheduler-2")
+    await cluster.start(f"{kind}-2", kind)
+    leader = await cluster.leader(kind, f"{kind}-2")
     await submit_many(nats_server.url, 30, prefix="before")
     log = await open_log(nats_server.url)
     await wait_until_done(log, 30, within=60)
-    assert len(await scheduler_terms(nats_server.url)) == 1
+    assert len(await leader_terms(nats_server.url, kind)) == 1
 
     await cluster.kill(leader)
     killed_at = asyncio.get_running_loop().time()
-    while len(terms := await scheduler_terms(nats_server.url)) < 2:
+    while len(terms := await leader_terms(nats_server.url, kind)) < 2:
         assert asyncio.get_running_loop().time() - killed_at < 30, "no standby took over"
         await asyncio.sleep(0.1)
     took_over_s = asyncio.get_running_loop().time() - killed_at
@@ -128,9 +127,10 @@ async def test_the_standby_scheduler_takes_over(
     await submit_many(nats_server.url, 30, prefix="after")
     await wait_until_done(log, 60, within=60)
     _, stored = await replay(log)
-    assert len(await scheduler_terms(nats_server.url)) == 2
-    placements_after = [s for s in stored if isinstance(s.event, JobScheduled) and s.seq > terms[1]]
-    assert {s.event.job_id for s in placements_after} >= {f"after{i}" for i in range(30)}
+    assert len(await leader_terms(nats_server.url, kind)) == 2
+    if kind == "scheduler":
+        placed_after = [s for s in stored if isinstance(s.event, JobScheduled) and s.seq > terms[1]]
+        assert {s.event.job_id for s in placed_after} >= {f"after{i}" for i in range(30)}
     assert audit(stored) == []
     await log.nc.close()
 

@@ -75,7 +75,11 @@ async def connect(url: str, name: str, retry_for: float = 30.0) -> Client:
     async def on_error(e: Exception) -> None:  # instead of nats-py's traceback on every retry
         log.warning("nats connection trouble", client=name, error=str(e) or repr(e))
 
+    client: list[Client] = []  # filled in once connected
+
     async def on_disconnected() -> None:
+        if client and (client[0].is_closed or client[0].is_draining):
+            return  # closed on purpose: nothing to warn about
         log.warning("disconnected from nats", client=name)
 
     async def on_reconnected() -> None:
@@ -83,7 +87,7 @@ async def connect(url: str, name: str, retry_for: float = 30.0) -> Client:
 
     while True:
         try:
-            return await nats.connect(
+            nc = await nats.connect(
                 url,
                 name=name,
                 max_reconnect_attempts=-1,
@@ -93,6 +97,8 @@ async def connect(url: str, name: str, retry_for: float = 30.0) -> Client:
                 disconnected_cb=on_disconnected,
                 reconnected_cb=on_reconnected,
             )
+            client.append(nc)
+            return nc
         except (OSError, nats.errors.NoServersError, TimeoutError):
             if asyncio.get_running_loop().time() > deadline:
                 raise

@@ -6,14 +6,16 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import os
 import signal
+import socket
 import sys
 from collections.abc import Callable, Coroutine
 from typing import Any
 
 import structlog
 
-from services.runtime.eventlog import EventLog, connect
+from services.runtime.eventlog import EventLog, connect, durable_name
 from services.runtime.tasks import cancel_and_wait
 
 Body = Callable[[EventLog], Coroutine[Any, Any, None]]
@@ -41,7 +43,10 @@ def run_service(name: str, body: Body) -> None:
 
 
 async def _main(name: str, url: str, body: Body) -> None:
-    log = EventLog(await connect(url, name))
+    # the live tail through a durable consumer of this process's own (a standby beside a
+    # leader is another process, so another consumer)
+    durable = durable_name(name, socket.gethostname(), str(os.getpid()))
+    log = EventLog(await connect(url, name), durable=durable)
     task = asyncio.create_task(body(log))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -1,12 +1,13 @@
-"""The cycle benchmark still runs (at a tiny size); its figures are reported, never asserted."""
+"""The benchmarks still run (at tiny sizes); their figures are reported, never asserted."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
+from rich.console import Console
 
-from bench import policy_cycle
+from bench import pipeline, policy_cycle, replay
 from bench.policy_cycle import Size
 from events.model import SchedulerType
 
@@ -46,3 +47,19 @@ def test_bench_command_line_writes_json(
     assert [r["nodes"] for r in rows] == [4, 4, 8, 8]
     assert all(r["growth_p50"] > 0 for r in rows)
     assert doc["gc"] == "freeze"
+
+
+@pytest.mark.nats
+async def test_replay_bench_runs_on_a_small_log() -> None:
+    figures = await replay.run(3000, 1000, Console(quiet=True))
+    assert figures.events == 3000 and figures.tail_events == 1000
+    assert figures.snapshot_bytes > 0 and figures.events_per_s > 0
+
+
+@pytest.mark.nats
+@pytest.mark.slow
+async def test_pipeline_bench_runs_a_few_jobs() -> None:
+    figures = await pipeline.run(jobs=40, nodes=4, clients=2, gpus_per_node=8)
+    assert figures.jobs == 40 and figures.jobs_per_s > 0
+    assert figures.latency_p50_ms <= figures.latency_p99_ms
+    assert set(figures.cpu_ms_per_job) >= {"nats-server", "scheduler", "admission"}

@@ -9,9 +9,9 @@ service replays the whole log, as it would without one).
 
 The bytes are a small header (its length in 4 bytes, then format, fold and sequence), so a
 snapshot can be checked without decoding it, then the body. Dict orders are part of the state
-(the policy breaks ties by them), so they are kept as they
-are: msgspec writes dicts in insertion order and reads them back in the same order, and `live`
-(which shares its jobs with `jobs`) is written as the ordered list of its ids.
+(the policy breaks ties by them), so they are kept as they are: msgspec writes dicts in
+insertion order and reads them back in the same order, and `live` (which shares its jobs with
+`jobs`) is written as the ordered list of its ids.
 """
 
 from __future__ import annotations

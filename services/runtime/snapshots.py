@@ -78,7 +78,7 @@ class SnapshotStore:
         return state, seq
 
     async def save(self, data: bytes, seq: int) -> None:
-        """Store encoded snapshot bytes (see `encode`) taken at `seq`."""
+        """Store snapshot bytes (`encode_snapshot`) taken at `seq`."""
         store = await self._bucket()
         meta = ObjectMeta(
             name=OBJECT,
@@ -93,11 +93,6 @@ class SnapshotStore:
             bytes=len(data),
             seconds=round(time.perf_counter() - began, 3),
         )
-
-    @staticmethod
-    def encode(state: ClusterState, seq: int) -> bytes:
-        """The bytes, taken now: call it between two applies, where the state is `seq`'s."""
-        return encode_snapshot(state, seq)
 
 
 class Snapshotter:
@@ -114,7 +109,8 @@ class Snapshotter:
         if seq - self.last_seq < self.every or (self._writing and not self._writing.done()):
             return
         self.last_seq = seq
-        self._writing = asyncio.create_task(self._write(SnapshotStore.encode(state, seq), seq))
+        # encoded now, between two applies, where the state is `seq`'s; written in the background
+        self._writing = asyncio.create_task(self._write(encode_snapshot(state, seq), seq))
 
     async def _write(self, data: bytes, seq: int) -> None:
         try:

@@ -118,3 +118,21 @@ async def test_a_durable_follower_acks_what_it_has_handled(nats_server: NatsServ
     assert info.ack_floor is not None and info.ack_floor.stream_seq == 4
     await reader.nc.close()
     await writer.nc.close()
+
+
+async def test_follow_with_a_subject_delivers_only_those_events(nats_server: NatsServer) -> None:
+    log = await open_log(nats_server)
+    await log.publish(submitted("j1"))
+    await log.publish(JobCancelled(id="j1/cancelled", time=1.0, actor="t", job_id="j1"))
+    await log.publish(submitted("j2"))
+    seen: list[tuple[int, str]] = []
+
+    async def reader() -> None:
+        async for stored in log.follow(1, subject="fl.job.*.job_submitted"):
+            seen.append((stored.seq, type(stored.event).__name__))
+            if len(seen) == 2:
+                return
+
+    await asyncio.wait_for(reader(), 10)
+    assert seen == [(1, "JobSubmitted"), (3, "JobSubmitted")]
+    await log.nc.close()

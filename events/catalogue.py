@@ -147,6 +147,8 @@ class JobNominated(Event, frozen=True, kw_only=True):
     replicas: tuple[Replica, ...]
     victims: tuple[str, ...]
     reason: PreemptionReason
+    #: the log position (stream sequence) of the state this was decided on
+    basis_seq: int = 0
 
 
 class JobScheduled(Event, frozen=True, kw_only=True):
@@ -157,6 +159,8 @@ class JobScheduled(Event, frozen=True, kw_only=True):
     replicas: tuple[Replica, ...]
     scale_up: bool = False
     note: str = ""
+    #: the log position (stream sequence) of the state this was decided on
+    basis_seq: int = 0
 
 
 class JobStarted(Event, frozen=True, kw_only=True):
@@ -173,6 +177,8 @@ class JobPreemptionRequested(Event, frozen=True, kw_only=True):
     replicas: int = 0
     for_job: str | None = None
     facts: PreemptionFacts | None = None
+    #: the log position (stream sequence) of the state this was decided on
+    basis_seq: int = 0
 
 
 class JobPreempted(Event, frozen=True, kw_only=True):

@@ -48,7 +48,7 @@ from events import (
 )
 from policy.admission import admit
 from policy.cycle import decide, next_wakeup
-from policy.state import ClusterState, Job
+from policy.state import ClusterState, Job, Verdict
 
 #: A finish or checkpoint that falls due: (time, job seq, kind, job id). The order is the order
 #: in which simultaneous items are handled.
@@ -122,8 +122,8 @@ class VirtualCluster:
 
     # -- recording -------------------------------------------------------------------------------
 
-    def record(self, event: Event) -> None:
-        self.state.apply(event)
+    def record(self, event: Event) -> Verdict:
+        verdict = self.state.apply(event)
         if self.keep_log:
             self.log.append(event)
         if isinstance(event, JobAdmitted) and (
@@ -132,6 +132,7 @@ class VirtualCluster:
             self._timers = True
         if self.observer is not None:
             self.observer(event)
+        return verdict
 
     def _id(self, kind: str) -> str:
         return f"{kind}-{next(self._ids)}"
@@ -245,10 +246,10 @@ class VirtualCluster:
 
     def cycle(self) -> list[Event]:
         """One scheduling cycle now, and the executors' answers to it. Returns the decisions."""
-        decisions = decide(self.state, self.now)
+        decisions = decide(self.state, self.now).events
         for event in decisions:
-            self.record(event)
-            self._execute(event)
+            if self.record(event).applied:
+                self._execute(event)
         return decisions
 
     def advance(self, seconds: float) -> None:

@@ -2,7 +2,8 @@
 
 `decide(state, now)` is pure: it reads the state, never writes it, and uses no clock of its own,
 so the scheduler service, the scenario runner and the simulator get the same decisions from the
-same log. Order of work:
+same log. It returns a `Plan`: the decisions (as events), the log position they were decided
+on, and why each job left waiting waits. Order of work:
 
 1. jobs that must stop (paused, cancelled, on a lost node) are asked to;
 2. nominated jobs whose GPUs have been given up start on them;
@@ -14,14 +15,15 @@ same log. Order of work:
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any, Final
 
-from events import Event, JobPreemptionRequested, JobScheduled, Replica
+from events import Event, JobNominated, JobPreemptionRequested, JobScheduled, Replica
 from events.catalogue import PreemptionReason
 from events.model import SchedulerType
 from policy.capacity import Capacity, NodeSlots
 from policy.ledger import Account, Ledger
-from policy.pool_cycle import ACTOR, Candidate, PoolCycle
+from policy.pool_cycle import ACTOR, PREEMPTOR, Candidate, PoolCycle, WaitReason
 from policy.schedulers import fair_share, priority, round_robin
 from policy.state import ClusterState, Job
 
@@ -35,13 +37,47 @@ SCHEDULERS: dict[SchedulerType, tuple[Allocate, Preempt]] = {
 }
 
 
-def decide(state: ClusterState, now: float) -> list[Event]:
-    out: list[Event] = []
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """One cycle's decisions, in the order they must be written: placements, nominations
+    (each followed by the stop requests it causes) and other stop requests."""
+
+    #: the log position of the state decided on (every decision carries it as `basis_seq`)
+    basis_seq: int
+    events: list[Event] = field(default_factory=list)
+    #: why each admitted job that is still waiting after this cycle waits
+    waiting: dict[str, WaitReason] = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return bool(self.events)
+
+    def __len__(self) -> int:
+        return len(self.events)
+
+    @property
+    def placements(self) -> list[JobScheduled]:
+        return [e for e in self.events if isinstance(e, JobScheduled)]
+
+    @property
+    def stops(self) -> list[JobPreemptionRequested]:
+        return [e for e in self.events if isinstance(e, JobPreemptionRequested)]
+
+    @property
+    def nominations(self) -> list[JobNominated]:
+        return [e for e in self.events if isinstance(e, JobNominated)]
+
+
+def decide(state: ClusterState, now: float) -> Plan:
+    plan = Plan(state.position)
+    out, waiting = plan.events, plan.waiting
     _ask_to_stop(state, now, out)
     if state.held:
-        return out
-    cycles, held = _pool_cycles(state, now, out)
-    rounds = _account_and_collect(state, cycles, held, out)
+        for job in state.live.values():
+            if job.phase == "pending":
+                waiting[job.id] = "held"
+        return plan
+    cycles, held = _pool_cycles(state, now, out, waiting)
+    rounds = _account_and_collect(state, cycles, held, waiting)
     for cycle in cycles.values():
         cycle.ledger.divide()
     placed: set[str] = set()
@@ -53,25 +89,27 @@ def decide(state: ClusterState, now: float) -> list[Event]:
                 continue
             allocate, _ = SCHEDULERS[cycles[pool].settings.type]
             start = len(out)
-            waiting = allocate(cycles[pool], todo)
+            left = allocate(cycles[pool], todo)
             # the jobs whose minimum was placed: an extra replica's placement is a scale-up
             placed.update(
                 e.job_id for e in out[start:] if isinstance(e, JobScheduled) and not e.scale_up
             )
             if k == 0:
-                waiting_first[pool] = waiting
-    for pool, waiting in waiting_first.items():
-        todo = [c for c in waiting if c.job.id not in placed] if placed else waiting
+                waiting_first[pool] = left
+    for pool, left in waiting_first.items():
+        todo = [c for c in left if c.job.id not in placed] if placed else left
         if todo:
             _, preempt = SCHEDULERS[cycles[pool].settings.type]
             preempt(cycles[pool], todo)
-    return out
+    for job_id in [j for j in waiting if j in placed or state.jobs[j].phase != "pending"]:
+        del waiting[job_id]  # only jobs still pending after this cycle wait
+    return plan
 
 
 def fair_shares(state: ClusterState, now: float) -> dict[str, dict[str, int]]:
     """Each pool's fair share per project, as the next cycle would compute it."""
-    cycles, held = _pool_cycles(state, now, [])
-    _account_and_collect(state, cycles, held, [])
+    cycles, held = _pool_cycles(state, now, [], {})
+    _account_and_collect(state, cycles, held, {})
     result: dict[str, dict[str, int]] = {}
     for pool, cycle in cycles.items():
         cycle.ledger.divide()
@@ -88,6 +126,8 @@ def next_wakeup(state: ClusterState, now: float) -> float | None:
             due.append(job.pending_since + job.preemption_delay_s)
         elif job.phase == "running" and job.min_runtime_s > 0 and job.started_at is not None:
             due.append(job.started_at + job.min_runtime_s)
+        if job.phase == "running" and job.elastic and job.preemption_delay_s > 0:
+            due.append(job.pending_since + job.preemption_delay_s)  # its extras may preempt
     later = [t for t in due if t > now]
     return min(later) if later else None
 
@@ -111,19 +151,21 @@ def _ask_to_stop(state: ClusterState, now: float, out: list[Event]) -> None:
                 JobPreemptionRequested(
                     id=f"{job.id}/{job.attempt}/stop/{reason}",
                     time=now,
-                    actor=ACTOR,
+                    actor=PREEMPTOR,
                     job_id=job.id,
                     attempt=job.attempt,
                     reason=reason,
+                    basis_seq=state.position,
                 )
             )
 
 
 def _pool_cycles(
-    state: ClusterState, now: float, out: list[Event]
+    state: ClusterState, now: float, out: list[Event], waiting: dict[str, WaitReason]
 ) -> tuple[dict[str, PoolCycle], dict[str, set[int]]]:
     held: dict[str, set[int]] = {}
     nominated: list[Replica] = []
+    releasing: list[Replica] = []
     for job in state.live.values():
         if job.held:
             for r in job.held:
@@ -132,6 +174,7 @@ def _pool_cycles(
                     held[r.node] = set(r.gpus)
                 else:
                     gpus.update(r.gpus)
+            releasing.extend(_giving_back(job))
         if job.nomination:
             nominated.extend(job.nomination)
     taken = {node: set(gpus) for node, gpus in held.items()} if nominated else held
@@ -144,20 +187,40 @@ def _pool_cycles(
         slots = by_pool.setdefault(node.pool, [])
         free = [g for g in range(node.gpus) if g not in busy] if busy else list(range(node.gpus))
         slots.append(NodeSlots(node.name, node.order, len(slots), node.gpus, free))
+    reserved = {node: set(gpus) for node, gpus in state.reserved.items() if gpus}
+    back: dict[str, dict[str, list[int]]] = {}
+    for r in releasing:
+        where = state.nodes.get(r.node)
+        if where is not None:
+            kept = [g for g in r.gpus if g not in reserved.get(r.node, ())]
+            if kept:
+                back.setdefault(where.pool, {}).setdefault(r.node, []).extend(kept)
     cycles: dict[str, PoolCycle] = {}
     for pool, nodes in by_pool.items():
         capacity = Capacity(nodes)
         ledger = Ledger(state, pool, capacity.total_gpus)
         settings = state.pool_settings(pool)
-        cycles[pool] = PoolCycle(state, pool, settings, capacity, ledger, now, out)
+        cycles[pool] = PoolCycle(
+            state, pool, settings, capacity, ledger, now, out, back.get(pool, {}), waiting
+        )
     return cycles, held
+
+
+def _giving_back(job: Job) -> list[Replica]:
+    """The replicas a job is giving back (rule 7): all of them when it is paused, cancelled,
+    stopping or cut off by a lost node, else those asked to stop (the newest)."""
+    if job.phase in ("paused", "cancelled", "stopping") or job.lost_node:
+        return job.held
+    if job.stop_replicas:
+        return job.held[len(job.held) - job.stop_replicas :]
+    return []
 
 
 def _account_and_collect(
     state: ClusterState,
     cycles: dict[str, PoolCycle],
     held: dict[str, set[int]],
-    out: list[Event],
+    waiting: dict[str, WaitReason],
 ) -> list[dict[str, list[Candidate]]]:
     """Count usage and demand per pool, start nominees whose GPUs are free, and gather the
     candidates: rounds[k][pool] holds the jobs for which `pool` is the k-th pool to try."""
@@ -174,6 +237,7 @@ def _account_and_collect(
                 found = _route(state, job, cycles, rounds)
                 route = routes[key] = None if found is None else (found[0], {}, found[1])
             if route is None:
+                waiting[job.id] = "no_pool"
                 continue
             ledger, accounts, targets = route
             acct = accounts.get(job.project)
@@ -191,7 +255,8 @@ def _account_and_collect(
             cycle.running.append(job)
             if job.nomination:
                 cycle.ledger.count_nominated(job)
-                _start_if_free(cycle, job, held, scale_up=True)
+                if _start_if_free(cycle, job, held, scale_up=True):
+                    _queue_extra(cycle, rounds, job, len(job.held) + len(job.nomination))
             elif job.elastic and not job.stop_replicas and not job.lost_node:
                 if job.active_replicas < job.replicas:
                     rounds[0].setdefault(cycle.pool, []).append(
@@ -206,8 +271,20 @@ def _account_and_collect(
             if cycle is not None:
                 cycle.ledger.count_waiting(job)
                 cycle.ledger.count_nominated(job)
-                _start_if_free(cycle, job, held, scale_up=False)
+                if _start_if_free(cycle, job, held, scale_up=False):
+                    _queue_extra(cycle, rounds, job, len(job.nomination))
+                else:
+                    waiting[job.id] = "nominated"
     return rounds
+
+
+def _queue_extra(
+    cycle: PoolCycle, rounds: list[dict[str, list[Candidate]]], job: Job, holds: int
+) -> None:
+    """A job that starts on GPUs held for it takes part in this cycle's turns for its extra
+    replicas (rule 6)."""
+    if job.elastic and holds < job.replicas:
+        rounds[0].setdefault(cycle.pool, []).append(Candidate(job, 1, extra=True, before=holds))
 
 
 _Route = tuple[Ledger, dict[str, Account], list[list[Candidate]]]
@@ -234,11 +311,11 @@ def _route(
     return cycles[pools[0]].ledger, targets
 
 
-def _start_if_free(cycle: PoolCycle, job: Job, held: dict[str, set[int]], scale_up: bool) -> None:
+def _start_if_free(cycle: PoolCycle, job: Job, held: dict[str, set[int]], scale_up: bool) -> bool:
     if any(held.get(r.node, set()) & set(r.gpus) for r in job.nomination):
-        return  # a victim has not let go yet
+        return False  # a victim has not let go yet
     if any(r.node not in cycle.capacity.by_name for r in job.nomination):
-        return
+        return False
     attempt = job.attempt if scale_up else job.attempt + 1
     count = len(job.held) + len(job.nomination)
     suffix = f"scale/{count}-{job.preemptions}" if scale_up else "scheduled"
@@ -253,8 +330,10 @@ def _start_if_free(cycle: PoolCycle, job: Job, held: dict[str, set[int]], scale_
             replicas=job.nomination,
             scale_up=scale_up,
             note="on the GPUs held for it",
+            basis_seq=cycle.basis_seq,
         )
     )
+    return True
 
 
 def _could_hold(state: ClusterState, pool: str, job: Job) -> bool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Literal
 
 from events import (
     Event,
@@ -27,6 +28,16 @@ from policy.state import ClusterState, Job
 from policy.victims import Unit, lost_work_gpu_s, may_be_victim, units_of
 
 ACTOR = "scheduler"
+#: Preemption decisions (nominations and the stop requests they cause) carry their own actor.
+PREEMPTOR = "preemptor"
+
+#: Why a job is still waiting after a cycle (the API's "why is my job pending"):
+#: no_fit: not enough idle GPUs of the right shape (and nobody it may preempt);
+#: limit: its project's limit; quota: non-preemptible work only runs within quota;
+#: preemption_delay: it may not preempt anyone yet; held: scheduling is held by an operator;
+#: nominated: GPUs are held for it while others give them back; no_pool: no pool of its list
+#: could hold it with its nodes as they are now.
+WaitReason = Literal["no_fit", "limit", "quota", "preemption_delay", "held", "nominated", "no_pool"]
 
 
 @dataclass(slots=True)
@@ -55,10 +66,15 @@ class Candidate:
 
 @dataclass(slots=True)
 class Taken:
-    """Victims chosen so far for one candidate, and what they free."""
+    """Victims chosen so far for one candidate, and what they free. The overlay starts with
+    the GPUs stopping jobs are giving back (rule 7: they count as free)."""
 
+    #: surplus replicas of each job already taken by earlier preemptions of this cycle
+    base_surplus: dict[str, int]
+    #: units taken by earlier preemptions of this cycle
+    base_used: set[int]
+    overlay: dict[str, list[int]]
     units: list[Unit] = field(default_factory=list)
-    overlay: dict[str, list[int]] = field(default_factory=dict)
     freed_by_project: dict[str, int] = field(default_factory=dict)
     surplus_taken: dict[str, int] = field(default_factory=dict)
     cursor: dict[str, int] = field(default_factory=dict)  # where a picker stopped looking
@@ -66,14 +82,15 @@ class Taken:
 
     def replicas_freed(self, unit: Unit) -> list[Replica]:
         job = unit.job
-        if id(unit) in self.used:
+        if id(unit) in self.used or id(unit) in self.base_used:
             return []
-        already = self.surplus_taken.get(job.id, 0)
+        active = job.active_replicas - self.base_surplus.get(job.id, 0)
+        active -= self.surplus_taken.get(job.id, 0)
         if unit.surplus:
-            if job.active_replicas - already <= job.min_replicas:
+            if active <= job.min_replicas:
                 return []
-            return [job.held[job.active_replicas - already - 1]]
-        return job.held[: job.active_replicas - already]
+            return [job.held[active - 1]]
+        return job.held[:active]
 
     def add(self, unit: Unit, replicas: list[Replica]) -> int:
         self.units.append(unit)
@@ -108,6 +125,8 @@ class PoolCycle:
         ledger: Ledger,
         now: float,
         out: list[Event],
+        releasing: dict[str, list[int]] | None = None,
+        waiting: dict[str, WaitReason] | None = None,
     ) -> None:
         self.state = state
         self.pool = pool
@@ -116,6 +135,16 @@ class PoolCycle:
         self.ledger = ledger
         self.now = now
         self.out = out
+        self.basis_seq = state.position
+        #: GPUs being given back (stopping jobs, and what this cycle's victims free beyond the
+        #: job they were taken for), not held for anyone: rule 7 counts them as free when
+        #: deciding whether anyone must be preempted
+        self.releasing: dict[str, list[int]] = releasing if releasing is not None else {}
+        #: why each job left waiting waits (the last reason found for it this cycle)
+        self.waiting: dict[str, WaitReason] = waiting if waiting is not None else {}
+        #: surplus replicas each job gives up this cycle, and the victim units already taken
+        self.surplus_stopped: dict[str, int] = {}
+        self.used_units: set[int] = set()
         self.running: list[Job] = []  # filled by the cycle: jobs holding GPUs in this pool
         self.generation = 0  # bumps on every decision, invalidating memos of failures
         # Decisions of this cycle, kept here rather than written into the state (which is input)
@@ -157,7 +186,11 @@ class PoolCycle:
             ok = memo.get(shape)
             if ok is None:
                 ok = memo[shape] = self.capacity.fits(*shape)
-            (maybe if ok else never).append(cand)
+            if ok:
+                maybe.append(cand)
+            else:
+                self.waiting[cand.job.id] = "no_fit"
+                never.append(cand)
         return maybe, never
 
     def schedule(self, cand: Candidate, replicas: list[Replica], note: str = "") -> None:
@@ -181,6 +214,7 @@ class PoolCycle:
                     replicas=tuple(replicas),
                     scale_up=True,
                     note=note,
+                    basis_seq=self.basis_seq,
                 )
             )
             # what this cycle gives a job, it does not take back in the same breath: a job
@@ -199,6 +233,7 @@ class PoolCycle:
                 pool=self.pool,
                 replicas=tuple(replicas),
                 note=note,
+                basis_seq=self.basis_seq,
             )
         )
         self.generation += 1
@@ -312,56 +347,79 @@ class PoolCycle:
         taken.cursor[project] = i
         return None
 
+    def new_taken(self) -> Taken:
+        overlay = {node: list(gpus) for node, gpus in self.releasing.items() if gpus}
+        return Taken(self.surplus_stopped, self.used_units, overlay)
+
+    def fits_with(self, cand: Candidate, taken: Taken) -> bool:
+        job = cand.job
+        return self.capacity.fits(job.gpus, cand.replicas, job.node, taken.overlay)
+
     def take_until_fits(
         self,
         cand: Candidate,
         pick: Callable[[Taken], tuple[Unit, list[Replica]] | None],
+        enough: Callable[[Taken], bool] | None = None,
     ) -> Taken | None:
-        """Take victims one at a time (`pick` chooses the next) until the candidate fits."""
-        taken = Taken()
-        job = cand.job
-        gpus, replicas, capacity = job.gpus, cand.replicas, self.capacity
-        if job.node is not None or gpus <= 0:
-            while not capacity.fits(gpus, replicas, job.node, taken.overlay):
-                chosen = pick(taken)
-                if chosen is None:
-                    return None
-                unit, freed = chosen
-                taken.add(unit, freed)
-            return taken
-        # capacity.fits(gpus, replicas, None, taken.overlay), kept up to date as victims are
-        # added instead of summed over the whole overlay each time: the replica slots of the
-        # idle GPUs plus what each node with freed GPUs gains
-        slots = capacity.slots(gpus)
-        while slots < replicas:
+        """Take victims one at a time (`pick` chooses the next) until the candidate fits (and
+        `enough` holds), then spare every victim the candidate can do without (rule 5: only
+        as many as needed). None if it never fits: then nobody is preempted."""
+        taken = self.new_taken()
+        while not (self.fits_with(cand, taken) and (enough is None or enough(taken))):
             chosen = pick(taken)
             if chosen is None:
                 return None
-            unit, freed = chosen
-            before = {r.node: len(taken.overlay.get(r.node, ())) for r in freed}
-            taken.add(unit, freed)
-            for node, had in before.items():
-                slot = capacity.by_name.get(node)
-                if slot is not None:
-                    base = len(slot.free)
-                    slots += (base + len(taken.overlay[node])) // gpus - (base + had) // gpus
+            taken.add(*chosen)
+        return self.spare_unneeded(cand, taken, enough)
+
+    def spare_unneeded(
+        self, cand: Candidate, taken: Taken, enough: Callable[[Taken], bool] | None
+    ) -> Taken:
+        """Go through the victims in the order they were taken and spare each one the candidate
+        can do without: it still fits, and every rule (`enough`) still holds."""
+        if len(taken.units) < 2 and (not taken.units or not self._fits_bare(cand, enough)):
+            return taken
+        kept = list(taken.units)
+        for unit in taken.units:
+            trial = self._taken_of([u for u in kept if u is not unit])
+            if self.fits_with(cand, trial) and (enough is None or enough(trial)):
+                kept = trial.units
+        return self._taken_of(kept) if len(kept) < len(taken.units) else taken
+
+    def _fits_bare(self, cand: Candidate, enough: Callable[[Taken], bool] | None) -> bool:
+        bare = self.new_taken()
+        return self.fits_with(cand, bare) and (enough is None or enough(bare))
+
+    def _taken_of(self, units: list[Unit]) -> Taken:
+        """These victims taken afresh, in this order (what each frees is worked out again)."""
+        taken = self.new_taken()
+        for unit in units:
+            freed = taken.replicas_freed(unit)
+            if freed:
+                taken.add(unit, freed)
         return taken
 
     def commit_preemption(
         self, cand: Candidate, taken: Taken, reason: PreemptionReason, note: str
     ) -> None:
-        """Ask the victims to stop and hold their GPUs (plus any idle ones needed) for `cand`."""
+        """Hold GPUs (idle, releasing and the victims') for `cand`, then ask the victims to
+        stop. The nomination goes first: the fold applies a victim's stop only if the
+        nomination it serves was applied."""
         job = cand.job
         involved = {job.project} | {u.project for u in taken.units}
         # the ledger as it stands before this preemption, for the projects it involves
         fair_share, usage, quota = self.ledger.facts(involved)
-        victims: list[str] = []
-        for victim, replicas in taken.requests():
-            count = replicas or victim.active_replicas
+        requests = taken.requests()
+        nomination = self.nominate(cand, taken.overlay, tuple(v.id for v, _ in requests), reason)
+        for victim, replicas in requests:
+            count = replicas or victim.active_replicas - self.surplus_stopped.get(victim.id, 0)
             gpus = count * victim.gpus
             self.ledger.account(victim.project).remove(gpus, victim.preemptible)
-            victims.append(victim.id)
-            self.stopping.add(victim.id)
+            if replicas:
+                self.surplus_stopped[victim.id] = self.surplus_stopped.get(victim.id, 0) + count
+            else:
+                self.stopping.add(victim.id)
+                self._forget_units([victim])
             if victim.lost_node:
                 continue  # this cycle asks it to stop already (node_lost): ask once
             facts = PreemptionFacts(
@@ -374,44 +432,83 @@ class PoolCycle:
                 note=note,
             )
             remaining = len(victim.held) - (replicas or len(victim.held))
+            if replicas:
+                remaining = victim.active_replicas - self.surplus_stopped[victim.id]
             self.out.append(
                 JobPreemptionRequested(
                     id=f"{victim.id}/{victim.attempt}/preempt/{remaining}",
                     time=self.now,
-                    actor=ACTOR,
-                    causation=f"{job.id}/nominate/{job.nominations + 1}",
+                    actor=PREEMPTOR,
+                    causation=nomination.id,
                     job_id=victim.id,
                     attempt=victim.attempt,
                     reason=reason,
                     replicas=replicas,
                     for_job=job.id,
                     facts=facts,
+                    basis_seq=self.basis_seq,
                 )
             )
-        placed = self.capacity.place(
-            job.gpus, cand.replicas, self.settings.fitting, job.node, taken.overlay
-        )
-        assert placed is not None, "take_until_fits promised room"
-        self.ledger.account(job.project).add(cand.gpus, job.preemptible)
-        self.out.append(
-            JobNominated(
-                id=f"{job.id}/nominate/{job.nominations + 1}",
-                time=self.now,
-                actor=ACTOR,
-                job_id=job.id,
-                pool=self.pool,
-                replicas=tuple(placed),
-                victims=tuple(victims),
-                reason=reason,
-            )
-        )
-        self.nominated.add(job.id)
-        self._forget_units([job, *(victim for victim, _ in taken.requests())])
+        self.used_units.update(id(u) for u in taken.units)
         self.generation += 1
 
-    def delay_passed(self, cand: Candidate) -> bool:
+    def nominate(
+        self,
+        cand: Candidate,
+        overlay: dict[str, list[int]],
+        victims: tuple[str, ...],
+        reason: PreemptionReason,
+    ) -> JobNominated:
+        """Hold GPUs for `cand` from the idle ones and `overlay` (releasing and freed GPUs);
+        what the overlay holds beyond its need is releasing for the rest of the cycle."""
         job = cand.job
-        return cand.extra or self.now - job.pending_since >= job.preemption_delay_s
+        placed = self.capacity.place(
+            job.gpus, cand.replicas, self.settings.fitting, job.node, overlay
+        )
+        assert placed is not None, "the caller made sure it fits"
+        self.releasing = _left_over(overlay, placed)
+        self.ledger.account(job.project).add(cand.gpus, job.preemptible)
+        nomination = JobNominated(
+            id=f"{job.id}/nominate/{job.nominations + 1}",
+            time=self.now,
+            actor=PREEMPTOR,
+            job_id=job.id,
+            pool=self.pool,
+            replicas=tuple(placed),
+            victims=victims,
+            reason=reason,
+            basis_seq=self.basis_seq,
+        )
+        self.out.append(nomination)
+        self.nominated.add(job.id)
+        self.waiting[job.id] = "nominated"
+        self._forget_units([job])
+        self.generation += 1
+        return nomination
+
+    def try_releasing(self, cand: Candidate) -> bool:
+        """Rule 7: a job that fits in idle plus releasing GPUs waits for them, nominated, and
+        preempts nobody."""
+        if not self.releasing or not gate_ok(self.ledger.account(cand.job.project), cand):
+            return False
+        taken = self.new_taken()
+        if not self.fits_with(cand, taken):
+            return False
+        self.nominate(cand, taken.overlay, (), "priority" if cand.job.preemptible else "reclaim")
+        return True
+
+    def may_ask(self, cand: Candidate) -> bool:
+        """A job that gave up GPUs this cycle, or was just granted some, asks for no more in
+        the same breath (a victim taking its GPUs straight back would be ping-pong)."""
+        job_id = cand.job.id
+        return not (
+            job_id in self.stopping or job_id in self.nominated or job_id in self.surplus_stopped
+        )
+
+    def delay_passed(self, cand: Candidate) -> bool:
+        """Rule 7: the delay holds for the whole job, its extra replicas included."""
+        job = cand.job
+        return self.now - job.pending_since >= job.preemption_delay_s
 
 
 def _count_units(job: Job, sizes: dict[int, int], priorities: dict[int, int], sign: int) -> None:
@@ -423,11 +520,29 @@ def _count_units(job: Job, sizes: dict[int, int], priorities: dict[int, int], si
     priorities[job.priority] = priorities.get(job.priority, 0) + sign * (surplus + 1)
 
 
-def gate_ok(acct: Account, cand: Candidate, respect_quota: bool = True) -> bool:
+def gate(acct: Account, cand: Candidate, respect_quota: bool = True) -> WaitReason | None:
     """Rule 3: preemptible work may use idle GPUs up to the limit; non-preemptible work only
-    while the project's non-preemptible usage stays within its quota."""
+    while the project's non-preemptible usage stays within its quota. None: the gate is open."""
     if acct.usage + cand.gpus > acct.limit:
-        return False
-    return not (
-        respect_quota and not cand.job.preemptible and acct.np_usage + cand.gpus > acct.quota
-    )
+        return "limit"
+    if respect_quota and not cand.job.preemptible and acct.np_usage + cand.gpus > acct.quota:
+        return "quota"
+    return None
+
+
+def gate_ok(acct: Account, cand: Candidate, respect_quota: bool = True) -> bool:
+    return gate(acct, cand, respect_quota) is None
+
+
+def _left_over(overlay: dict[str, list[int]], placed: list[Replica]) -> dict[str, list[int]]:
+    """The overlay's GPUs that `placed` does not use."""
+    used: dict[str, set[int]] = {}
+    for r in placed:
+        used.setdefault(r.node, set()).update(r.gpus)
+    left: dict[str, list[int]] = {}
+    for node, gpus in overlay.items():
+        taken = used.get(node)
+        rest = [g for g in gpus if g not in taken] if taken else list(gpus)
+        if rest:
+            left[node] = rest
+    return left

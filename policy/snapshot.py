@@ -24,7 +24,7 @@ from events import PriorityClass, ProjectTerms, SchedulerSettings
 from policy.state import ClusterSettings, ClusterState, Job, Node, Pool, Project
 
 #: The meaning of the fold (bump with any change to `policy/state.py` that changes results).
-FOLD_VERSION: Final = 1
+FOLD_VERSION: Final = 2
 #: The layout of this file's structs.
 FORMAT_VERSION: Final = 1
 
@@ -78,6 +78,7 @@ class _Snapshot(msgspec.Struct):
     reserved: dict[str, dict[int, str]]
     last_time: float
     events_applied: int
+    position: int
     held: bool
     node_seq: int
     job_seq: int
@@ -111,6 +112,7 @@ def encode_snapshot(state: ClusterState, seq: int) -> bytes:
             reserved=state.reserved,
             last_time=state.last_time,
             events_applied=state.events_applied,
+            position=state.position,
             held=state.held,
             node_seq=state._node_seq,
             job_seq=state._job_seq,
@@ -150,6 +152,7 @@ def decode_snapshot(data: bytes) -> tuple[ClusterState, int]:
         reserved=snap.reserved,
         last_time=snap.last_time,
         events_applied=snap.events_applied,
+        position=snap.position,
         held=snap.held,
     )
     state._node_seq, state._job_seq = snap.node_seq, snap.job_seq

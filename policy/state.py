@@ -61,6 +61,18 @@ FINAL_PHASES: Final = frozenset({"completed", "failed", "cancelled", "rejected"}
 HOLDING_PHASES: Final = frozenset({"starting", "running", "stopping"})
 
 
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """What the fold did with one event: applied, or refused and why (a decision made on a
+    state the log has moved past, an event about a job or node it does not know, ...)."""
+
+    applied: bool
+    reason: str = ""
+
+
+APPLIED: Final = Verdict(True)
+
+
 @dataclass(slots=True)
 class Node:
     name: str
@@ -122,6 +134,8 @@ class Job(msgspec.Struct, array_like=True):
     nomination: tuple[Replica, ...] = ()
     nomination_pool: str | None = None
     nominations: int = 0
+    #: the id of the nomination the fold accepted (the causation of its victims' stop requests)
+    nomination_id: str = ""
     # -- history the policy weighs
     preemptions: int = 0
     last_checkpoint_at: float | None = None
@@ -166,6 +180,9 @@ class ClusterState:
     reserved: dict[str, dict[int, str]] = field(default_factory=dict)
     last_time: float = 0.0
     events_applied: int = 0
+    #: The log position of the last event applied (the stream sequence where the caller gives
+    #: one, else the count of events applied): what a decision made now is based on.
+    position: int = 0
     #: Scheduling held by an operator: no placements, no preemptions (see SchedulingHeld).
     held: bool = False
     _node_seq: int = 0
@@ -196,13 +213,17 @@ class ClusterState:
 
     # -- the fold ------------------------------------------------------------------------------
 
-    def apply(self, event: Event) -> None:
-        """Apply one event. Events about unknown jobs or nodes are ignored (idempotent replay)."""
+    def apply(self, event: Event, seq: int | None = None) -> Verdict:
+        """Apply one event at log position `seq`, and say whether it took effect. Events about
+        unknown jobs or nodes, and decisions the log has moved past, change nothing."""
         self.events_applied += 1
+        self.position = self.events_applied if seq is None else seq
         self.last_time = max(self.last_time, event.time)
         handler = _HANDLERS.get(type(event))
-        if handler is not None:
-            handler(self, event)
+        if handler is None:
+            return APPLIED
+        refused = handler(self, event)
+        return APPLIED if refused is None else Verdict(False, refused)
 
     def apply_all(self, events: list[Event]) -> None:
         for event in events:
@@ -231,8 +252,8 @@ class ClusterState:
         return True
 
     def _reserve(self, job: Job, replicas: tuple[Replica, ...], victims: tuple[str, ...]) -> bool:
-        """Hold GPUs for a nominee, if each is free or held by one of its victims and not
-        already held for someone else."""
+        """Hold GPUs for a nominee, if each is free, held by one of its victims or being given
+        back by a stopping job (rule 7), and not already held for someone else."""
         for r in replicas:
             node = self.nodes.get(r.node)
             if node is None:
@@ -241,13 +262,26 @@ class ClusterState:
             for g in r.gpus:
                 if not 0 <= g < node.gpus or reserved.get(g, job.id) != job.id:
                     return False
-                if g in owners and owners[g] not in victims and owners[g] != job.id:
+                owner = owners.get(g)
+                if owner is None or owner == job.id or owner in victims:
+                    continue
+                if not self._giving_back(owner, r.node, g):
                     return False
         for r in replicas:
             reserved = self.reserved.setdefault(r.node, {})
             for g in r.gpus:
                 reserved[g] = job.id
         return True
+
+    def _giving_back(self, job_id: str, node: str, gpu: int) -> bool:
+        """Is this GPU on its way back: its job paused, cancelled, stopping (the replicas asked
+        to stop), or cut off by a lost node?"""
+        job = self.jobs.get(job_id)
+        if job is None:
+            return False
+        whole = job.phase in ("paused", "cancelled", "stopping") or job.lost_node
+        stopping = job.held if whole else job.held[len(job.held) - job.stop_replicas :]
+        return any(r.node == node and gpu in r.gpus for r in stopping)
 
     def _drop_nomination(self, job: Job) -> None:
         for r in job.nomination:
@@ -256,7 +290,7 @@ class ClusterState:
                 for g in r.gpus:
                     if reserved.get(g) == job.id:
                         del reserved[g]
-        job.nomination, job.nomination_pool = (), None
+        job.nomination, job.nomination_pool, job.nomination_id = (), None, ""
 
     def _give_back(self, job: Job, replicas: list[Replica]) -> None:
         for r in replicas:
@@ -275,7 +309,11 @@ class ClusterState:
             self.live[job.id] = job
 
 
-def _cluster_configured(state: ClusterState, e: ClusterConfigured) -> None:
+#: A handler returns None when the event took effect, or why it did not.
+Refusal = str | None
+
+
+def _cluster_configured(state: ClusterState, e: ClusterConfigured) -> Refusal:
     state.settings = ClusterSettings(
         scheduler=e.scheduler,
         preemption_grace_s=e.preemption_grace_s,
@@ -286,29 +324,33 @@ def _cluster_configured(state: ClusterState, e: ClusterConfigured) -> None:
     for name in (e.default_compute_pool, e.default_aux_pool):
         if name is not None:
             state._ensure_pool(name)
+    return None
 
 
-def _scheduling_held(state: ClusterState, e: SchedulingHeld) -> None:
+def _scheduling_held(state: ClusterState, e: SchedulingHeld) -> Refusal:
     state.held = e.held
+    return None
 
 
-def _pool_configured(state: ClusterState, e: PoolConfigured) -> None:
+def _pool_configured(state: ClusterState, e: PoolConfigured) -> Refusal:
     state._ensure_pool(e.pool).scheduler = e.scheduler
+    return None
 
 
-def _node_registered(state: ClusterState, e: NodeRegistered) -> None:
+def _node_registered(state: ClusterState, e: NodeRegistered) -> Refusal:
     state._ensure_pool(e.pool)
     known = state.nodes.get(e.node)
     if known is not None:
         known.pool, known.gpus = e.pool, e.gpus
-        return
+        return None
     state.nodes[e.node] = Node(name=e.node, pool=e.pool, gpus=e.gpus, order=state._node_seq)
     state._node_seq += 1
+    return None
 
 
-def _node_lost(state: ClusterState, e: NodeLost) -> None:
+def _node_lost(state: ClusterState, e: NodeLost) -> Refusal:
     if state.nodes.pop(e.node, None) is None:
-        return
+        return "unknown node"
     state.owners.pop(e.node, None)
     state.reserved.pop(e.node, None)
     for job in list(state.live.values()):
@@ -323,28 +365,33 @@ def _node_lost(state: ClusterState, e: NodeLost) -> None:
             _released(state, job, e.time)
         elif job.phase in HOLDING_PHASES:
             job.lost_node = True
+    return None
 
 
-def _project_configured(state: ClusterState, e: ProjectConfigured) -> None:
+def _project_configured(state: ClusterState, e: ProjectConfigured) -> Refusal:
     project = state.projects.get(e.project)
     if project is None:
         project = state.projects[e.project] = Project(name=e.project, order=len(state.projects))
     project.terms = dict(e.terms)
+    return None
 
 
-def _job_submitted(state: ClusterState, e: JobSubmitted) -> None:
+def _job_submitted(state: ClusterState, e: JobSubmitted) -> Refusal:
     if e.job_id in state.jobs:
-        return
+        return "job already submitted"
     job = Job(id=e.job_id, seq=state._job_seq, spec=e.spec, submitted_at=e.time)
     state._job_seq += 1
     state.jobs[e.job_id] = job
     state._settle(job)
+    return None
 
 
-def _job_admitted(state: ClusterState, e: JobAdmitted) -> None:
+def _job_admitted(state: ClusterState, e: JobAdmitted) -> Refusal:
     job = state.jobs.get(e.job_id)
-    if job is None or job.phase != "submitted":
-        return
+    if job is None:
+        return _UNKNOWN_JOB
+    if job.phase != "submitted":
+        return f"job is {job.phase}, not submitted"
     job.project, job.priority, job.preemptible = e.project, e.priority, e.preemptible
     job.gpus, job.replicas, job.min_replicas = e.gpus, e.replicas, e.min_replicas
     job.pools, job.node = e.pools, e.node
@@ -352,68 +399,98 @@ def _job_admitted(state: ClusterState, e: JobAdmitted) -> None:
     if job.spec.checkpoint is not None:
         job.save_s, job.restore_s = job.spec.checkpoint.save_s, job.spec.checkpoint.restore_s
     job.phase, job.pending_since = "pending", e.time
+    return None
 
 
-def _job_rejected(state: ClusterState, e: JobRejected) -> None:
-    job = state.jobs.get(e.job_id)
-    if job is None or job.phase != "submitted":
-        return
-    job.phase, job.reject_reason = "rejected", e.reason
-    state._settle(job)
-
-
-def _job_nominated(state: ClusterState, e: JobNominated) -> None:
-    job = state.jobs.get(e.job_id)
-    if job is None or job.phase not in ("pending", "starting", "running") or job.nomination:
-        return
-    if job.phase != "pending" and len(job.held) + len(e.replicas) > job.replicas:
-        return  # decided before the job was placed some other way
-    job.nominations += 1  # counted even when refused: the next nomination gets a fresh id
-    if state._reserve(job, e.replicas, e.victims):
-        job.nomination, job.nomination_pool = e.replicas, e.pool
-
-
-def _job_scheduled(state: ClusterState, e: JobScheduled) -> None:
+def _job_rejected(state: ClusterState, e: JobRejected) -> Refusal:
     job = state.jobs.get(e.job_id)
     if job is None:
-        return
+        return _UNKNOWN_JOB
+    if job.phase != "submitted":
+        return f"job is {job.phase}, not submitted"
+    job.phase, job.reject_reason = "rejected", e.reason
+    state._settle(job)
+    return None
+
+
+def _job_nominated(state: ClusterState, e: JobNominated) -> Refusal:
+    job = state.jobs.get(e.job_id)
+    if job is None:
+        return _UNKNOWN_JOB
+    if job.phase not in ("pending", "starting", "running"):
+        return f"job is {job.phase}"
+    if job.nomination:
+        return "job already has GPUs held for it"
+    if job.phase != "pending" and len(job.held) + len(e.replicas) > job.replicas:
+        return "decided before the job was placed some other way"
+    job.nominations += 1  # counted even when refused: the next nomination gets a fresh id
+    if not state._reserve(job, e.replicas, e.victims):
+        return "a GPU it holds is taken, held for another job, or gone"
+    job.nomination, job.nomination_pool, job.nomination_id = e.replicas, e.pool, e.id
+    return None
+
+
+def _job_scheduled(state: ClusterState, e: JobScheduled) -> Refusal:
+    job = state.jobs.get(e.job_id)
+    if job is None:
+        return _UNKNOWN_JOB
     if e.scale_up:
-        fits = len(job.held) + len(e.replicas) <= job.replicas
-        if job.phase in ("starting", "running") and e.attempt == job.attempt and fits:
-            if state._take(job, e.replicas):
-                job.held.extend(e.replicas)
-            state._drop_nomination(job)
-        return
-    if job.phase != "pending" or not state._take(job, e.replicas):
-        return  # decided on a state the log has since moved past: no effect
+        if job.phase not in ("starting", "running") or e.attempt != job.attempt:
+            return "not the job's running attempt"
+        if len(job.held) + len(e.replicas) > job.replicas:
+            return "more replicas than the job has"
+        taken = state._take(job, e.replicas)
+        if taken:
+            job.held.extend(e.replicas)
+        state._drop_nomination(job)
+        return None if taken else _GPUS_TAKEN
+    if job.phase != "pending":
+        return f"job is {job.phase}, not pending"
+    if not state._take(job, e.replicas):
+        return _GPUS_TAKEN  # decided on a state the log has since moved past: no effect
     job.attempt, job.pool, job.held = e.attempt, e.pool, list(e.replicas)
     job.phase, job.started_at = "starting", None
     state._drop_nomination(job)
     job.stop_replicas, job.stop_reason, job.lost_node = 0, "", False
+    return None
 
 
-def _job_started(state: ClusterState, e: JobStarted) -> None:
+def _job_started(state: ClusterState, e: JobStarted) -> Refusal:
     job = state.jobs.get(e.job_id)
-    if job is None or e.attempt != job.attempt or job.phase != "starting":
-        return
+    if job is None:
+        return _UNKNOWN_JOB
+    if e.attempt != job.attempt or job.phase != "starting":
+        return "not the job's starting attempt"
     job.phase, job.started_at = "running", e.time
+    return None
 
 
-def _job_preemption_requested(state: ClusterState, e: JobPreemptionRequested) -> None:
+def _job_preemption_requested(state: ClusterState, e: JobPreemptionRequested) -> Refusal:
     job = state.jobs.get(e.job_id)
-    if job is None or e.attempt != job.attempt or not job.held:
-        return
+    if job is None:
+        return _UNKNOWN_JOB
+    if e.attempt != job.attempt or not job.held:
+        return "not the job's current attempt, or it holds nothing"
+    if e.for_job is not None and e.causation is not None:
+        # A stop that makes room stands or falls with the nomination it serves: a victim is
+        # never stopped for a nominee whose GPUs the fold did not hold.
+        nominee = state.jobs.get(e.for_job)
+        if nominee is None or nominee.nomination_id != e.causation:
+            return f"its nomination {e.causation} was not applied"
     whole = e.replicas == 0 or e.replicas >= len(job.held)
     job.stop_replicas = len(job.held) if whole else e.replicas
     job.stop_reason = e.reason
     if whole and job.phase in ("starting", "running"):
         job.phase = "stopping"
+    return None
 
 
-def _job_preempted(state: ClusterState, e: JobPreempted) -> None:
+def _job_preempted(state: ClusterState, e: JobPreempted) -> Refusal:
     job = state.jobs.get(e.job_id)
-    if job is None or e.attempt != job.attempt or not job.held:
-        return
+    if job is None:
+        return _UNKNOWN_JOB
+    if e.attempt != job.attempt or not job.held:
+        return "not the job's current attempt, or it holds nothing"
     if e.reason in MAKES_ROOM:
         job.preemptions += 1
     whole = e.replicas == 0 or e.replicas >= len(job.held)
@@ -427,6 +504,7 @@ def _job_preempted(state: ClusterState, e: JobPreempted) -> None:
         job.stop_replicas = max(0, job.stop_replicas - e.replicas)
     if e.checkpointed:
         job.last_checkpoint_at = e.time
+    return None
 
 
 def _released(state: ClusterState, job: Job, time: float) -> None:
@@ -438,63 +516,83 @@ def _released(state: ClusterState, job: Job, time: float) -> None:
     state._settle(job)
 
 
-def _job_checkpointed(state: ClusterState, e: JobCheckpointed) -> None:
+def _job_checkpointed(state: ClusterState, e: JobCheckpointed) -> Refusal:
     job = state.jobs.get(e.job_id)
-    if job is None or e.attempt != job.attempt:
-        return
+    if job is None:
+        return _UNKNOWN_JOB
+    if e.attempt != job.attempt:
+        return "not the job's current attempt"
     job.last_checkpoint_at = e.time
     if e.save_s:
         job.save_s = e.save_s
+    return None
 
 
-def _job_paused(state: ClusterState, e: JobPaused) -> None:
+def _job_paused(state: ClusterState, e: JobPaused) -> Refusal:
     job = state.jobs.get(e.job_id)
-    if job is None or job.phase in FINAL_PHASES or job.phase in ("paused", "submitted"):
-        return
+    if job is None:
+        return _UNKNOWN_JOB
+    if job.phase in FINAL_PHASES or job.phase in ("paused", "submitted"):
+        return f"job is {job.phase}"
     job.phase = "paused"
     state._drop_nomination(job)
+    return None
 
 
-def _job_resumed(state: ClusterState, e: JobResumed) -> None:
+def _job_resumed(state: ClusterState, e: JobResumed) -> Refusal:
     job = state.jobs.get(e.job_id)
-    if job is None or job.phase != "paused":
-        return
+    if job is None:
+        return _UNKNOWN_JOB
+    if job.phase != "paused":
+        return f"job is {job.phase}, not paused"
     job.phase, job.pending_since = ("stopping" if job.held else "pending"), e.time
+    return None
 
 
-def _job_ended(state: ClusterState, job_id: str, phase: JobPhase, attempt: int | None) -> None:
+def _job_ended(state: ClusterState, job_id: str, phase: JobPhase, attempt: int | None) -> Refusal:
     job = state.jobs.get(job_id)
-    if job is None or job.phase in FINAL_PHASES:
-        return
+    if job is None:
+        return _UNKNOWN_JOB
+    if job.phase in FINAL_PHASES:
+        return f"job is {job.phase} already"
     if attempt is not None and attempt != job.attempt:
-        return
+        return "not the job's current attempt"
     job.phase = phase
     if phase != "cancelled":
         state._give_back(job, job.held)
         job.held = []  # the workload exited: its GPUs are free now
     state._drop_nomination(job)
     state._settle(job)
+    return None
 
 
-def _job_completed(state: ClusterState, e: JobCompleted) -> None:
-    _job_ended(state, e.job_id, "completed", e.attempt)
+def _job_completed(state: ClusterState, e: JobCompleted) -> Refusal:
+    return _job_ended(state, e.job_id, "completed", e.attempt)
 
 
-def _job_failed(state: ClusterState, e: JobFailed) -> None:
-    _job_ended(state, e.job_id, "failed", e.attempt)
+def _job_failed(state: ClusterState, e: JobFailed) -> Refusal:
+    return _job_ended(state, e.job_id, "failed", e.attempt)
 
 
-def _job_cancelled(state: ClusterState, e: JobCancelled) -> None:
-    _job_ended(state, e.job_id, "cancelled", None)
+def _job_cancelled(state: ClusterState, e: JobCancelled) -> Refusal:
+    return _job_ended(state, e.job_id, "cancelled", None)
 
 
-def _job_priority_changed(state: ClusterState, e: JobPriorityChanged) -> None:
+def _job_priority_changed(state: ClusterState, e: JobPriorityChanged) -> Refusal:
     job = state.jobs.get(e.job_id)
-    if job is not None and job.phase not in FINAL_PHASES:
-        job.priority = e.priority
+    if job is None:
+        return _UNKNOWN_JOB
+    if job.phase in FINAL_PHASES:
+        return f"job is {job.phase}"
+    job.priority = e.priority
+    return None
 
 
-_HANDLERS: Final[dict[type[Event], Callable[[ClusterState, Any], None]]] = {
+_UNKNOWN_JOB: Final = "unknown job"
+_GPUS_TAKEN: Final = "a GPU it names is taken, held for another job, or gone"
+
+
+_HANDLERS: Final[dict[type[Event], Callable[[ClusterState, Any], Refusal]]] = {
     ClusterConfigured: _cluster_configured,
     PoolConfigured: _pool_configured,
     SchedulingHeld: _scheduling_held,

@@ -1,9 +1,9 @@
 """Who may be preempted, in what order, and what it would cost.
 
 A victim unit is either one surplus replica of an elastic job (above its minimum), or a whole
-job. Surplus replicas always go first: an elastic job loses its extras before anything else
-(DESIGN rule 6). Among units, lower job priority goes first, then the newest job, or with
-`victim_order: cost` the one that would lose the least work (rule 9).
+job. Among units, lower job priority goes first; among equal priority, surplus replicas go
+before whole jobs (an elastic job loses its extras before anything else, DESIGN rule 6); then the
+newest job, or with `victim_order: cost` the one that would lose the least work (rule 9).
 """
 
 from __future__ import annotations
@@ -51,21 +51,23 @@ def may_be_victim(job: Job, now: float) -> bool:
 
 
 def units_of(jobs: list[Job], order: VictimOrder, now: float) -> list[Unit]:
-    """The victim units of these jobs, in the order they would be taken."""
+    """The victim units of these jobs, in the order they would be taken (rules 4, 5 and 9):
+    lowest job priority first; among equal priority, extra replicas of elastic jobs before
+    whole jobs; then the newest job (`newest`) or the least lost work (`cost`). A job's own
+    extras (newest replica first) always come before the job as a whole."""
 
     def key(job: Job, surplus: bool) -> tuple[float, ...]:
+        kind = 0 if surplus else 1
         if order == "cost":
             cost = lost_work_gpu_s(job, now, 1 if surplus else None)
-            return (job.priority, cost, -job.seq)
-        return (job.priority, -job.seq)
+            return (job.priority, kind, cost, -job.seq)
+        return (job.priority, kind, -job.seq)
 
-    surplus: list[tuple[tuple[float, ...], int, Unit]] = []
-    whole: list[tuple[tuple[float, ...], Unit]] = []
+    keyed: list[tuple[tuple[float, ...], int, Unit]] = []
     for job in jobs:
         extra = job.active_replicas - job.min_replicas
         for i in range(extra):
-            surplus.append((key(job, True), i, Unit(job, True)))
-        whole.append((key(job, False), Unit(job, False)))
-    surplus.sort(key=lambda t: (t[0], t[1]))
-    whole.sort(key=lambda t: t[0])
-    return [u for _, _, u in surplus] + [u for _, u in whole]
+            keyed.append((key(job, True), i, Unit(job, True)))
+        keyed.append((key(job, False), 0, Unit(job, False)))
+    keyed.sort(key=lambda t: (t[0], t[1]))
+    return [u for _, _, u in keyed]

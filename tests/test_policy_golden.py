@@ -231,7 +231,7 @@ def random_case(seed: int) -> Iterator[list[Event]]:
             configure(rng.choice(projects))
         else:
             d.now += rng.choice((1.0, 30.0, 90.0, 400.0))
-        decisions = decide(d.state, d.now)
+        decisions = decide(d.state, d.now).events
         yield decisions
         for event in decisions:
             d.record(event)
@@ -241,7 +241,7 @@ def random_case(seed: int) -> Iterator[list[Event]]:
 
 def bench_case(scheduler: SchedulerType, fitting: Fitting, order: VictimOrder) -> list[Event]:
     state = build(Size(nodes=40, running=150, pending=400), 11, scheduler, fitting, order).state
-    return decide(state, NOW)
+    return decide(state, NOW).events
 
 
 def cases() -> Iterator[tuple[str, Iterator[list[Event]]]]:

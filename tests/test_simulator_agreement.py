@@ -85,7 +85,7 @@ def reference(
     finish: dict[str, float] = {}  # running job -> when it is done
 
     def settle(now: float) -> None:
-        while out := decide(state, now):
+        while out := decide(state, now).events:
             for e in out:
                 state.apply(e)
                 decisions.append(e)

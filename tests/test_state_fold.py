@@ -61,7 +61,7 @@ def test_held_scheduling_places_nothing_until_released() -> None:
     vc.set_project("a", {"default": ProjectTerms(quota=2)})
     vc.record(SchedulingHeld(id="hold", time=0.0, actor="op", held=True))
     vc.submit("j1", JobSpec(project="a", gpus=1))
-    assert decide(vc.state, 0.0) == []
+    assert decide(vc.state, 0.0).events == []
     vc.record(SchedulingHeld(id="release", time=0.0, actor="op", held=False))
     vc.settle()
     assert vc.state.jobs["j1"].phase == "running"

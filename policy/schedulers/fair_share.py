@@ -8,12 +8,12 @@ have less of their share.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import replace
 
 from events import Replica
 from policy.ledger import Account
-from policy.pool_cycle import Candidate, PoolCycle, Taken, gate_ok
+from policy.pool_cycle import Candidate, PoolCycle, Taken, gate, gate_ok
 from policy.victims import Unit
 
 ProjectKey = tuple[bool, bool, int, float, float, int]
@@ -32,13 +32,21 @@ def project_key(acct: Account, cand: Candidate) -> ProjectKey:
     )
 
 
-def job_key(cand: Candidate) -> tuple[int, int, int]:
-    """Inside a project: minimums before extra replicas, then higher priority, then older."""
-    return (1 if cand.extra else 0, -cand.job.priority, cand.job.seq)
+JobKey = tuple[int, int, int, int]
+
+
+def job_key(cand: Candidate) -> JobKey:
+    """Inside a project (rules 2 and 6): higher job priority first; among equal priority, jobs
+    below their minimum, then extra replicas in rounds (every job's first extra, then every
+    job's second, ...: round robin), then submission order."""
+    job = cand.job
+    if cand.extra:
+        return (-job.priority, 1, cand.before - job.min_replicas, job.seq)
+    return (-job.priority, 0, 0, job.seq)
 
 
 #: A candidate queued after the start: job_key(cand) flattened, the order queued, the candidate
-LaterItem = tuple[int, int, int, int, Candidate]
+LaterItem = tuple[int, int, int, int, int, Candidate]
 
 
 class _Queue:
@@ -60,21 +68,20 @@ class _Queue:
 
     def _later_first(self) -> bool:
         """Does the first candidate queued later go before the next listed one?"""
-        extra, priority, seq, _, _ = self.later[0]
-        return (extra, priority, seq) < job_key(self.items[self.at])
+        return self.later[0][:4] < job_key(self.items[self.at])
 
     def front(self) -> Candidate | None:
         if self.at < len(self.items):
             if self.later and self._later_first():
-                return self.later[0][4]
+                return self.later[0][5]
             return self.items[self.at]
-        return self.later[0][4] if self.later else None
+        return self.later[0][5] if self.later else None
 
     def take(self) -> Candidate | None:
         if self.at < len(self.items) and not (self.later and self._later_first()):
             self.at += 1
             return self.items[self.at - 1]
-        return heapq.heappop(self.later)[4] if self.later else None
+        return heapq.heappop(self.later)[5] if self.later else None
 
     def rank(self, front: Candidate) -> ProjectKey:
         """project_key(acct, front), which changes only with the usage and the request size."""
@@ -85,7 +92,7 @@ class _Queue:
         return self.key
 
     def remaining(self) -> list[Candidate]:
-        return self.items[self.at :] + [item[4] for item in self.later]
+        return self.items[self.at :] + [item[5] for item in self.later]
 
 
 class Turns:
@@ -143,28 +150,39 @@ class Turns:
 
 
 def allocate(cycle: PoolCycle, cands: list[Candidate]) -> list[Candidate]:
-    """Place what fits on idle GPUs (rules 2, 3 and 6). Returns the candidates left waiting."""
-    maybe, waiting = cycle.split_by_room(cands)
-    turns = Turns(cycle, maybe)
+    """Place what fits on idle GPUs (rules 2, 3 and 6). Returns the candidates left waiting.
+
+    Every candidate takes part in the turns, whether or not it could fit: a project is ranked
+    with its next job in job order, and a job that does not fit is skipped when its turn comes.
+    """
+    turns = Turns(cycle, cands)
+    waiting: list[Candidate] = []
     no_fit: set[tuple[int, int, str | None]] = set()  # idle GPUs only shrink during this pass
     left: dict[tuple[int, int, str | None], int] = {}  # candidates still queued, by shape
-    for queued in maybe:
+    for queued in cands:
         shape = queued.shape()
         left[shape] = left.get(shape, 0) + 1
     for cand in turns:
         shape = cand.shape()
         left[shape] -= 1
-        acct = cycle.ledger.account(cand.job.project)
+        closed = gate(cycle.ledger.account(cand.job.project), cand)
         placed = False
-        if gate_ok(acct, cand) and shape not in no_fit:
+        if closed is not None:
+            cycle.waiting[cand.job.id] = closed
+        elif shape in no_fit:
+            cycle.waiting[cand.job.id] = "no_fit"
+        else:
             placed = cycle.try_place(cand)
             if not placed:
                 no_fit.add(shape)
+                cycle.waiting[cand.job.id] = "no_fit"
                 if _nothing_fits(cycle, left, no_fit):
                     # no candidate left could be placed: they all wait (their order does not
-                    # matter: the preemption pass orders them by its own keys)
+                    # matter: the preemption pass orders them by its own turns)
                     waiting.append(cand)
-                    waiting.extend(turns.remaining())
+                    for rest in turns.remaining():
+                        cycle.waiting.setdefault(rest.job.id, "no_fit")
+                        waiting.append(rest)
                     return waiting
         if placed:
             follow = cand.follow_up()
@@ -192,11 +210,14 @@ def _nothing_fits(
 
 
 def preempt(cycle: PoolCycle, waiting: list[Candidate]) -> None:
-    """For jobs still waiting, in turn order: reclaim from other projects (rule 5), else take
-    from lower-priority jobs of the same project (rule 4)."""
+    """For jobs still waiting, in turn order: wait for releasing GPUs where they suffice
+    (rule 7), else reclaim from other projects (rule 5), else take from lower-priority jobs of
+    the same project (rule 4)."""
     turns = Turns(cycle, _may_preempt(cycle, waiting))
     failed: dict[tuple[object, ...], int] = {}
     for cand in turns:
+        if not cycle.may_ask(cand):
+            continue
         job = cand.job
         # what a failure says nothing has changed for: same project, priority, preemptibility,
         # shape, kind of request (every candidate here is past its preemption_delay)
@@ -209,9 +230,12 @@ def preempt(cycle: PoolCycle, waiting: list[Candidate]) -> None:
             job.node,
             cand.extra,
         )
-        if failed.get(memo) != cycle.generation:
-            if not (try_reclaim(cycle, cand) or try_preempt_in_project(cycle, cand)):
-                failed[memo] = cycle.generation
+        if failed.get(memo) == cycle.generation:
+            continue
+        if cycle.try_releasing(cand):
+            continue
+        if not (try_reclaim(cycle, cand) or try_preempt_in_project(cycle, cand)):
+            failed[memo] = cycle.generation
 
 
 def _may_preempt(cycle: PoolCycle, waiting: list[Candidate]) -> list[Candidate]:
@@ -222,17 +246,17 @@ def _may_preempt(cycle: PoolCycle, waiting: list[Candidate]) -> list[Candidate]:
     room: dict[str, int] = {}  # fair share less usage, per project
     lowest: dict[str, float] = {}  # the lowest priority of a possible victim, per project
     kept: list[Candidate] = []
-    now = cycle.now
     for cand in waiting:
         job = cand.job
-        if not (cand.extra or now - job.pending_since >= job.preemption_delay_s):
-            continue  # cycle.delay_passed(cand), inline
+        if not cycle.delay_passed(cand):
+            cycle.waiting[job.id] = "preemption_delay"
+            continue
         project = job.project
         left = room.get(project)
         if left is None:
             acct = cycle.ledger.account(project)
             left = room[project] = acct.fair_share - acct.usage
-        if cand.replicas * job.gpus <= left:
+        if cand.gpus <= left:
             kept.append(cand)
             continue
         low = lowest.get(project)
@@ -244,19 +268,29 @@ def _may_preempt(cycle: PoolCycle, waiting: list[Candidate]) -> list[Candidate]:
 
 
 def try_preempt_in_project(cycle: PoolCycle, cand: Candidate) -> bool:
+    """Rule 4: take from running preemptible jobs of the same project with strictly lower
+    priority, only if the job then fits on the nodes, within the project's limit (a job held
+    back only by the limit may preempt to get under it), a non-preemptible job within quota,
+    and the project then holds no more than its fair share."""
     job = cand.job
     acct = cycle.ledger.account(job.project)
     if not job.preemptible and acct.np_usage + cand.gpus > acct.quota:
         return False
+    cap = min(acct.limit, acct.fair_share)
+    must_free = acct.usage + cand.gpus - cap  # what the victims must give back to stay under
 
     def lower(unit: Unit) -> bool:
         return unit.job.priority < job.priority
 
-    taken = cycle.take_until_fits(cand, lambda t: cycle.next_unit(job.project, t, job.node, lower))
-    if taken is None:
-        return False
-    freed = taken.freed_by_project.get(job.project, 0)
-    if acct.usage - freed + cand.gpus > acct.limit:
+    def enough(taken: Taken) -> bool:
+        return taken.freed_by_project.get(job.project, 0) >= must_free
+
+    taken = cycle.take_until_fits(
+        cand,
+        lambda t: cycle.next_unit(job.project, t, job.node, lower),
+        enough if must_free > 0 else None,
+    )
+    if taken is None or not taken.units:
         return False
     note = f"{job.project}: priority {job.priority} job takes GPUs from lower-priority jobs"
     cycle.commit_preemption(cand, taken, "priority", note)
@@ -264,6 +298,9 @@ def try_preempt_in_project(cycle: PoolCycle, cand: Candidate) -> bool:
 
 
 def try_reclaim(cycle: PoolCycle, cand: Candidate) -> bool:
+    """Rule 5: take from preemptible jobs of other projects, only up to the claimant's fair
+    share (and quota, for non-preemptible work), from projects above their threshold, one
+    victim at a time from the project that would be served last without it."""
     job = cand.job
     ledger = cycle.ledger
     claimant = ledger.account(job.project)
@@ -273,51 +310,41 @@ def try_reclaim(cycle: PoolCycle, cand: Candidate) -> bool:
     if not job.preemptible and claimant.np_usage + cand.gpus > claimant.quota:
         return False
     within_quota = after <= claimant.quota
-    others = [p for p in cycle.victim_jobs() if p != job.project]
-    if not others:
-        return False
-    # Only a project above its threshold (may_take_from) gives GPUs, and what it holds only
-    # falls as victims are taken: the projects at or below theirs can be left out from the start.
+    # Only a project above its threshold gives GPUs, and what it holds only falls as victims
+    # are taken: the projects at or below theirs can be left out from the start.
     held: dict[str, int] = {}
-    accounts = ledger.accounts  # every project holding GPUs has an account
-    for project in others:
-        victim = accounts[project]
-        threshold = victim.quota
-        if not within_quota and victim.fair_share > threshold:
-            threshold = victim.fair_share  # max(quota, fair_share)
-        if victim.usage > threshold:
-            held[project] = victim.usage
-    if not _could_free_enough(cycle, cand, held, within_quota):
+    for project in cycle.victim_jobs():
+        if project != job.project:
+            victim = ledger.account(project)
+            if _may_give(victim, victim.usage, within_quota):
+                held[project] = victim.usage
+    if not held or not _could_free_enough(cycle, cand, held, within_quota):
         return False
-
-    def may_take_from(project: str) -> bool:
-        victim = ledger.account(project)
-        now_held = held[project]
-        return now_held > max(victim.quota, victim.fair_share) or (
-            within_quota and now_held > victim.quota
-        )
 
     # Each project's next victim and how late it would then be served, as last looked at:
     # it changes only when that project gives a victim (take_until_fits passes one Taken).
-    offers: dict[str, tuple[tuple[bool, bool, int, float, int], Unit, list[Replica]] | None]
-    offers = {}
+    offers: dict[str, tuple[ServedLastKey, Unit, list[Replica]] | None] = {}
+
+    def offer(project: str, taken: Taken) -> tuple[ServedLastKey, Unit, list[Replica]] | None:
+        victim = ledger.account(project)
+        now_held = held[project]
+        if not _may_give(victim, now_held, within_quota):
+            return None
+        found = cycle.next_unit(project, taken, job.node, _any)
+        if found is None:
+            return None
+        unit, freed = found
+        left = now_held - len(freed) * unit.job.gpus
+        return (_served_last_key(victim, now_held, left), unit, freed)
 
     def pick(taken: Taken) -> tuple[Unit, list[Replica]] | None:
-        best: tuple[tuple[bool, bool, int, float, int], Unit, list[Replica]] | None = None
-        for project, now_held in held.items():
-            if project in offers:
-                offer = offers[project]
-            else:
-                offer = None
-                if may_take_from(project):
-                    found = cycle.next_unit(project, taken, job.node, _any)
-                    if found is not None:
-                        unit, freed = found
-                        left = now_held - len(freed) * unit.job.gpus
-                        offer = (_served_last_key(ledger.account(project), left), unit, freed)
-                offers[project] = offer
-            if offer is not None and (best is None or offer[0] > best[0]):
-                best = offer
+        best: tuple[ServedLastKey, Unit, list[Replica]] | None = None
+        for project in held:
+            if project not in offers:
+                offers[project] = offer(project, taken)
+            found = offers[project]
+            if found is not None and (best is None or found[0] > best[0]):
+                best = found
         if best is None:
             return None
         _, unit, freed = best
@@ -326,14 +353,8 @@ def try_reclaim(cycle: PoolCycle, cand: Candidate) -> bool:
         return unit, freed
 
     taken = cycle.take_until_fits(cand, pick)
-    if taken is None:
+    if taken is None or not taken.units:
         return False
-    if after > claimant.fair_share:  # only reachable if the fair share check above is relaxed
-        mine = after / max(claimant.fair_share, 1)
-        for project in taken.freed_by_project:
-            theirs = held[project] / max(ledger.account(project).fair_share, 1)
-            if mine >= theirs:
-                return False
     if not _claimant_goes_first(cycle, cand, taken):
         return False
     fair = claimant.fair_share
@@ -349,6 +370,20 @@ def try_reclaim(cycle: PoolCycle, cand: Candidate) -> bool:
     return True
 
 
+def _threshold(victim: Account) -> int:
+    """What a victim's project must hold more than to give GPUs: the larger of its quota and
+    its fair share, each counted at most up to its limit."""
+    return max(min(victim.quota, victim.limit), min(victim.fair_share, victim.limit))
+
+
+def _may_give(victim: Account, now_held: int, claimant_within_quota: bool) -> bool:
+    """Rule 5: before each victim is taken, its project holds more than its threshold, or the
+    claimant is within its quota and the victim's project above its quota."""
+    if now_held > _threshold(victim):
+        return True
+    return claimant_within_quota and now_held > min(victim.quota, victim.limit)
+
+
 def _could_free_enough(
     cycle: PoolCycle, cand: Candidate, held: dict[str, int], within_quota: bool
 ) -> bool:
@@ -356,11 +391,12 @@ def _could_free_enough(
     while it holds more than its threshold, and its last victim overshoots by at most one unit."""
     job = cand.job
     room = cycle.capacity.free_on(job.node) if job.node else cycle.capacity.total_free
+    room += sum(len(g) for node, g in cycle.releasing.items() if job.node in (None, node))
     for project, now_held in held.items():
         victim = cycle.ledger.account(project)
-        threshold = victim.quota if within_quota else max(victim.quota, victim.fair_share)
-        if now_held > threshold:
-            room += min(now_held, now_held - threshold + cycle.largest_unit_gpus(project))
+        floor = min(victim.quota, victim.limit) if within_quota else _threshold(victim)
+        if now_held > floor:
+            room += min(now_held, now_held - floor + cycle.largest_unit_gpus(project))
         if room >= cand.gpus:
             return True
     return room >= cand.gpus
@@ -370,15 +406,24 @@ def _any(unit: Unit) -> bool:
     return True
 
 
-def _served_last_key(victim: Account, left: int) -> tuple[bool, bool, int, float, int]:
-    """How late the victim's project would be served with `left` GPUs: larger is later."""
-    share = left / victim.fair_share if victim.fair_share else (float("inf") if left else 0.0)
-    return (left > victim.fair_share, left > victim.quota, -victim.priority, share, victim.order)
+ServedLastKey = tuple[bool, bool, int, float, int]
+
+
+def _served_last_key(victim: Account, now_held: int, left: int) -> ServedLastKey:
+    """How late the victim's project would be served if the victim were gone (`left` GPUs):
+    over its fair share, then over its quota, then lower project priority, then the larger
+    part of its fair share in use now (a fair share of 0 with GPUs held: infinitely over),
+    then the newer project. Larger is later."""
+    fair = victim.fair_share
+    share = now_held / fair if fair else (float("inf") if now_held else 0.0)
+    return (left > fair, left > victim.quota, -victim.priority, share, victim.order)
 
 
 def _claimant_goes_first(cycle: PoolCycle, cand: Candidate, taken: Taken) -> bool:
-    """Anti ping-pong: queue the victims again beside the claimant, with the GPUs they free;
-    the claimant must be the first of them to be placed, or a victim would take its GPUs back."""
+    """Anti ping-pong: queue the victims again beside the claimant, with the GPUs they free,
+    in allocation order (the same project turns, each project's jobs in job order, its usage
+    reduced by the victims); the claimant must be the first of them to be placed, or a victim
+    would take its GPUs straight back."""
     requeued = [cand]
     for victim, replicas in taken.requests():
         if replicas:
@@ -386,28 +431,26 @@ def _claimant_goes_first(cycle: PoolCycle, cand: Candidate, taken: Taken) -> boo
         else:
             requeued.append(Candidate(victim, victim.min_replicas))
     ledger = cycle.ledger
-    # the victims' accounts as they would be once the victims have stopped
-    freed_accounts = {
+    accounts = {
         p: replace(ledger.account(p), usage=ledger.account(p).usage - g)
         for p, g in taken.freed_by_project.items()
     }
-
-    def as_if_freed(c: Candidate) -> Account:
-        return freed_accounts.get(c.job.project) or ledger.account(c.job.project)
-
-    ordered = sorted(requeued, key=lambda c: (project_key(as_if_freed(c), c), job_key(c)))
-    for c in ordered:
+    queues: dict[str, list[Candidate]] = {}
+    for c in requeued:
+        queues.setdefault(c.job.project, []).append(c)
+    for q in queues.values():
+        q.sort(key=job_key)
+    while queues:
+        project = min(
+            queues,
+            key=lambda p: project_key(accounts.get(p) or ledger.account(p), queues[p][0]),
+        )
+        c = queues[project].pop(0)
+        if not queues[project]:
+            del queues[project]
         if c is cand:
             return True
-        room = gate_ok(as_if_freed(c), c) and cycle.capacity.fits(
-            c.job.gpus, c.replicas, c.job.node, taken.overlay
-        )
-        if room:
+        acct = accounts.get(project) or ledger.account(project)
+        if gate_ok(acct, c) and cycle.fits_with(c, taken):
             return False
     return True
-
-
-Scheduler = tuple[
-    Callable[[PoolCycle, list[Candidate]], list[Candidate]],
-    Callable[[PoolCycle, list[Candidate]], None],
-]

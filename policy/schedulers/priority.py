@@ -28,6 +28,7 @@ def allocate(cycle: PoolCycle, cands: list[Candidate]) -> list[Candidate]:
         i += 1
         if cand.shape() in no_fit or not cycle.try_place(cand):
             no_fit.add(cand.shape())
+            cycle.waiting[cand.job.id] = "no_fit"
             waiting.append(cand)
             continue
         follow = cand.follow_up()
@@ -41,11 +42,16 @@ def preempt(cycle: PoolCycle, waiting: list[Candidate]) -> None:
     for cand in sorted(waiting, key=queue_key):
         job = cand.job
         memo = (job.priority, cand.shape(), cand.extra)
-        if not cycle.delay_passed(cand) or failed.get(memo) == cycle.generation:
+        if not cycle.delay_passed(cand):
+            cycle.waiting[job.id] = "preemption_delay"
+            continue
+        if not cycle.may_ask(cand) or failed.get(memo) == cycle.generation:
+            continue
+        if cycle.try_releasing(cand):
             continue
         pick = _lower_priority_picker(cycle, job.priority, job.node)
         taken = cycle.take_until_fits(cand, pick)
-        if taken is None:
+        if taken is None or not taken.units:
             failed[memo] = cycle.generation
             continue
         note = f"priority {job.priority} job preempts lower-priority work in pool {cycle.pool}"

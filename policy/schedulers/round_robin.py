@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import heapq
 
-from policy.pool_cycle import Candidate, PoolCycle, gate_ok
-from policy.schedulers.fair_share import job_key
+from policy.pool_cycle import Candidate, PoolCycle, gate
+from policy.schedulers.fair_share import JobKey, job_key
 
 
 def allocate(cycle: PoolCycle, cands: list[Candidate]) -> list[Candidate]:
-    queues: dict[str, list[tuple[tuple[int, int, int], int, Candidate]]] = {}
+    queues: dict[str, list[tuple[JobKey, int, Candidate]]] = {}
     tie = 0
     maybe, waiting = cycle.split_by_room(cands)
     for cand in maybe:
@@ -31,13 +31,14 @@ def allocate(cycle: PoolCycle, cands: list[Candidate]) -> list[Candidate]:
     while turns:
         _, _, project = heapq.heappop(turns)
         _, _, cand = heapq.heappop(queues[project])
-        acct = cycle.ledger.account(project)
-        if gate_ok(acct, cand, respect_quota=False) and cycle.try_place(cand):
+        closed = gate(cycle.ledger.account(project), cand, respect_quota=False)
+        if closed is None and cycle.try_place(cand):
             follow = cand.follow_up()
             if follow is not None:
                 tie += 1
                 heapq.heappush(queues[project], (job_key(follow), tie, follow))
         else:
+            cycle.waiting[cand.job.id] = closed or "no_fit"
             waiting.append(cand)
         rank(project)
     return waiting

@@ -120,7 +120,7 @@ class Decider:
         # Then one job's decisions keep their order (an elastic job's minimum before its
         # extras); different jobs' are published side by side.
         began = time.perf_counter()
-        decisions = [e for e in decide(self.follower.state, self.clock()) if self.mine(e)]
+        decisions = [e for e in decide(self.follower.state, self.clock()).events if self.mine(e)]
         self.last_cycle_s = time.perf_counter() - began
         last = 0
         nominations: list[list[Event]] = [[e] for e in decisions if isinstance(e, JobNominated)]

@@ -77,7 +77,7 @@ class Follower:
             await future
 
     def _apply(self, stored: Stored) -> None:
-        self.state.apply(stored.event)
+        self.state.apply(stored.event, stored.seq)
         self.applied_seq = stored.seq
         if self.snapshotter is not None:
             self.snapshotter.after_apply(self.state, stored.seq)

@@ -128,6 +128,8 @@ def _resolve(state: ClusterState, job_id: str, spec: JobSpec) -> dict[str, objec
 
 
 def _within_limit(state: ClusterState, project: str, pool: str, gpus: int) -> bool:
+    if state.pool_settings(pool).type == "priority":
+        return True  # limits play no part in a priority pool, admission included
     limit = state.projects[project].in_pool(pool).limit
     return limit is None or gpus <= limit
 

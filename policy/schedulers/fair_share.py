@@ -269,29 +269,30 @@ def _may_preempt(cycle: PoolCycle, waiting: list[Candidate]) -> list[Candidate]:
 
 def try_preempt_in_project(cycle: PoolCycle, cand: Candidate) -> bool:
     """Rule 4: take from running preemptible jobs of the same project with strictly lower
-    priority, only if the job then fits on the nodes, within the project's limit (a job held
-    back only by the limit may preempt to get under it), a non-preemptible job within quota,
-    and the project then holds no more than its fair share."""
+    priority, only if the job then fits on the nodes and within the project's limit (a job
+    held back only by the limit may preempt to get under it), a non-preemptible job within
+    quota, and only if the project then holds no more than its fair share."""
     job = cand.job
     acct = cycle.ledger.account(job.project)
     if not job.preemptible and acct.np_usage + cand.gpus > acct.quota:
         return False
-    cap = min(acct.limit, acct.fair_share)
-    must_free = acct.usage + cand.gpus - cap  # what the victims must give back to stay under
+    over_limit = acct.usage + cand.gpus - acct.limit  # what victims must free to get under it
 
     def lower(unit: Unit) -> bool:
         return unit.job.priority < job.priority
 
-    def enough(taken: Taken) -> bool:
-        return taken.freed_by_project.get(job.project, 0) >= must_free
+    def under_limit(taken: Taken) -> bool:
+        return taken.freed_by_project.get(job.project, 0) >= over_limit
 
     taken = cycle.take_until_fits(
         cand,
         lambda t: cycle.next_unit(job.project, t, job.node, lower),
-        enough if must_free > 0 else None,
+        under_limit if over_limit > 0 else None,
     )
     if taken is None or not taken.units:
         return False
+    if acct.usage - taken.freed_by_project.get(job.project, 0) + cand.gpus > acct.fair_share:
+        return False  # a reclaim would undo it at once
     note = f"{job.project}: priority {job.priority} job takes GPUs from lower-priority jobs"
     cycle.commit_preemption(cand, taken, "priority", note)
     return True

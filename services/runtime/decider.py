@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 import structlog
 
-from events import Event, JobNominated, LeaderElected
+from events import Event, JobScheduled, LeaderElected
 from policy.cycle import decide, next_wakeup
 from services.runtime.eventlog import TRANSIENT, Conflict, EventLog
 from services.runtime.follower import Follower
@@ -115,19 +115,23 @@ class Decider:
 
     async def _cycle(self, fence: tuple[str, int]) -> int:
         """One cycle; returns the sequence of the last decision published (0 if none)."""
-        # Nominations land first: the GPUs a preemption frees must be held for the nominee
-        # before any victim lets go of them, or the scheduler could hand them to someone else.
-        # Then one job's decisions keep their order (an elastic job's minimum before its
-        # extras); different jobs' are published side by side.
+        # Placements of different jobs are published side by side, one job's in order (an
+        # elastic job's minimum before its extras). Preemption decisions go one by one in the
+        # plan's order: a nomination before the stops it causes (the fold applies a stop only
+        # for a nomination it applied, and the GPUs must be held for the nominee before any
+        # victim lets go of them), and one nomination before a later one that counts on the
+        # GPUs its victims give back.
         began = time.perf_counter()
         decisions = [e for e in decide(self.follower.state, self.clock()).events if self.mine(e)]
         self.last_cycle_s = time.perf_counter() - began
         last = 0
-        nominations: list[list[Event]] = [[e] for e in decisions if isinstance(e, JobNominated)]
+        in_plan_order: list[Event] = []
         per_job: dict[str, list[Event]] = {}
         for event in decisions:
-            if not isinstance(event, JobNominated):
-                per_job.setdefault(getattr(event, "job_id", ""), []).append(event)
+            if isinstance(event, JobScheduled):
+                per_job.setdefault(event.job_id, []).append(event)
+            else:
+                in_plan_order.append(event)
 
         async def in_order(events: list[Event]) -> int:
             seq = 0
@@ -136,10 +140,12 @@ class Decider:
                 self.decisions += 1
             return seq
 
-        for chains in (nominations, list(per_job.values())):
-            for i in range(0, len(chains), PUBLISH_WINDOW):
-                window = chains[i : i + PUBLISH_WINDOW]
-                last = max([last, *await asyncio.gather(*(in_order(c) for c in window))])
+        if in_plan_order:
+            last = await in_order(in_plan_order)
+        chains = list(per_job.values())
+        for i in range(0, len(chains), PUBLISH_WINDOW):
+            window = chains[i : i + PUBLISH_WINDOW]
+            last = max([last, *await asyncio.gather(*(in_order(c) for c in window))])
         return last
 
     async def _wait_for_change(self, lost: asyncio.Event) -> None:

@@ -96,7 +96,8 @@ class Taken:
         self.units.append(unit)
         self.used.add(id(unit))
         for r in replicas:
-            self.overlay.setdefault(r.node, []).extend(r.gpus)
+            freed = self.overlay.setdefault(r.node, [])
+            freed.extend(g for g in r.gpus if g not in freed)
         gpus = len(replicas) * unit.job.gpus
         self.freed_by_project[unit.project] = self.freed_by_project.get(unit.project, 0) + gpus
         if unit.surplus:
@@ -436,7 +437,9 @@ class PoolCycle:
                 remaining = victim.active_replicas - self.surplus_stopped[victim.id]
             self.out.append(
                 JobPreemptionRequested(
-                    id=f"{victim.id}/{victim.attempt}/preempt/{remaining}",
+                    # the preemption count keeps a later stop of as many replicas (surplus taken
+                    # back, granted again, taken back again) apart from an earlier one
+                    id=f"{victim.id}/{victim.attempt}/preempt/{remaining}-{victim.preemptions}",
                     time=self.now,
                     actor=PREEMPTOR,
                     causation=nomination.id,

@@ -136,6 +136,10 @@ class Job(msgspec.Struct, array_like=True):
     nominations: int = 0
     #: the id of the nomination the fold accepted (the causation of its victims' stop requests)
     nomination_id: str = ""
+    #: the id of the last nomination counted, applied or refused (a repeat counts once)
+    last_nomination_id: str = ""
+    #: the id of the last stop request applied (a repeat of it has no second effect)
+    stop_id: str = ""
     # -- history the policy weighs
     preemptions: int = 0
     last_checkpoint_at: float | None = None
@@ -421,9 +425,12 @@ def _job_nominated(state: ClusterState, e: JobNominated) -> Refusal:
         return f"job is {job.phase}"
     if job.nomination:
         return "job already has GPUs held for it"
+    if e.id == job.last_nomination_id:
+        return "refused already"
     if job.phase != "pending" and len(job.held) + len(e.replicas) > job.replicas:
         return "decided before the job was placed some other way"
     job.nominations += 1  # counted even when refused: the next nomination gets a fresh id
+    job.last_nomination_id = e.id
     if not state._reserve(job, e.replicas, e.victims):
         return "a GPU it holds is taken, held for another job, or gone"
     job.nomination, job.nomination_pool, job.nomination_id = e.replicas, e.pool, e.id
@@ -471,6 +478,8 @@ def _job_preemption_requested(state: ClusterState, e: JobPreemptionRequested) ->
         return _UNKNOWN_JOB
     if e.attempt != job.attempt or not job.held:
         return "not the job's current attempt, or it holds nothing"
+    if e.id == job.stop_id:
+        return "applied already"
     if e.for_job is not None and e.causation is not None:
         # A stop that makes room stands or falls with the nomination it serves: a victim is
         # never stopped for a nominee whose GPUs the fold did not hold.
@@ -479,7 +488,7 @@ def _job_preemption_requested(state: ClusterState, e: JobPreemptionRequested) ->
             return f"its nomination {e.causation} was not applied"
     whole = e.replicas == 0 or e.replicas >= len(job.held)
     job.stop_replicas = len(job.held) if whole else e.replicas
-    job.stop_reason = e.reason
+    job.stop_reason, job.stop_id = e.reason, e.id
     if whole and job.phase in ("starting", "running"):
         job.phase = "stopping"
     return None
@@ -491,9 +500,11 @@ def _job_preempted(state: ClusterState, e: JobPreempted) -> Refusal:
         return _UNKNOWN_JOB
     if e.attempt != job.attempt or not job.held:
         return "not the job's current attempt, or it holds nothing"
+    whole = e.replicas == 0 or e.replicas >= len(job.held)
+    if not whole and job.stop_replicas < e.replicas:
+        return "no stop of that many replicas was asked"  # a repeat, or a forgery
     if e.reason in MAKES_ROOM:
         job.preemptions += 1
-    whole = e.replicas == 0 or e.replicas >= len(job.held)
     if whole:
         state._give_back(job, job.held)
         job.held = []

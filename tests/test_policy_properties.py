@@ -62,7 +62,7 @@ from events import (
 from events.catalogue import MAKES_ROOM
 from fairlane.virtual_cluster import VirtualCluster
 from policy.cycle import decide, next_wakeup
-from policy.state import HOLDING_PHASES, ClusterState
+from policy.state import HOLDING_PHASES, ClusterState, Job
 
 POOLS = ("p0", "p1", "p2", "p3")
 PROJECTS = ("a", "b", "c", "d", "e")
@@ -161,10 +161,14 @@ class Holdings:
         self.nodes: dict[str, int] = {}
         self.held: dict[str, list[Replica]] = {}
         self.read = 0  # events of the log seen so far
+        #: where in the log decisions the fold refused are (stale views; a later decision may
+        #: reuse a refused one's id, since ids derive from their inputs)
+        self.refused: set[int] = set()
 
     def follow(self, log: list[Event]) -> None:
-        for event in log[self.read :]:
-            self.apply(event)
+        for at in range(self.read, len(log)):
+            if at not in self.refused:
+                self.apply(log[at])
         self.read = len(log)
 
     def apply(self, event: Event) -> None:
@@ -211,6 +215,7 @@ class PolicyMachine(RuleBasedStateMachine):
         self.holdings = Holdings()
         self.jobs: list[str] = []
         self.node_names: list[str] = []  # every node ever registered, lost ones included
+        self.stale = False  # applying decisions made on a stale view: they may be refused
 
     # -- setup and commands ----------------------------------------------------------------------
 
@@ -319,10 +324,55 @@ class PolicyMachine(RuleBasedStateMachine):
         assert state == before, "decide() changed its input"
         assert decide(replayed, now) == decisions, "the same log gives other decisions"
         assert decide(state, now) == decisions, "decide() is not deterministic"
+        check_plan(state, decisions.events)
         self.vc.settle()
+
+    @rule(back=st.integers(1, 40))
+    def decide_on_a_stale_view(self, back: int) -> None:
+        """A decider whose view is `back` events behind the log decides, and its decisions
+        land on the log as it is: the fold referees them. Nothing it decides may give a GPU
+        twice (the independent holdings check that once settled), and no victim is stopped
+        for a nomination the fold refused."""
+        log = self.vc.log
+        stale = ClusterState()
+        stale.apply_all(log[: max(0, len(log) - back)])
+        plan = decide(stale, self.vc.now)
+        applied_nominations: set[str] = set()
+        self.stale = True
+        try:
+            for event in plan.events:
+                verdict = self.vc.record(event)
+                if not verdict.applied:
+                    self.holdings.refused.add(len(self.vc.log) - 1)
+                    continue
+                if isinstance(event, JobNominated):
+                    applied_nominations.add(event.id)
+                elif isinstance(event, JobPreemptionRequested) and event.causation:
+                    assert event.causation in applied_nominations, (
+                        f"{event.id}: a victim stopped for the refused {event.causation}"
+                    )
+                self.vc._execute(event)
+        finally:
+            self.stale = False
+        self.step()
+
+    @rule()
+    def repeat_the_last_event(self) -> None:
+        """The same event delivered twice in a row has no second effect."""
+        if not self.vc.log:
+            return
+        state = self.vc.state
+        before = copy.deepcopy(state)
+        verdict = state.apply(self.vc.log[-1])
+        # (the counters of events seen move on; the replay check in step() compares them)
+        state.events_applied, state.position = before.events_applied, before.position
+        assert state == before, f"{self.vc.log[-1].id} applied twice had a second effect"
+        note_event(f"a repeat was {'applied' if verdict.applied else 'refused'}")
 
     def check_decision(self, event: Event) -> None:
         """Every event as it is recorded (the state has just applied it)."""
+        if self.stale:
+            return
         state = self.vc.state
         if isinstance(event, JobPreemptionRequested) and event.reason in MAKES_ROOM:
             victim = state.jobs[event.job_id]
@@ -426,6 +476,24 @@ class PolicyMachine(RuleBasedStateMachine):
                 )
 
     @invariant()
+    def work_is_conserved(self) -> None:
+        """Once settled, no pending job that passes every gate fits the idle GPUs of a pool of
+        its list (no head-of-line blocking in any scheduler)."""
+        state = self.vc.state
+        if state.held:
+            return
+        for job in state.live.values():
+            if job.phase != "pending" or job.nomination:
+                continue
+            for pool in job.pools:
+                if (
+                    pool in state.pools
+                    and fits_idle(state, job, pool)
+                    and gate_open(state, job, pool)
+                ):
+                    raise AssertionError(f"{job.id} waits though it fits the idle GPUs of {pool}")
+
+    @invariant()
     def settled_stays_settled(self) -> None:
         vc = self.vc
         assert decide(vc.state, vc.now).events == [], "settle() left decisions to make"
@@ -444,35 +512,124 @@ class PolicyMachine(RuleBasedStateMachine):
             for e in probe.log[start:]
             if isinstance(e, JobScheduled | JobPreemptionRequested | JobNominated)
         ]
-        if changes and takes_project_over_fair_share(probe.state, changes):
-            # the known cycle of test_in_project_preemption_over_fair_share_cycles (xfail)
-            note_event("known issue: in-project preemption over the fair share, then reclaims")
-            return
         assert not changes, f"an hour with nothing happening changed: {changes}"
         after = {j.id: (j.phase, list(j.held)) for j in probe.state.live.values()}
         assert before == after
 
 
-def takes_project_over_fair_share(state: ClusterState, events: Sequence[Event]) -> bool:
-    """Did an in-project preemption (fair_share pool) leave its project above its fair share?
-    (Rule 4 allows it; a reclaim may then take the GPUs back, and the preempted job reclaim
-    them in turn: a semantic question, reported, not settled here.)"""
-    requests = [e for e in events if isinstance(e, JobPreemptionRequested)]
-    for nominated in events:
-        if not isinstance(nominated, JobNominated) or nominated.reason != "priority":
+def check_plan(state: ClusterState, events: Sequence[Event]) -> None:
+    """Checks on one cycle's decisions as they are made, applied one by one to a copy of the
+    state: gangs are whole at decision time (each replica all its GPUs, a placement at least
+    the job's minimum and no more than its replicas), and no victim of a preemption could have
+    been spared (without it, the job would still fit on idle, releasing and the other
+    victims' GPUs)."""
+    probe = copy.deepcopy(state)
+    for i, event in enumerate(events):
+        if isinstance(event, JobScheduled | JobNominated):
+            job = probe.jobs[event.job_id]
+            assert all(len(r.gpus) == job.gpus for r in event.replicas), f"{event.id}: short"
+            count = len(event.replicas) + (len(job.held) if job.phase != "pending" else 0)
+            assert count <= job.replicas, f"{event.id}: {count} replicas of {job.replicas}"
+            if job.phase == "pending" and not (isinstance(event, JobScheduled) and event.scale_up):
+                assert count >= job.min_replicas, f"{event.id}: {count} < {job.min_replicas}"
+            if isinstance(event, JobNominated) and event.victims:
+                check_victims_needed(probe, event, events[i + 1 :])
+        probe.apply(event)
+
+
+def check_victims_needed(
+    probe: ClusterState, nomination: JobNominated, rest: Sequence[Event]
+) -> None:
+    job = probe.jobs[nomination.job_id]
+    terms = (
+        probe.projects[job.project].in_pool(nomination.pool)
+        if job.project in probe.projects
+        else None
+    )
+    if nomination.reason == "priority" and terms is not None and terms.limit is not None:
+        return  # victims may be needed to get under the limit, not only to fit
+    stops = {
+        e.job_id: e.replicas
+        for e in rest
+        if isinstance(e, JobPreemptionRequested) and e.causation == nomination.id
+    }
+    replicas = len(nomination.replicas)
+    for spared in stops:
+        avail = available_gpus(
+            probe, nomination.pool, {v: k for v, k in stops.items() if v != spared}
+        )
+        if job.node is not None:
+            room = avail.get(job.node, 0) // job.gpus if job.gpus else replicas
+        else:
+            room = sum(n // job.gpus for n in avail.values()) if job.gpus else replicas
+        assert room < replicas, f"{nomination.id}: victim {spared} was not needed"
+
+
+def available_gpus(state: ClusterState, pool: str, victims: dict[str, int]) -> dict[str, int]:
+    """Per node of the pool: GPUs idle, being given back, or freed by these victims (job ->
+    replicas to stop, 0 for all), and not held for anyone."""
+    freed: set[tuple[str, int]] = set()
+    for job_id, count in victims.items():
+        victim = state.jobs[job_id]
+        active = len(victim.held) - victim.stop_replicas
+        for r in victim.held[:active] if count == 0 else victim.held[active - count : active]:
+            freed.update((r.node, g) for g in r.gpus)
+    avail: dict[str, int] = {}
+    for node in state.nodes.values():
+        if node.pool != pool:
             continue
-        if state.pool_settings(nominated.pool).type != "fair_share":
-            continue
-        mine = [r for r in requests if r.causation == nominated.id and r.facts is not None]
-        if not mine or mine[0].facts is None:
-            continue
-        facts = mine[0].facts
-        project = state.jobs[nominated.job_id].project
-        freed = sum(r.facts.victim_gpus for r in mine if r.facts is not None)
-        given = sum(len(r.gpus) for r in nominated.replicas)
-        if facts.usage.get(project, 0) - freed + given > facts.fair_share.get(project, 0):
-            return True
-    return False
+        owners = state.owners.get(node.name, {})
+        reserved = state.reserved.get(node.name, {})
+        avail[node.name] = sum(
+            1
+            for g in range(node.gpus)
+            if g not in reserved
+            and (
+                g not in owners
+                or state._giving_back(owners[g], node.name, g)
+                or (node.name, g) in freed
+            )
+        )
+    return avail
+
+
+def fits_idle(state: ClusterState, job: Job, pool: str) -> bool:
+    nodes = [n for n in state.nodes.values() if n.pool == pool]
+    if job.node is not None:
+        nodes = [n for n in nodes if n.name == job.node]
+    if not nodes:
+        return False
+    if job.gpus == 0:
+        return True
+    slots = 0
+    for node in nodes:
+        busy = set(state.owners.get(node.name, {})) | set(state.reserved.get(node.name, {}))
+        slots += (node.gpus - len(busy)) // job.gpus
+    return slots >= job.min_replicas
+
+
+def gate_open(state: ClusterState, job: Job, pool: str) -> bool:
+    """Rule 3's gates in the pool's scheduler: the limit (fair_share, round_robin) and, for
+    non-preemptible work, the quota (fair_share)."""
+    kind = state.pool_settings(pool).type
+    if kind == "priority":
+        return True
+    terms = state.projects[job.project].in_pool(pool) if job.project in state.projects else None
+    used = np_used = 0
+    for other in state.live.values():
+        gpus = 0
+        if other.pool == pool and other.phase in HOLDING_PHASES:
+            gpus += len(other.held) * other.gpus
+        if other.nomination_pool == pool:
+            gpus += len(other.nomination) * other.gpus
+        if other.project == job.project:
+            used += gpus
+            np_used += 0 if other.preemptible else gpus
+    want = job.gpus * job.min_replicas
+    if terms is not None and terms.limit is not None and used + want > terms.limit:
+        return False
+    quota = terms.quota if terms is not None else 0
+    return not (kind == "fair_share" and not job.preemptible and np_used + want > quota)
 
 
 #: Examples per run: about 30 s on two cores. A longer soak: FAIRLANE_POLICY_EXAMPLES=5000.

@@ -1,7 +1,7 @@
 """The policy plus simulated node executors on a virtual clock.
 
 This is what `scenario run --engine core` and `fairlane simulate` drive. Commands become the
-same events the services would publish; the policy (`policy.cycle.decide`, `policy.admission`)
+same events the services would publish; the policy (`policy.cycle.decide`, `policy.commands`)
 decides; simulated executors answer its decisions at once (a start is reported, a victim stops
 within its grace period) and finish work when its `duration` is done. Nothing here reads a clock
 or does I/O, so a run is a pure function of its inputs.
@@ -28,25 +28,23 @@ from events import (
     ClusterConfigured,
     Event,
     JobAdmitted,
-    JobCancelled,
     JobCheckpointed,
     JobCompleted,
     JobFailed,
-    JobPaused,
     JobPreempted,
     JobPreemptionRequested,
-    JobResumed,
+    JobRejected,
     JobScheduled,
     JobSpec,
     JobStarted,
-    JobSubmitted,
     NodeLost,
     NodeRegistered,
     PoolConfigured,
     ProjectConfigured,
     ProjectTerms,
 )
-from policy.admission import admit
+from events.commands import AnyCommand, CancelJob, PauseJob, ResumeJob, SetPool, SubmitJob
+from policy.commands import Accepted, Outcome, Refused, decide_command, ids
 from policy.cycle import decide, next_wakeup
 from policy.state import ClusterState, Job
 
@@ -141,10 +139,12 @@ class VirtualCluster:
     def configure(self, event: ClusterConfigured) -> None:
         self.record(event)
 
-    def add_pool(self, name: str, scheduler: PoolConfigured | None = None) -> None:
-        self.record(
-            scheduler or PoolConfigured(id=self._id("pool"), time=self.now, actor=USER, pool=name)
-        )
+    def add_pool(self, name: str, configured: PoolConfigured | None = None) -> None:
+        """A pool, as configured (its own scheduler settings) or following the cluster's."""
+        if configured is None:
+            self.command(SetPool(pool=name))
+        else:
+            self.record(configured)
 
     def add_node(self, name: str, pool: str, gpus: int) -> None:
         self.record(
@@ -159,23 +159,36 @@ class VirtualCluster:
         )
 
     def set_project(self, name: str, terms: dict[str, ProjectTerms]) -> None:
+        """A project's complete terms (`command(SetProject(...))` changes one pool's)."""
         self.record(
             ProjectConfigured(
-                id=self._id("project"), time=self.now, actor=USER, project=name, terms=terms
+                id=ids.project_configured(name, self.state.events_applied),
+                time=self.now,
+                actor=USER,
+                project=name,
+                terms=terms,
             )
         )
 
     # -- user commands ---------------------------------------------------------------------------
 
-    def submit(self, job_id: str, spec: JobSpec) -> Event:
-        """Submit and admit at once; returns JobAdmitted or JobRejected."""
-        submitted = JobSubmitted(
-            id=self._id("submit"), time=self.now, actor=USER, job_id=job_id, spec=spec
-        )
-        self.record(submitted)
-        verdict = admit(self.state, submitted, self.now)
-        self.record(verdict)
-        if spec.duration_s is not None and verdict.__class__.__name__ == "JobAdmitted":
+    def command(self, command: AnyCommand) -> Outcome:
+        """Answer a command as admission or the ledger does (`policy.commands`), and record the
+        events it leads to."""
+        outcome = decide_command(self.state, command, self.now, self.state.events_applied)
+        if isinstance(outcome, Accepted):
+            for event in outcome.events:
+                self.record(event)
+        return outcome
+
+    def submit(self, job_id: str, spec: JobSpec) -> JobAdmitted | JobRejected | Refused:
+        """Submit and admit at once; returns the verdict, or the refusal to record it."""
+        outcome = self.command(SubmitJob(job_id=job_id, spec=spec))
+        if isinstance(outcome, Refused):
+            return outcome
+        verdict = outcome.answer
+        assert isinstance(verdict, JobAdmitted | JobRejected)
+        if spec.duration_s is not None and isinstance(verdict, JobAdmitted):
             cp = spec.checkpoint
             self.work[job_id] = Work(
                 duration=spec.duration_s,
@@ -184,12 +197,23 @@ class VirtualCluster:
             )
         return verdict
 
+    def cancel(self, job_id: str) -> Outcome:
+        return self.command(CancelJob(job_id=job_id))
+
+    def pause(self, job_id: str) -> Outcome:
+        return self.command(PauseJob(job_id=job_id))
+
+    def resume(self, job_id: str) -> Outcome:
+        return self.command(ResumeJob(job_id=job_id))
+
+    # -- what executors report ---------------------------------------------------------------------
+
     def complete(self, job_id: str) -> None:
         job = self.state.jobs.get(job_id)
         if job is not None and job.phase in ("starting", "running", "stopping"):
             self.record(
                 JobCompleted(
-                    id=self._id("done"),
+                    id=ids.completed(job_id, job.attempt),
                     time=self.now,
                     actor=EXECUTOR,
                     job_id=job_id,
@@ -203,7 +227,7 @@ class VirtualCluster:
         if job is not None and job.phase in ("starting", "running", "stopping"):
             self.record(
                 JobFailed(
-                    id=self._id("fail"),
+                    id=ids.failed(job_id, job.attempt),
                     time=self.now,
                     actor=EXECUTOR,
                     job_id=job_id,
@@ -212,23 +236,6 @@ class VirtualCluster:
                 )
             )
             self.work.pop(job_id, None)
-
-    def cancel(self, job_id: str) -> None:
-        job = self.state.jobs.get(job_id)
-        if job is not None and job.phase not in ("completed", "failed", "cancelled", "rejected"):
-            self.record(
-                JobCancelled(id=self._id("cancel"), time=self.now, actor=USER, job_id=job_id)
-            )
-
-    def pause(self, job_id: str) -> None:
-        job = self.state.jobs.get(job_id)
-        if job is not None and job.phase in ("pending", "starting", "running", "stopping"):
-            self.record(JobPaused(id=self._id("pause"), time=self.now, actor=USER, job_id=job_id))
-
-    def resume(self, job_id: str) -> None:
-        job = self.state.jobs.get(job_id)
-        if job is not None and job.phase == "paused":
-            self.record(JobResumed(id=self._id("resume"), time=self.now, actor=USER, job_id=job_id))
 
     # -- running ---------------------------------------------------------------------------------
 
@@ -288,7 +295,7 @@ class VirtualCluster:
             resumed = event.attempt > 1
             self.record(
                 JobStarted(
-                    id=f"{event.job_id}/{event.attempt}/started",
+                    id=ids.started(event.job_id, event.attempt),
                     time=self.now,
                     actor=EXECUTOR,
                     causation=event.id,
@@ -313,7 +320,7 @@ class VirtualCluster:
                 checkpointed = work.every is not None and work.saved > 0
             self.record(
                 JobPreempted(
-                    id=f"{event.id}/done",
+                    id=ids.stopped(event.id),
                     time=self.now,
                     actor=EXECUTOR,
                     causation=event.id,
@@ -374,7 +381,7 @@ class VirtualCluster:
         self._anchored(job, work)
         self.record(
             JobCheckpointed(
-                id=f"{job.id}/{job.attempt}/checkpoint/{int(kept)}",
+                id=ids.checkpointed(job.id, job.attempt, int(kept)),
                 time=self.now,
                 actor=EXECUTOR,
                 job_id=job.id,

@@ -24,8 +24,9 @@ from events import (
     ProjectTerms,
     Replica,
 )
+from policy.commands.usage import Usage, counted_usage
 from policy.state import ClusterState
-from services.ledger.service import Ledger, Usage, counted_usage
+from services.ledger.service import Ledger
 from services.runtime.eventlog import EventLog, connect
 from services.runtime.servers import NatsServer
 from services.runtime.tasks import cancel_and_wait

@@ -49,7 +49,7 @@ from events import (
     SchedulerSettings,
 )
 from events.model import Fitting, SchedulerType, VictimOrder
-from policy.admission import admit
+from policy.commands.admission import admit
 from policy.cycle import decide
 from policy.state import ClusterState
 

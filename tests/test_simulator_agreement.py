@@ -37,7 +37,7 @@ from fairlane.simulator.policies import PolicyName, make_policy
 from fairlane.simulator.run import Options, Simulation
 from fairlane.simulator.traces import TraceJob
 from fairlane.simulator.workload import SimJob
-from policy.admission import admit
+from policy.commands.admission import admit
 from policy.cycle import decide
 from policy.state import ClusterState
 

@@ -3,99 +3,53 @@
 from __future__ import annotations
 
 import copy
-from dataclasses import replace
 
-from events import (
-    ClusterConfigured,
-    JobPreemptionRequested,
-    PoolConfigured,
-    ProjectTerms,
-)
+from events import JobPreemptionRequested
 from events.catalogue import MAKES_ROOM
+from events.commands import AnyCommand
 from fairlane.scenario.observe import Observation, observe
+from fairlane.scenario.setup import (
+    Projects,
+    cluster_command,
+    compute_pool_of,
+    pool_commands,
+)
 from fairlane.scenario.spec import ProjectEntry, Scenario, Step
 from fairlane.virtual_cluster import VirtualCluster
+from policy.commands import Refused
 
 #: How long `stable` runs the system on, in virtual time, with no job finishing.
 STABLE_HORIZON_S = 3600.0
 
 
-def project_terms(
-    entry: ProjectEntry, pools: list[str], compute_pool: str
-) -> dict[str, ProjectTerms]:
-    """A project's terms per pool. A bare quota or limit is for the default compute pool;
-    a bare weight or priority applies in every pool."""
-
-    def pick(values: dict[str | None, int] | None, pool: str, everywhere: bool) -> int | None:
-        if values is None:
-            return None
-        if pool in values:
-            return values[pool]
-        if None in values and (everywhere or pool == compute_pool):
-            return values[None]
-        return None
-
-    terms: dict[str, ProjectTerms] = {}
-    for pool in pools:
-        weight = pick(entry.over_quota_weight, pool, everywhere=True)
-        priority = pick(entry.priority, pool, everywhere=True)
-        terms[pool] = ProjectTerms(
-            quota=pick(entry.quota, pool, everywhere=False) or 0,
-            over_quota_weight=1 if weight is None else weight,
-            limit=pick(entry.limit, pool, everywhere=False),
-            priority=100 if priority is None else priority,
-        )
-    return terms
-
-
-def merge(old: ProjectEntry, new: ProjectEntry) -> ProjectEntry:
-    """set_project: fields not given keep their values."""
-    changes = {k: getattr(new, k) for k in ("quota", "limit", "over_quota_weight", "priority")}
-    return replace(old, **{k: v for k, v in changes.items() if v is not None})
+class SetupRefused(RuntimeError):
+    """The scenario's configuration was refused, as the services would refuse it."""
 
 
 class CoreEngine:
     def __init__(self, scenario: Scenario) -> None:
         self.scenario = scenario
         self.vc = VirtualCluster()
-        cfg = scenario.config
         self.pools = [p.name for p in scenario.pools]
-        self.compute_pool = cfg.default_compute_pool or self.pools[0]
-        self.projects: dict[str, ProjectEntry] = {}
-        self.vc.configure(
-            ClusterConfigured(
-                id="cluster",
-                time=0.0,
-                actor="user",
-                scheduler=cfg.scheduler,
-                preemption_grace_s=cfg.preemption_grace_s,
-                priority_classes=cfg.priority_classes,
-                default_compute_pool=self.compute_pool,
-                default_aux_pool=cfg.default_aux_pool or self.compute_pool,
-            )
-        )
-        for pool in scenario.pools:
-            self.vc.add_pool(
-                pool.name,
-                PoolConfigured(
-                    id=f"pool-{pool.name}",
-                    time=0.0,
-                    actor="user",
-                    pool=pool.name,
-                    scheduler=pool.scheduler,
-                ),
-            )
+        self.compute_pool = compute_pool_of(scenario)
+        self.projects = Projects(self.compute_pool)
+        self._configure(cluster_command(scenario))
+        for pool, command in zip(scenario.pools, pool_commands(scenario), strict=True):
+            self._configure(command)
             for node in pool.nodes:
                 self.vc.add_node(node.name, pool.name, node.gpus)
         for project in scenario.projects:
             self._set_project(project)
         self.vc.settle()
 
+    def _configure(self, command: AnyCommand) -> None:
+        outcome = self.vc.command(command)
+        if isinstance(outcome, Refused):
+            raise SetupRefused(f"{type(command).__name__} refused: {outcome.reason}")
+
     def _set_project(self, entry: ProjectEntry) -> None:
-        old = self.projects.get(entry.name)
-        merged = merge(old, entry) if old is not None else entry
-        self.projects[entry.name] = merged
-        self.vc.set_project(entry.name, project_terms(merged, self.pools, self.compute_pool))
+        for command in self.projects.set(entry, self.pools):
+            self._configure(command)
 
     def step(self, step: Step) -> None:
         vc = self.vc

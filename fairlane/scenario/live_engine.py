@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import nats.errors
 
 from events import (
@@ -30,16 +31,14 @@ from events import (
 from events.catalogue import MAKES_ROOM
 from events.commands import (
     CancelJob,
-    ConfigureCluster,
     HoldScheduling,
     PauseJob,
     ResumeJob,
     SetPool,
-    SetProject,
     SubmitJob,
 )
-from fairlane.scenario.core_engine import merge, project_terms
 from fairlane.scenario.observe import Observation, observe
+from fairlane.scenario.setup import Projects, cluster_command, compute_pool_of, pool_commands
 from fairlane.scenario.spec import NodeEntry, ProjectEntry, Scenario, Step
 from policy.cycle import decide
 from services.admission.service import Admission
@@ -76,8 +75,8 @@ class LiveEngine:
         self.scenario = scenario
         self.start_executor = start_executor
         self.pools = [p.name for p in scenario.pools]
-        self.compute_pool = scenario.config.default_compute_pool or self.pools[0]
-        self.projects: dict[str, ProjectEntry] = {}
+        self.compute_pool = compute_pool_of(scenario)
+        self.projects = Projects(self.compute_pool)
         self.events: list[Event] = []
         self.tasks: list[asyncio.Task[None]] = []
         self.executors: dict[str, asyncio.Task[None]] = {}
@@ -99,18 +98,12 @@ class LiveEngine:
         self._spawn(Decider(await self._log("scheduler"), "scheduler", _places).run())
         self._spawn(Decider(await self._log("preemptor"), "preemptor", _preempts).run())
         await self._until_answering(CancelJob(job_id="readiness-probe"))
-        cfg = self.scenario.config
-        await self._command(
-            ConfigureCluster(
-                scheduler=cfg.scheduler,
-                preemption_grace_s=min(cfg.preemption_grace_s, 5.0),
-                priority_classes=cfg.priority_classes,
-                default_compute_pool=self.compute_pool,
-                default_aux_pool=cfg.default_aux_pool or self.compute_pool,
-            )
-        )
-        for pool in self.scenario.pools:
-            await self._command(SetPool(pool=pool.name, scheduler=pool.scheduler))
+        cluster = cluster_command(self.scenario)
+        # real workloads stop at once here: a long grace would only slow the run down
+        grace = min(cluster.preemption_grace_s, 5.0)
+        await self._command(msgspec.structs.replace(cluster, preemption_grace_s=grace))
+        for pool, command in zip(self.scenario.pools, pool_commands(self.scenario), strict=True):
+            await self._command(command)
             for node in pool.nodes:
                 await self._add_node(node)
         for project in self.scenario.projects:
@@ -196,21 +189,8 @@ class LiveEngine:
             raise LiveError(f"{type(command).__name__} refused: {reply.error}")
 
     async def _set_project(self, entry: ProjectEntry) -> None:
-        old = self.projects.get(entry.name)
-        merged = merge(old, entry) if old is not None else entry
-        self.projects[entry.name] = merged
-        for pool, terms in project_terms(merged, self.pools, self.compute_pool).items():
-            await self._command(
-                SetProject(
-                    project=entry.name,
-                    pool=pool,
-                    quota=terms.quota,
-                    over_quota_weight=terms.over_quota_weight,
-                    limit=terms.limit,
-                    no_limit=terms.limit is None,
-                    priority=terms.priority,
-                )
-            )
+        for command in self.projects.set(entry, self.pools):
+            await self._command(command)
 
     async def _add_node(self, node: NodeEntry) -> None:
         executor_log = await self._log(f"executor-{node.name}")

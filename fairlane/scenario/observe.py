@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from events import Event, JobRejected
 from fairlane.scenario.spec import Expectation
+from policy.commands.usage import Usage
 from policy.cycle import fair_shares
 from policy.state import ClusterState
 
@@ -60,9 +61,7 @@ def observe(
             reject_reason=reasons.get(job.id, ""),
             events=tuple(events.get(job.id, ())),
         )
-        if job.phase in ("starting", "running") and job.pool is not None:
-            per_pool = seen.usage.setdefault(job.project, {})
-            per_pool[job.pool] = per_pool.get(job.pool, 0) + job.active_replicas * job.gpus
+    seen.usage = Usage.of_state(state).per_project()
     for pool, shares in fair_shares(state, now).items():
         for project, share in shares.items():
             seen.fair_share.setdefault(project, {})[pool] = share

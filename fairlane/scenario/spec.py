@@ -17,6 +17,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
 from events import CheckpointModel, JobSpec, PriorityClass, SchedulerSettings
+from policy.commands.names import is_name
 
 
 class ScenarioError(ValueError):
@@ -533,12 +534,9 @@ def _str(data: object, where: _Where) -> str:
     return str(data)
 
 
-_NAME: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
-
-
 def _name(data: object, where: _Where) -> str:
     name = _str(data, where)
-    if not _NAME.match(name):
+    if not is_name(name):
         raise where.error(f"{name!r} is not a valid name (letters, digits, '-', '_')")
     return name
 

@@ -17,7 +17,7 @@ from ruamel.yaml.error import YAMLError
 
 from events import ProjectTerms
 from events.model import Fitting
-from fairlane.scenario.core_engine import project_terms
+from fairlane.scenario.setup import project_terms
 from fairlane.scenario.spec import (
     NodeEntry,
     PoolEntry,

@@ -186,6 +186,17 @@ class EventLog:
                 await asyncio.sleep(wait)
                 wait = min(wait * 2, 2.0)
 
+    async def last_on(self, subject: str) -> Stored | None:
+        """The last event stored on `subject` (None if there is none, or it is not an event)."""
+        try:
+            msg = await self.js.get_last_msg(self.stream, subject)
+        except NotFoundError:
+            return None
+        try:
+            return Stored(int(msg.seq or 0), decode_event(msg.data or b""))
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            return None
+
     async def publish_raw(self, subject: str, payload: bytes) -> int:
         """For tests of bad input: put bytes on a stream subject as anyone could."""
         return int((await self.js.publish(subject, payload, stream=self.stream)).seq)

@@ -7,14 +7,14 @@ admitted job carries its resolved priority, preemptibility and the pools it coul
 
 from __future__ import annotations
 
-import re
 from typing import Final
 
 from events import JobAdmitted, JobRejected, JobSpec, JobSubmitted
+from policy.commands import ids
+from policy.commands.names import name_problem
 from policy.cycle import could_hold
 from policy.state import ClusterState
 
-JOB_ID: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
 ACTOR: Final = "admission"
 
 
@@ -24,11 +24,9 @@ class Refused(Exception):
 
 def validate_spec(job_id: str, spec: JobSpec) -> None:
     """Checks that need no cluster state."""
-    if not JOB_ID.match(job_id):
-        raise Refused(
-            f"job id {job_id!r} is not valid: use 1-128 letters, digits, '-' or '_', "
-            "starting with a letter or digit"
-        )
+    problem = name_problem("job id", job_id)
+    if problem is not None:
+        raise Refused(problem)
     if spec.gpus < 0:
         raise Refused(f"gpus must be 0 or more, got {spec.gpus}")
     if spec.replicas < 1:
@@ -47,7 +45,7 @@ def validate_spec(job_id: str, spec: JobSpec) -> None:
 def admit(state: ClusterState, submitted: JobSubmitted, now: float) -> JobAdmitted | JobRejected:
     """Decide on a submission. Pure: the event it returns is the whole decision."""
     base = {
-        "id": f"{submitted.job_id}/admission",
+        "id": ids.admission(submitted.job_id),
         "time": now,
         "actor": ACTOR,
         "causation": submitted.id,

@@ -43,6 +43,7 @@ from rich.table import Table
 
 from events import (
     ClusterConfigured,
+    ClusterSettings,
     Event,
     JobAdmitted,
     JobCheckpointed,
@@ -158,7 +159,11 @@ def build(
         order += 1
 
     settings = SchedulerSettings(type=scheduler, fitting=fitting, victim_order=victim_order)
-    emit(ClusterConfigured(id="cluster", time=0.0, actor="bench", scheduler=settings))
+    emit(
+        ClusterConfigured(
+            id="cluster", time=0.0, actor="bench", settings=ClusterSettings(scheduler=settings)
+        )
+    )
     emit(PoolConfigured(id="pool", time=0.0, actor="bench", pool=POOL))
     for i in range(n_nodes):
         node = f"node-{i:05d}"

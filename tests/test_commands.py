@@ -9,6 +9,7 @@ import pytest
 
 from events import (
     ClusterConfigured,
+    ClusterSettings,
     JobAdmitted,
     JobCancelled,
     JobPaused,
@@ -33,6 +34,7 @@ from events.commands import (
     SetProject,
     SubmitJob,
 )
+from events.model import DEFAULT_PRIORITY_CLASSES
 from policy.commands import Accepted, Refused, decide_command
 from policy.state import ClusterState
 
@@ -141,10 +143,12 @@ def test_cluster_settings_pass_through_whole() -> None:
     )
     event = accepted(state, command, at=5).answer
     assert isinstance(event, ClusterConfigured) and event.id == "cluster/5"
-    assert (event.scheduler, event.preemption_grace_s, event.default_aux_pool) == (
-        command.scheduler,
-        12.0,
-        "cpu",
+    assert event.settings == ClusterSettings(
+        scheduler=command.scheduler,
+        preemption_grace_s=12.0,
+        priority_classes=DEFAULT_PRIORITY_CLASSES,  # none given: the defaults
+        default_compute_pool="gpu",
+        default_aux_pool="cpu",
     )
     assert state.settings.scheduler.type == "priority" and "cpu" in state.pools
     held = accepted(state, HoldScheduling(held=True, reason="maintenance"), at=6).answer

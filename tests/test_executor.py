@@ -23,6 +23,7 @@ import pytest
 
 from events import (
     ClusterConfigured,
+    ClusterSettings,
     Event,
     JobAdmitted,
     JobCheckpointed,
@@ -110,7 +111,12 @@ class Cluster:
         await self.log.ensure_stream()
         self.recorder = Recorder(self.log)
         await self.publish(
-            ClusterConfigured(id="cluster", time=time.time(), actor="t", preemption_grace_s=5.0)
+            ClusterConfigured(
+                id="cluster",
+                time=time.time(),
+                actor="t",
+                settings=ClusterSettings(preemption_grace_s=5.0),
+            )
         )
 
     async def publish(self, event: Event) -> None:
@@ -119,7 +125,10 @@ class Cluster:
     async def grace(self, seconds: float) -> None:
         await self.publish(
             ClusterConfigured(
-                id=f"grace-{seconds}", time=time.time(), actor="t", preemption_grace_s=seconds
+                id=f"grace-{seconds}",
+                time=time.time(),
+                actor="t",
+                settings=ClusterSettings(preemption_grace_s=seconds),
             )
         )
 

@@ -17,6 +17,7 @@ import pytest
 from events import (
     CheckpointModel,
     ClusterConfigured,
+    ClusterSettings,
     Event,
     JobCompleted,
     JobNominated,
@@ -68,7 +69,7 @@ def reference(
 ) -> list[Event]:
     state = ClusterState()
     setup: list[Event] = [
-        ClusterConfigured(id="c", time=0, actor="t", scheduler=scheduler),
+        ClusterConfigured(id="c", time=0, actor="t", settings=ClusterSettings(scheduler=scheduler)),
         PoolConfigured(id="p", time=0, actor="t", pool="default"),
     ]
     setup += [

@@ -10,6 +10,7 @@ import msgspec
 
 from events import (
     ClusterConfigured,
+    ClusterSettings,
     PoolConfigured,
     ProjectConfigured,
     ProjectTerms,
@@ -38,11 +39,16 @@ def configure_cluster(command: ConfigureCluster, now: float, at: int) -> Outcome
         problem = name and name_problem("pool name", name)
         if problem:
             return Refused(problem)
-    # the command's settings are the event's, field for field: said once, in the structs
-    settings = msgspec.structs.asdict(command)
-    del settings["actor"]
+    # the command's fields are the settings' own: said once, in the structs
+    fields = msgspec.structs.asdict(command)
+    del fields["actor"]
+    if not command.priority_classes:
+        del fields["priority_classes"]  # none given: the defaults
     event = ClusterConfigured(
-        id=ids.cluster_configured(at), time=now, actor=command.actor, **settings
+        id=ids.cluster_configured(at),
+        time=now,
+        actor=command.actor,
+        settings=ClusterSettings(**fields),
     )
     return Accepted((event,))
 

@@ -6,7 +6,9 @@
   written since the state the decision was computed from (error 10071), so a deposed leader's
   decision never lands.
 - Reading is a replay from a sequence, then (with `follow`) the live tail. A message that is not
-  a known event is logged with its sequence, counted and skipped, never a crash loop.
+  an event is logged with its sequence, counted and skipped, never a crash loop; an event of a
+  known type that cannot be read stops the reader (`events.Undecodable`), since a fold that
+  skipped it would silently differ from everyone else's.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StreamConfig
 from nats.js.errors import APIError, NotFoundError
 
-from events import Event, decode_event, encode_event, subject_for
+from events import Event, NotAnEvent, Undecodable, decode_event, encode_event, subject_for
 from events.catalogue import AnyEvent
 
 STREAM: Final = "FAIRLANE"
@@ -194,7 +196,7 @@ class EventLog:
             return None
         try:
             return Stored(int(msg.seq or 0), decode_event(msg.data or b""))
-        except (msgspec.DecodeError, msgspec.ValidationError):
+        except NotAnEvent:
             return None
 
     async def publish_raw(self, subject: str, payload: bytes) -> int:
@@ -328,7 +330,7 @@ class EventLog:
                     seq = _stream_seq(msg.reply)
                     try:
                         event = decode_event(msg.data)
-                    except (msgspec.DecodeError, msgspec.ValidationError) as e:
+                    except NotAnEvent as e:
                         self.skipped += 1
                         log.warning(
                             "skipped a message that is not an event",
@@ -336,6 +338,12 @@ class EventLog:
                             subject=msg.subject,
                             error=str(e),
                         )
+                    except Undecodable as e:
+                        # skipping it would fold a different state from everyone else's
+                        log.error(
+                            "stopped at an event this code cannot read", seq=seq, error=str(e)
+                        )
+                        raise Undecodable(f"at sequence {seq} ({msg.subject}): {e}") from None
                     else:
                         yield Stored(seq, event)
                     if durable is not None:

@@ -40,7 +40,7 @@ from events import JobCancelled, JobSpec, JobStarted
 from events.commands import CancelJob, SetPool, SetProject, SubmitJob
 from services.executor.service import Executor, ExecutorConfig, ExecutorGroup
 from services.runtime.client import send
-from services.runtime.eventlog import EventLog, connect
+from services.runtime.eventlog import JetStreamLog, connect
 from services.runtime.main import configure_logging
 from services.runtime.servers import NatsServer
 
@@ -74,7 +74,7 @@ def cpu_seconds(pid: int) -> float:
 
 
 async def raw_publish_rate(url: str, count: int, batched: bool) -> float:
-    log = EventLog(await connect(url, "raw"))
+    log = JetStreamLog(await connect(url, "raw"))
     await log.ensure_stream()
     events = [
         JobCancelled(id=f"raw-{batched}-{i}", time=0.0, actor="bench", job_id=f"raw{i}")
@@ -113,9 +113,9 @@ async def run(jobs: int, nodes: int, clients: int, gpus_per_node: int) -> Figure
                         stderr=asyncio.subprocess.DEVNULL,
                     )
                 )
-            log = EventLog(await connect(server.url, "bench"))
+            log = JetStreamLog(await connect(server.url, "bench"))
             await log.ensure_stream()
-            group_log = EventLog(await connect(server.url, "hollow-executors"))
+            group_log = JetStreamLog(await connect(server.url, "hollow-executors"))
             executors = [
                 Executor(
                     group_log,
@@ -219,7 +219,7 @@ async def run(jobs: int, nodes: int, clients: int, gpus_per_node: int) -> Figure
 
 
 async def _until_ok(
-    log: EventLog, command: SetPool | SetProject | CancelJob, answer: bool = False
+    log: JetStreamLog, command: SetPool | SetProject | CancelJob, answer: bool = False
 ) -> None:
     """Until the service answers (`answer`), or answers yes."""
     for _ in range(100):

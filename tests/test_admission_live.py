@@ -15,20 +15,20 @@ from policy.state import ClusterState
 from services.admission.service import Admission, job_subjects
 from services.ledger.service import Ledger
 from services.runtime.client import send
-from services.runtime.eventlog import Conflict, EventLog, connect
+from services.runtime.eventlog import Conflict, JetStreamLog, connect
 from services.runtime.servers import NatsServer
 from services.runtime.tasks import cancel_and_wait
 
 
 @pytest.fixture
-async def log(nats_server: NatsServer) -> AsyncIterator[EventLog]:
+async def log(nats_server: NatsServer) -> AsyncIterator[JetStreamLog]:
     """A stream with one node and project `a`, configured through a ledger."""
-    client = EventLog(await connect(nats_server.url, "client"))
+    client = JetStreamLog(await connect(nats_server.url, "client"))
     await client.ensure_stream()
     await client.publish(
         NodeRegistered(id="n0/registered", time=0.0, actor="t", node="n0", pool="gpu", gpus=4)
     )
-    ledger_log = EventLog(await connect(nats_server.url, "ledger"))
+    ledger_log = JetStreamLog(await connect(nats_server.url, "ledger"))
     ledger = asyncio.create_task(Ledger(ledger_log).run())
     try:
         reply = await send(client.nc, SetProject(project="a", pool="gpu", quota=2))
@@ -42,7 +42,7 @@ async def log(nats_server: NatsServer) -> AsyncIterator[EventLog]:
 
 @contextlib.asynccontextmanager
 async def admission(url: str, name: str = "admission") -> AsyncIterator[Admission]:
-    service = Admission(EventLog(await connect(url, name)))
+    service = Admission(JetStreamLog(await connect(url, name)))
     task = asyncio.create_task(service.run())
     try:
         yield service
@@ -51,11 +51,11 @@ async def admission(url: str, name: str = "admission") -> AsyncIterator[Admissio
         await service.log.nc.close()
 
 
-async def events_of(log: EventLog, job_id: str) -> list[object]:
+async def events_of(log: JetStreamLog, job_id: str) -> list[object]:
     return [s.event async for s in log.read(1) if getattr(s.event, "job_id", "") == job_id]
 
 
-async def state_of(log: EventLog) -> ClusterState:
+async def state_of(log: JetStreamLog) -> ClusterState:
     state = ClusterState()
     async for stored in log.read(1):
         state.apply(stored.event)
@@ -74,7 +74,7 @@ def stranded(job_id: str, key: str | None = None) -> JobSubmitted:
     )
 
 
-async def until_verdict(log: EventLog, job_id: str) -> list[object]:
+async def until_verdict(log: JetStreamLog, job_id: str) -> list[object]:
     for _ in range(200):
         events = await events_of(log, job_id)
         if any(isinstance(e, JobAdmitted | JobRejected) for e in events):
@@ -84,7 +84,7 @@ async def until_verdict(log: EventLog, job_id: str) -> list[object]:
 
 
 async def test_a_job_left_submitted_is_admitted_when_admission_starts(
-    log: EventLog, nats_server: NatsServer
+    log: JetStreamLog, nats_server: NatsServer
 ) -> None:
     await log.publish(stranded("j1"))
     async with admission(nats_server.url):
@@ -94,7 +94,7 @@ async def test_a_job_left_submitted_is_admitted_when_admission_starts(
 
 
 async def test_a_retry_of_a_stranded_submission_gets_its_verdict(
-    log: EventLog, nats_server: NatsServer
+    log: JetStreamLog, nats_server: NatsServer
 ) -> None:
     async with admission(nats_server.url) as service:
         seq = await log.publish(stranded("j2", key="k"))
@@ -112,7 +112,7 @@ async def test_a_retry_of_a_stranded_submission_gets_its_verdict(
     assert kinds == ["JobSubmitted", "JobAdmitted"]
 
 
-async def test_a_submission_is_stored_once_whatever_its_message_id(log: EventLog) -> None:
+async def test_a_submission_is_stored_once_whatever_its_message_id(log: JetStreamLog) -> None:
     """The expectation on the job's subjects, not only the duplicate window: a second
     `JobSubmitted` with another message id (a retry after the window) is refused."""
     first = stranded("j3")
@@ -128,7 +128,9 @@ async def test_a_submission_is_stored_once_whatever_its_message_id(log: EventLog
     assert len(await events_of(log, "j3")) == 1
 
 
-async def test_two_admissions_racing_make_one_job(log: EventLog, nats_server: NatsServer) -> None:
+async def test_two_admissions_racing_make_one_job(
+    log: JetStreamLog, nats_server: NatsServer
+) -> None:
     """The same id submitted twice at once with different keys, through two admissions: one
     submission wins, the other is refused (the duplicate window alone would answer both)."""
     async with admission(nats_server.url, "adm-1"), admission(nats_server.url, "adm-2"):

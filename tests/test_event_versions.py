@@ -24,7 +24,7 @@ from events import (
 from events.model import DEFAULT_PRIORITY_CLASSES
 from events.versions import upcast
 from policy.state import ClusterState
-from services.runtime.eventlog import EventLog, connect
+from services.runtime.eventlog import JetStreamLog, connect
 from services.runtime.follower import Follower
 from services.runtime.servers import NatsServer
 
@@ -116,7 +116,7 @@ def test_a_known_type_that_cannot_be_read_is_not_garbage() -> None:
 async def test_services_fold_newer_and_older_events_and_stop_at_unreadable_ones(
     nats_server: NatsServer,
 ) -> None:
-    log = EventLog(await connect(nats_server.url, "test"))
+    log = JetStreamLog(await connect(nats_server.url, "test"))
     await log.ensure_stream()
     submitted = JobSubmitted(
         id="j1/submitted", time=1.0, actor="u", job_id="j1", spec=JobSpec(project="a", gpus=2)

@@ -45,13 +45,13 @@ from services.admission.service import Admission
 from services.ledger.service import Ledger
 from services.runtime.client import send
 from services.runtime.decider import Decider
-from services.runtime.eventlog import EventLog, Stored, connect
+from services.runtime.eventlog import JetStreamLog, Stored, connect
 from services.runtime.follower import Follower
 from services.runtime.servers import NatsServer
 from services.runtime.tasks import cancel_and_wait
 
 #: Starts a node executor for (log, node, pool, gpus, data_dir); returns its running task.
-ExecutorFactory = Callable[[EventLog, str, str, int, Path], Awaitable[asyncio.Task[None]]]
+ExecutorFactory = Callable[[JetStreamLog, str, str, int, Path], Awaitable[asyncio.Task[None]]]
 
 QUIET_S = 0.3
 SETTLE_LIMIT_S = 60.0
@@ -80,7 +80,7 @@ class LiveEngine:
         self.events: list[Event] = []
         self.tasks: list[asyncio.Task[None]] = []
         self.executors: dict[str, asyncio.Task[None]] = {}
-        self.logs: list[EventLog] = []
+        self.logs: list[JetStreamLog] = []
         self._dir = tempfile.TemporaryDirectory(prefix="fairlane-live-")
         self.root = Path(self._dir.name)
         self.server = NatsServer(store_dir=self.root / "nats")
@@ -121,8 +121,8 @@ class LiveEngine:
         await self.server.stop()
         self._dir.cleanup()
 
-    async def _log(self, name: str) -> EventLog:
-        log = EventLog(await connect(self.server.url, name))
+    async def _log(self, name: str) -> JetStreamLog:
+        log = JetStreamLog(await connect(self.server.url, name))
         self.logs.append(log)
         return log
 
@@ -282,7 +282,7 @@ class LiveEngine:
 
 
 async def start_process_executor(
-    log: EventLog, node: str, pool: str, gpus: int, data_dir: Path
+    log: JetStreamLog, node: str, pool: str, gpus: int, data_dir: Path
 ) -> asyncio.Task[None]:
     """A real node executor (process runtime, built-in workload) that stops its workloads
     when the scenario ends."""

@@ -28,7 +28,7 @@ from events.commands import ADMISSION_SUBJECT, LEDGER_COMMANDS, AnyCommand, Repl
 from policy.commands import Refused, decide_command
 from policy.commands.jobs import admit_waiting
 from services.runtime.commands import Refusal, carry_out, serve
-from services.runtime.eventlog import Conflict, EventLog, Stored
+from services.runtime.eventlog import Conflict, JetStreamLog, Stored
 from services.runtime.follower import Follower
 from services.runtime.snapshots import SnapshotStore
 
@@ -44,7 +44,7 @@ def job_subjects(job_id: str) -> str:
 
 
 class Admission:
-    def __init__(self, log: EventLog) -> None:
+    def __init__(self, log: JetStreamLog) -> None:
         self.log = log
         self.follower = Follower(log, snapshots=SnapshotStore(log.js))
         self.keys: dict[str, str | None] = {}  # job id -> idempotency key of its submission

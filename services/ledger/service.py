@@ -16,13 +16,13 @@ from events.commands import LEDGER_COMMANDS, LEDGER_SUBJECT, AnyCommand, Reply
 from policy.commands import ids
 from policy.commands.usage import Usage
 from services.runtime.commands import Refusal, carry_out, serve
-from services.runtime.eventlog import EventLog, Stored
+from services.runtime.eventlog import JetStreamLog, Stored
 from services.runtime.follower import Follower
 from services.runtime.snapshots import EVERY_EVENTS, SnapshotStore, Snapshotter
 
 
 class Ledger:
-    def __init__(self, log: EventLog, snapshot_every: int = EVERY_EVENTS) -> None:
+    def __init__(self, log: JetStreamLog, snapshot_every: int = EVERY_EVENTS) -> None:
         self.log = log
         # the ledger takes the snapshots every decision service restarts from (see snapshots.py)
         snapshotter = Snapshotter(SnapshotStore(log.js), every=snapshot_every)

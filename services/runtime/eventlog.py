@@ -1,4 +1,6 @@
-"""The event log: one JetStream stream that holds every Fairlane event.
+"""The event log: what every service reads and writes (`EventLog`), and its JetStream form:
+one stream that holds every Fairlane event (`JetStreamLog`). `services/runtime/memory_log.py`
+is the other form, in memory; tests/test_eventlog_contract.py holds both to one contract.
 
 - Publishing is idempotent: the event id is the `Nats-Msg-Id`, so a repeat inside the
   stream's duplicate window is dropped (the ack says so) and costs nothing.
@@ -19,7 +21,7 @@ import re
 from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import msgspec
 import nats
@@ -112,13 +114,80 @@ async def connect(url: str, name: str, retry_for: float = 30.0) -> Client:
             await asyncio.sleep(0.2)
 
 
+class EventLog(Protocol):
+    """The log as services use it: idempotent, optionally fenced writes; replay in order;
+    follow the tail. Both forms decode through `events.decode_event` and treat bad messages
+    alike: garbage is counted (`skipped`) and skipped, a known event that cannot be read
+    stops the reader (`events.Undecodable`)."""
+
+    skipped: int
+
+    async def ensure_stream(self) -> None: ...
+
+    async def last_seq(self) -> int: ...
+
+    async def publish(
+        self,
+        event: Event,
+        *,
+        expect_last_seq: int | None = None,
+        fence: tuple[str, int] | None = None,
+    ) -> int:
+        """Store one event; returns its sequence (the original's, for a repeated id).
+        `expect_last_seq`: only if that is still the last sequence of the whole log;
+        `fence=(subject, seq)`: only if `seq` is still the last sequence on `subject` (which
+        may have wildcards; 0: nothing there yet). Otherwise raises `Conflict`."""
+        ...
+
+    async def publish_durably(
+        self, event: Event, *, fence: tuple[str, int] | None = None, give_up_after: float = 300.0
+    ) -> int:
+        """`publish`, retried through passing trouble; a `Conflict` is final."""
+        ...
+
+    async def publish_raw(self, subject: str, payload: bytes) -> int:
+        """Bytes on a subject as anyone could put them there (for tests of bad input)."""
+        ...
+
+    async def last_on(self, subject: str) -> Stored | None:
+        """The last event on `subject`, if there is one and it is an event."""
+        ...
+
+    def read(self, from_seq: int = 1, batch: int = 5000) -> AsyncIterator[Stored]:
+        """Everything stored from `from_seq` up to the end as it is now."""
+        ...
+
+    def follow(
+        self, from_seq: int = 1, batch: int = 5000, subject: str | None = None
+    ) -> AsyncIterator[Stored]:
+        """Replay from `from_seq`, then the live tail, forever; with `subject` (a filter with
+        wildcards), only the events stored on matching subjects."""
+        ...
+
+
+def stored_or_skip(seq: int, subject: str, data: bytes) -> Stored | None:
+    """The event in a stored message, or None for garbage (logged; the caller counts it).
+    Raises `Undecodable` for a known event type that cannot be read: skipping it would fold
+    a different state from everyone else's."""
+    try:
+        return Stored(seq, decode_event(data))
+    except NotAnEvent as e:
+        log.warning(
+            "skipped a message that is not an event", seq=seq, subject=subject, error=str(e)
+        )
+        return None
+    except Undecodable as e:
+        log.error("stopped at an unreadable event", seq=seq, subject=subject, error=str(e))
+        raise Undecodable(f"at sequence {seq} ({subject}): {e}") from None
+
+
 def durable_name(*parts: str) -> str:
     """A durable consumer's name from its parts (a consumer name allows no '.', '*', '>' or
     spaces): `durable_name("scheduler", host, "4711")` -> `scheduler-host-4711`."""
     return re.sub(r"[^A-Za-z0-9_-]", "_", "-".join(parts))[:200]
 
 
-class EventLog:
+class JetStreamLog:
     def __init__(self, nc: Client, stream: str = STREAM, durable: str | None = None) -> None:
         """`durable`: the name of the durable consumer `follow` reads the live tail with (a
         service process's own name); None for an ephemeral one (tools, tests, benchmarks)."""
@@ -194,10 +263,7 @@ class EventLog:
             msg = await self.js.get_last_msg(self.stream, subject)
         except NotFoundError:
             return None
-        try:
-            return Stored(int(msg.seq or 0), decode_event(msg.data or b""))
-        except NotAnEvent:
-            return None
+        return stored_or_skip(int(msg.seq or 0), subject, msg.data or b"")
 
     async def publish_raw(self, subject: str, payload: bytes) -> int:
         """For tests of bad input: put bytes on a stream subject as anyone could."""
@@ -328,24 +394,11 @@ class EventLog:
                         continue
                     asked -= 1
                     seq = _stream_seq(msg.reply)
-                    try:
-                        event = decode_event(msg.data)
-                    except NotAnEvent as e:
+                    stored = stored_or_skip(seq, msg.subject, msg.data)
+                    if stored is None:
                         self.skipped += 1
-                        log.warning(
-                            "skipped a message that is not an event",
-                            seq=seq,
-                            subject=msg.subject,
-                            error=str(e),
-                        )
-                    except Undecodable as e:
-                        # skipping it would fold a different state from everyone else's
-                        log.error(
-                            "stopped at an event this code cannot read", seq=seq, error=str(e)
-                        )
-                        raise Undecodable(f"at sequence {seq} ({msg.subject}): {e}") from None
                     else:
-                        yield Stored(seq, event)
+                        yield stored
                     if durable is not None:
                         to_ack = msg.reply  # handled: the reader came back for the next
                         unacked += 1

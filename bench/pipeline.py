@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -38,6 +37,7 @@ from rich.table import Table
 
 from events import JobCancelled, JobSpec, JobStarted
 from events.commands import CancelJob, SetPool, SetProject, SubmitJob
+from events.units import percentile
 from services.executor.service import Executor, ExecutorConfig, ExecutorGroup
 from services.runtime.client import send
 from services.runtime.eventlog import JetStreamLog, connect
@@ -208,8 +208,8 @@ async def run(jobs: int, nodes: int, clients: int, gpus_per_node: int) -> Figure
         nodes=nodes,
         clients=clients,
         jobs_per_s=round(jobs_per_s, 1),
-        latency_p50_ms=round(statistics.median(latencies), 1),
-        latency_p99_ms=round(latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))], 1),
+        latency_p50_ms=round(percentile(latencies, 0.50), 1),
+        latency_p99_ms=round(percentile(latencies, 0.99), 1),
         raw_publish_per_s=round(raw, 1),
         raw_publish_batched_per_s=round(raw_batched, 1),
         ratio_to_raw=round(jobs_per_s / raw, 3),

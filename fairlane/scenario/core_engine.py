@@ -10,7 +10,6 @@ from events.commands import AnyCommand
 from fairlane.scenario.observe import Observation, observe
 from fairlane.scenario.setup import (
     Projects,
-    cluster_command,
     compute_pool_of,
     pool_commands,
 )
@@ -33,7 +32,7 @@ class CoreEngine:
         self.pools = [p.name for p in scenario.pools]
         self.compute_pool = compute_pool_of(scenario)
         self.projects = Projects(self.compute_pool)
-        self._configure(cluster_command(scenario))
+        self._configure(scenario.config)
         for pool, command in zip(scenario.pools, pool_commands(scenario), strict=True):
             self._configure(command)
             for node in pool.nodes:

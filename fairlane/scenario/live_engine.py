@@ -38,7 +38,7 @@ from events.commands import (
     SubmitJob,
 )
 from fairlane.scenario.observe import Observation, observe
-from fairlane.scenario.setup import Projects, cluster_command, compute_pool_of, pool_commands
+from fairlane.scenario.setup import Projects, compute_pool_of, pool_commands
 from fairlane.scenario.spec import NodeEntry, ProjectEntry, Scenario, Step
 from policy.cycle import decide
 from services.admission.service import Admission
@@ -98,7 +98,7 @@ class LiveEngine:
         self._spawn(Decider(await self._log("scheduler"), "scheduler", _places).run())
         self._spawn(Decider(await self._log("preemptor"), "preemptor", _preempts).run())
         await self._until_answering(CancelJob(job_id="readiness-probe"))
-        cluster = cluster_command(self.scenario)
+        cluster = self.scenario.config
         # real workloads stop at once here: a long grace would only slow the run down
         grace = min(cluster.preemption_grace_s, 5.0)
         await self._command(msgspec.structs.replace(cluster, preemption_grace_s=grace))

@@ -5,24 +5,14 @@ from __future__ import annotations
 from dataclasses import replace
 
 from events import ProjectTerms
-from events.commands import ConfigureCluster, SetPool, SetProject
+from events.commands import SetPool, SetProject
 from fairlane.scenario.spec import ProjectEntry, Scenario
 
 
-def cluster_command(scenario: Scenario) -> ConfigureCluster:
-    cfg = scenario.config
-    compute_pool = compute_pool_of(scenario)
-    return ConfigureCluster(
-        scheduler=cfg.scheduler,
-        preemption_grace_s=cfg.preemption_grace_s,
-        priority_classes=cfg.priority_classes,
-        default_compute_pool=compute_pool,
-        default_aux_pool=cfg.default_aux_pool or compute_pool,
-    )
-
-
 def compute_pool_of(scenario: Scenario) -> str:
-    return scenario.config.default_compute_pool or scenario.pools[0].name
+    compute_pool = scenario.config.default_compute_pool
+    assert compute_pool is not None  # the parser fills it in
+    return compute_pool
 
 
 def pool_commands(scenario: Scenario) -> list[SetPool]:

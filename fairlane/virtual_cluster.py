@@ -43,7 +43,7 @@ from events import (
     ProjectConfigured,
     ProjectTerms,
 )
-from events.commands import AnyCommand, CancelJob, PauseJob, ResumeJob, SetPool, SubmitJob
+from events.commands import AnyCommand, SetPool, SubmitJob
 from policy.commands import Accepted, Outcome, Refused, decide_command, ids
 from policy.cycle import decide, next_wakeup
 from policy.state import ClusterState, Job
@@ -196,15 +196,6 @@ class VirtualCluster:
                 restore=cp.restore_s if cp else 0.0,
             )
         return verdict
-
-    def cancel(self, job_id: str) -> Outcome:
-        return self.command(CancelJob(job_id=job_id))
-
-    def pause(self, job_id: str) -> Outcome:
-        return self.command(PauseJob(job_id=job_id))
-
-    def resume(self, job_id: str) -> Outcome:
-        return self.command(ResumeJob(job_id=job_id))
 
     # -- what executors report ---------------------------------------------------------------------
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 from pathlib import Path
+from typing import get_args
 
 import pytest
 
@@ -36,6 +37,7 @@ from events.commands import (
 )
 from events.model import DEFAULT_PRIORITY_CLASSES
 from policy.commands import Accepted, Refused, decide_command
+from policy.commands.decide import DECIDERS
 from policy.state import ClusterState
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -174,3 +176,7 @@ def test_the_pure_core_imports_no_clock_io_randomness_or_nats(package: str) -> N
                 assert top not in FORBIDDEN and not top.startswith(FORBIDDEN_PREFIXES), (
                     f"{path.relative_to(ROOT)} imports {name}"
                 )
+
+
+def test_every_command_has_a_decider() -> None:
+    assert set(DECIDERS) == set(get_args(AnyCommand))

@@ -9,6 +9,7 @@ from events.catalogue import MAKES_ROOM
 from events.commands import AnyCommand
 from fairlane.scenario.observe import Observation, observe
 from fairlane.scenario.setup import (
+    JOB_COMMANDS,
     Projects,
     compute_pool_of,
     pool_commands,
@@ -56,10 +57,13 @@ class CoreEngine:
             case "submit":
                 for job in step.value:
                     vc.submit(job.id, job.spec)
-            case "complete" | "fail" | "cancel" | "pause" | "resume":
-                act = getattr(vc, step.kind)  # the virtual cluster names its commands alike
+            case "complete" | "fail":  # the workload exits: the executor reports it
+                report = vc.complete if step.kind == "complete" else vc.fail
                 for job_id in step.value:
-                    act(job_id)
+                    report(job_id)
+            case "cancel" | "pause" | "resume":
+                for job_id in step.value:
+                    vc.command(JOB_COMMANDS[step.kind](job_id=job_id))
             case "set_project":
                 self._set_project(step.value)
             case "add_node":

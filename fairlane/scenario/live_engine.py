@@ -32,13 +32,11 @@ from events.catalogue import MAKES_ROOM
 from events.commands import (
     CancelJob,
     HoldScheduling,
-    PauseJob,
-    ResumeJob,
     SetPool,
     SubmitJob,
 )
 from fairlane.scenario.observe import Observation, observe
-from fairlane.scenario.setup import Projects, compute_pool_of, pool_commands
+from fairlane.scenario.setup import JOB_COMMANDS, Projects, compute_pool_of, pool_commands
 from fairlane.scenario.spec import NodeEntry, ProjectEntry, Scenario, Step
 from policy.cycle import decide
 from services.admission.service import Admission
@@ -137,25 +135,13 @@ class LiveEngine:
     async def step(self, step: Step) -> None:
         match step.kind:
             case "submit":
-                # "submitted in list order, before the system reacts": hold scheduling while
-                # the batch lands, so the policy sees all of it at once, as the core engine does
-                await self._command(HoldScheduling(held=True, reason=f"step {step.number}"))
-                for job in step.value:
-                    await send(self.client.nc, SubmitJob(job_id=job.id, spec=job.spec))
-                await self.follower.wait_for(await self.client.last_seq())
-                await self._command(HoldScheduling(held=False, reason=f"step {step.number}"))
+                await self._submit(step)
             case "complete" | "fail":
                 for job_id in step.value:
                     self._tell_workload(job_id, 0 if step.kind == "complete" else 1)
-            case "cancel":
+            case "cancel" | "pause" | "resume":
                 for job_id in step.value:
-                    await self._command(CancelJob(job_id=job_id))
-            case "pause":
-                for job_id in step.value:
-                    await self._command(PauseJob(job_id=job_id))
-            case "resume":
-                for job_id in step.value:
-                    await self._command(ResumeJob(job_id=job_id))
+                    await self._command(JOB_COMMANDS[step.kind](job_id=job_id))
             case "set_project":
                 await self._set_project(step.value)
             case "add_node":
@@ -170,6 +156,15 @@ class LiveEngine:
                     f"step {step.number}: {step.kind} is not possible on a live cluster"
                 )
         await self.settle()
+
+    async def _submit(self, step: Step) -> None:
+        # "submitted in list order, before the system reacts": hold scheduling while the batch
+        # lands, so the policy sees all of it at once, as the core engine does
+        await self._command(HoldScheduling(held=True, reason=f"step {step.number}"))
+        for job in step.value:
+            await send(self.client.nc, SubmitJob(job_id=job.id, spec=job.spec))
+        await self.follower.wait_for(await self.client.last_seq())
+        await self._command(HoldScheduling(held=False, reason=f"step {step.number}"))
 
     async def _until_answering(self, probe: Any) -> None:
         """Until the service that owns `probe` answers at all (it may still be replaying)."""

@@ -3,10 +3,18 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Final
 
 from events import ProjectTerms
-from events.commands import SetPool, SetProject
+from events.commands import CancelJob, PauseJob, ResumeJob, SetPool, SetProject
 from fairlane.scenario.spec import ProjectEntry, Scenario
+
+#: The steps that are a user's command about a job, and the command each one sends.
+JOB_COMMANDS: Final[dict[str, type[CancelJob | PauseJob | ResumeJob]]] = {
+    "cancel": CancelJob,
+    "pause": PauseJob,
+    "resume": ResumeJob,
+}
 
 
 def compute_pool_of(scenario: Scenario) -> str:

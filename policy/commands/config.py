@@ -23,7 +23,7 @@ from policy.commands.outcome import Accepted, Outcome, Refused
 from policy.state import ClusterState
 
 
-def hold(command: HoldScheduling, now: float, at: int) -> Outcome:
+def hold(state: ClusterState, command: HoldScheduling, now: float, at: int) -> Outcome:
     event = SchedulingHeld(
         id=ids.scheduling_held(command.held, at),
         time=now,
@@ -34,7 +34,9 @@ def hold(command: HoldScheduling, now: float, at: int) -> Outcome:
     return Accepted((event,))
 
 
-def configure_cluster(command: ConfigureCluster, now: float, at: int) -> Outcome:
+def configure_cluster(
+    state: ClusterState, command: ConfigureCluster, now: float, at: int
+) -> Outcome:
     for name in (command.default_compute_pool, command.default_aux_pool):
         problem = name and name_problem("pool name", name)
         if problem:
@@ -53,7 +55,7 @@ def configure_cluster(command: ConfigureCluster, now: float, at: int) -> Outcome
     return Accepted((event,))
 
 
-def set_pool(command: SetPool, now: float, at: int) -> Outcome:
+def set_pool(state: ClusterState, command: SetPool, now: float, at: int) -> Outcome:
     problem = name_problem("pool name", command.pool)
     if problem is not None:
         return Refused(problem)

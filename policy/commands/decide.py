@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any, Final
+
 from events.commands import (
     AnyCommand,
     CancelJob,
@@ -17,24 +20,22 @@ from policy.commands import config, jobs
 from policy.commands.outcome import Outcome
 from policy.state import ClusterState
 
+Decider = Callable[[ClusterState, Any, float, int], Outcome]
+
+#: Every command type's decider; each takes (state, command, now, at).
+DECIDERS: Final[dict[type, Decider]] = {
+    SubmitJob: jobs.submit,
+    CancelJob: jobs.cancel,
+    PauseJob: jobs.pause,
+    ResumeJob: jobs.resume,
+    SetProject: config.set_project,
+    SetPool: config.set_pool,
+    ConfigureCluster: config.configure_cluster,
+    HoldScheduling: config.hold,
+}
+
 
 def decide_command(state: ClusterState, command: AnyCommand, now: float, at: int) -> Outcome:
     """The events `command` leads to, or why it is refused. Pure: `now` is the time to stamp
     and `at` the log position `state` is folded up to (it makes repeatable commands' ids)."""
-    match command:
-        case SubmitJob():
-            return jobs.submit(state, command, now)
-        case CancelJob():
-            return jobs.cancel(state, command, now)
-        case PauseJob():
-            return jobs.pause(state, command, now, at)
-        case ResumeJob():
-            return jobs.resume(state, command, now, at)
-        case SetProject():
-            return config.set_project(state, command, now, at)
-        case SetPool():
-            return config.set_pool(command, now, at)
-        case ConfigureCluster():
-            return config.configure_cluster(command, now, at)
-        case HoldScheduling():
-            return config.hold(command, now, at)
+    return DECIDERS[type(command)](state, command, now, at)

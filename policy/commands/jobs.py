@@ -14,7 +14,7 @@ from policy.state import FINAL_PHASES, ClusterState, Job
 PAUSABLE = frozenset({"pending", "starting", "running", "stopping"})
 
 
-def submit(state: ClusterState, command: SubmitJob, now: float) -> Outcome:
+def submit(state: ClusterState, command: SubmitJob, now: float, at: int) -> Outcome:
     """Record the submission and admission's verdict on it (`policy.admission.admit`)."""
     job_id = command.job_id
     problem = name_problem("job id", job_id)
@@ -33,7 +33,7 @@ def submit(state: ClusterState, command: SubmitJob, now: float) -> Outcome:
     return Accepted((submitted, admit(state, submitted, now)))
 
 
-def cancel(state: ClusterState, command: CancelJob, now: float) -> Outcome:
+def cancel(state: ClusterState, command: CancelJob, now: float, at: int) -> Outcome:
     job = state.jobs.get(command.job_id)
     if job is None:
         return _unknown(command.job_id)

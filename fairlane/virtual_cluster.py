@@ -20,7 +20,6 @@ an instant at which nothing else happened.
 from __future__ import annotations
 
 import heapq
-import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -43,7 +42,7 @@ from events import (
     ProjectConfigured,
     ProjectTerms,
 )
-from events.commands import AnyCommand, SetPool, SubmitJob
+from events.commands import AnyCommand, CancelJob, PauseJob, ResumeJob, SetPool, SubmitJob
 from policy.commands import Accepted, Outcome, Refused, decide_command, ids
 from policy.cycle import decide, next_wakeup
 from policy.state import ClusterState, Job
@@ -105,7 +104,6 @@ class VirtualCluster:
     #: checkpoint frees and queues nothing; it changes only what a victim would lose, which the
     #: next cycle (at the next arrival, finish or timer) reads from the state.
     settle_on_checkpoint: bool = True
-    _ids: itertools.count[int] = field(default_factory=itertools.count)
     #: Finishes and checkpoints, pushed whenever an attempt's progress is re-anchored. Entries
     #: go stale (preemption, a later re-anchor, completion) and are checked when they surface.
     _due: list[Due] = field(default_factory=list)
@@ -131,9 +129,6 @@ class VirtualCluster:
         if self.observer is not None:
             self.observer(event)
 
-    def _id(self, kind: str) -> str:
-        return f"{kind}-{next(self._ids)}"
-
     # -- configuration ---------------------------------------------------------------------------
 
     def configure(self, event: ClusterConfigured) -> None:
@@ -149,13 +144,24 @@ class VirtualCluster:
     def add_node(self, name: str, pool: str, gpus: int) -> None:
         self.record(
             NodeRegistered(
-                id=self._id("node"), time=self.now, actor=EXECUTOR, node=name, pool=pool, gpus=gpus
+                id=ids.node_registered(name, self.state.events_applied),
+                time=self.now,
+                actor=EXECUTOR,
+                node=name,
+                pool=pool,
+                gpus=gpus,
             )
         )
 
     def remove_node(self, name: str) -> None:
         self.record(
-            NodeLost(id=self._id("lost"), time=self.now, actor=EXECUTOR, node=name, reason="lost")
+            NodeLost(
+                id=ids.node_lost(name, self.state.events_applied),
+                time=self.now,
+                actor=EXECUTOR,
+                node=name,
+                reason="lost",
+            )
         )
 
     def set_project(self, name: str, terms: dict[str, ProjectTerms]) -> None:
@@ -196,6 +202,15 @@ class VirtualCluster:
                 restore=cp.restore_s if cp else 0.0,
             )
         return verdict
+
+    def cancel(self, job_id: str) -> Outcome:
+        return self.command(CancelJob(job_id=job_id))
+
+    def pause(self, job_id: str) -> Outcome:
+        return self.command(PauseJob(job_id=job_id))
+
+    def resume(self, job_id: str) -> Outcome:
+        return self.command(ResumeJob(job_id=job_id))
 
     # -- what executors report ---------------------------------------------------------------------
 

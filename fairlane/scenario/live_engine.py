@@ -38,6 +38,7 @@ from events.commands import (
 from fairlane.scenario.observe import Observation, observe
 from fairlane.scenario.setup import JOB_COMMANDS, Projects, compute_pool_of, pool_commands
 from fairlane.scenario.spec import NodeEntry, ProjectEntry, Scenario, Step
+from policy.commands import ids
 from policy.cycle import decide
 from services.admission.service import Admission
 from services.ledger.service import Ledger
@@ -205,7 +206,7 @@ class LiveEngine:
                 await cancel_and_wait(task)
         await self.client.publish(
             NodeLost(
-                id=f"{name}/lost/{self.follower.applied_seq}",
+                id=ids.node_lost(name, self.follower.applied_seq),
                 time=time.time(),
                 actor="operator",
                 node=name,

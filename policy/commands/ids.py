@@ -50,6 +50,15 @@ def checkpointed(job_id: str, attempt: int, mark: int) -> str:
     return f"{job_id}/{attempt}/checkpoint/{mark}"
 
 
+def node_registered(node: str, boot: str | int) -> str:
+    """`boot`: what tells one start of the node's executor from another."""
+    return f"{node}/registered/{boot}"
+
+
+def node_lost(node: str, at: int) -> str:
+    return f"{node}/lost/{at}"
+
+
 def cluster_configured(at: int) -> str:
     return f"cluster/{at}"
 

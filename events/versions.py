@@ -56,6 +56,7 @@ UPCASTERS: Final[dict[tuple[str, int], Upcaster]] = {
 #: The event types whose fields changed since version 1.
 RESHAPED: Final = frozenset(kind for kind, _ in UPCASTERS)
 KNOWN_TYPES: Final = frozenset(t.__name__ for t in get_args(AnyEvent))
+_RESHAPED_TYPES: Final = frozenset(t for t in get_args(AnyEvent) if t.__name__ in RESHAPED)
 
 
 class _Envelope(msgspec.Struct):
@@ -75,7 +76,7 @@ def decode_event(data: bytes | memoryview) -> AnyEvent:
         event = _decoder.decode(data)
     except (msgspec.DecodeError, msgspec.ValidationError) as e:
         raise _failure(data, e) from None
-    if type(event).__name__ in RESHAPED:
+    if type(event) in _RESHAPED_TYPES:
         return _upcast(data)
     return event
 

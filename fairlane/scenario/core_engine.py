@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import copy
 
-from events import JobPreemptionRequested
-from events.catalogue import MAKES_ROOM
 from events.commands import AnyCommand
-from fairlane.scenario.observe import Observation, observe
+from fairlane.scenario.observe import Observation, holdings, observe, what_changed
 from fairlane.scenario.setup import (
     JOB_COMMANDS,
     Projects,
@@ -87,22 +85,7 @@ class CoreEngine:
         probe = copy.deepcopy(self.vc)
         probe.observer = None
         probe.work.clear()
-        before = {j.id: list(j.held) for j in probe.state.live.values() if j.held}
-        start = len(probe.log)
+        before, start = holdings(probe.state), len(probe.log)
         probe.settle()
         probe.advance(STABLE_HORIZON_S)
-        after = {j.id: list(j.held) for j in probe.state.live.values() if j.held}
-        preempted = sorted(
-            {
-                e.job_id
-                for e in probe.log[start:]
-                if isinstance(e, JobPreemptionRequested) and e.reason in MAKES_ROOM
-            }
-        )
-        changes = []
-        if preempted:
-            changes.append("preemption of " + ", ".join(preempted))
-        moved = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
-        if moved:
-            changes.append("allocation change of " + ", ".join(moved))
-        return "; ".join(changes)
+        return what_changed(before, holdings(probe.state), probe.log[start:])

@@ -28,14 +28,13 @@ from events import (
     JobScheduled,
     NodeLost,
 )
-from events.catalogue import MAKES_ROOM
 from events.commands import (
     CancelJob,
     HoldScheduling,
     SetPool,
     SubmitJob,
 )
-from fairlane.scenario.observe import Observation, observe
+from fairlane.scenario.observe import Observation, holdings, observe, what_changed
 from fairlane.scenario.setup import JOB_COMMANDS, Projects, compute_pool_of, pool_commands
 from fairlane.scenario.spec import NodeEntry, ProjectEntry, Scenario, Step
 from policy.commands import ids
@@ -254,25 +253,11 @@ class LiveEngine:
 
     async def check_stable(self) -> None:
         """Watch the running cluster for a while: nothing may move."""
-        start = len(self.events)
-        before = {j.id: list(j.held) for j in self.follower.state.live.values() if j.held}
+        start, before = len(self.events), holdings(self.follower.state)
         await asyncio.sleep(STABLE_WATCH_S)
         await self.settle()
-        after = {j.id: list(j.held) for j in self.follower.state.live.values() if j.held}
-        preempted = sorted(
-            {
-                e.job_id
-                for e in self.events[start:]
-                if isinstance(e, JobPreemptionRequested) and e.reason in MAKES_ROOM
-            }
-        )
-        changes = []
-        if preempted:
-            changes.append("preemption of " + ", ".join(preempted))
-        moved = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
-        if moved:
-            changes.append("allocation change of " + ", ".join(moved))
-        self._last_stability = "; ".join(changes)
+        after = holdings(self.follower.state)
+        self._last_stability = what_changed(before, after, self.events[start:])
 
     _last_stability = ""
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
-from events import Event, JobRejected
+from events import Event, JobPreemptionRequested, JobRejected, Replica
+from events.catalogue import MAKES_ROOM
 from fairlane.scenario.spec import Expectation
 from policy.commands.usage import Usage
 from policy.cycle import fair_shares
@@ -76,6 +77,32 @@ def observe(
     for pool in state.pools:
         seen.free.setdefault(pool, 0)
     return seen
+
+
+Holdings = dict[str, list[Replica]]
+
+
+def holdings(state: ClusterState) -> Holdings:
+    """Who holds which GPUs now."""
+    return {j.id: list(j.held) for j in state.live.values() if j.held}
+
+
+def what_changed(before: Holdings, after: Holdings, events: Iterable[Event]) -> str:
+    """For `stable`: the preemptions among `events` and the jobs whose GPUs moved; ""."""
+    preempted = sorted(
+        {
+            e.job_id
+            for e in events
+            if isinstance(e, JobPreemptionRequested) and e.reason in MAKES_ROOM
+        }
+    )
+    moved = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
+    changes = []
+    if preempted:
+        changes.append("preemption of " + ", ".join(preempted))
+    if moved:
+        changes.append("allocation change of " + ", ".join(moved))
+    return "; ".join(changes)
 
 
 def check(expect: Expectation, seen: Observation) -> list[str]:

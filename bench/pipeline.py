@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -38,9 +37,10 @@ from rich.table import Table
 
 from events import JobCancelled, JobSpec, JobStarted
 from events.commands import CancelJob, SetPool, SetProject, SubmitJob
+from events.units import percentile
 from services.executor.service import Executor, ExecutorConfig, ExecutorGroup
 from services.runtime.client import send
-from services.runtime.eventlog import EventLog, connect
+from services.runtime.eventlog import JetStreamLog, connect
 from services.runtime.main import configure_logging
 from services.runtime.servers import NatsServer
 
@@ -74,7 +74,7 @@ def cpu_seconds(pid: int) -> float:
 
 
 async def raw_publish_rate(url: str, count: int, batched: bool) -> float:
-    log = EventLog(await connect(url, "raw"))
+    log = JetStreamLog(await connect(url, "raw"))
     await log.ensure_stream()
     events = [
         JobCancelled(id=f"raw-{batched}-{i}", time=0.0, actor="bench", job_id=f"raw{i}")
@@ -113,9 +113,9 @@ async def run(jobs: int, nodes: int, clients: int, gpus_per_node: int) -> Figure
                         stderr=asyncio.subprocess.DEVNULL,
                     )
                 )
-            log = EventLog(await connect(server.url, "bench"))
+            log = JetStreamLog(await connect(server.url, "bench"))
             await log.ensure_stream()
-            group_log = EventLog(await connect(server.url, "hollow-executors"))
+            group_log = JetStreamLog(await connect(server.url, "hollow-executors"))
             executors = [
                 Executor(
                     group_log,
@@ -208,8 +208,8 @@ async def run(jobs: int, nodes: int, clients: int, gpus_per_node: int) -> Figure
         nodes=nodes,
         clients=clients,
         jobs_per_s=round(jobs_per_s, 1),
-        latency_p50_ms=round(statistics.median(latencies), 1),
-        latency_p99_ms=round(latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))], 1),
+        latency_p50_ms=round(percentile(latencies, 0.50), 1),
+        latency_p99_ms=round(percentile(latencies, 0.99), 1),
         raw_publish_per_s=round(raw, 1),
         raw_publish_batched_per_s=round(raw_batched, 1),
         ratio_to_raw=round(jobs_per_s / raw, 3),
@@ -219,7 +219,7 @@ async def run(jobs: int, nodes: int, clients: int, gpus_per_node: int) -> Figure
 
 
 async def _until_ok(
-    log: EventLog, command: SetPool | SetProject | CancelJob, answer: bool = False
+    log: JetStreamLog, command: SetPool | SetProject | CancelJob, answer: bool = False
 ) -> None:
     """Until the service answers (`answer`), or answers yes."""
     for _ in range(100):

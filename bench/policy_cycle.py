@@ -26,7 +26,6 @@ from __future__ import annotations
 import cProfile
 import gc
 import io
-import math
 import platform
 import pstats
 import random
@@ -43,6 +42,7 @@ from rich.table import Table
 
 from events import (
     ClusterConfigured,
+    ClusterSettings,
     Event,
     JobAdmitted,
     JobCheckpointed,
@@ -57,6 +57,7 @@ from events import (
     SchedulerSettings,
 )
 from events.model import DEFAULT_PRIORITY_CLASSES, Fitting, SchedulerType, VictimOrder
+from events.units import percentile
 from fairlane.virtual_cluster import VirtualCluster
 from policy.capacity import Capacity, NodeSlots
 from policy.cycle import decide
@@ -158,7 +159,11 @@ def build(
         order += 1
 
     settings = SchedulerSettings(type=scheduler, fitting=fitting, victim_order=victim_order)
-    emit(ClusterConfigured(id="cluster", time=0.0, actor="bench", scheduler=settings))
+    emit(
+        ClusterConfigured(
+            id="cluster", time=0.0, actor="bench", settings=ClusterSettings(scheduler=settings)
+        )
+    )
     emit(PoolConfigured(id="pool", time=0.0, actor="bench", pool=POOL))
     for i in range(n_nodes):
         node = f"node-{i:05d}"
@@ -367,16 +372,9 @@ def time_cycle(
         pending=phases.count("pending"),
         decisions=decisions,
         runs=runs,
-        p50_ms=round(percentile(samples, 50), 2),
-        p99_ms=round(percentile(samples, 99), 2),
+        p50_ms=round(percentile(samples, 0.50), 2),
+        p99_ms=round(percentile(samples, 0.99), 2),
     )
-
-
-def percentile(samples: list[float], q: float) -> float:
-    """Nearest-rank percentile (p99 of 30 runs is the slowest but none)."""
-    ordered = sorted(samples)
-    rank = max(1, math.ceil(q / 100 * len(ordered)))
-    return ordered[rank - 1]
 
 
 def with_growth(results: list[Figures]) -> list[Figures]:

@@ -46,7 +46,7 @@ from events import (
 )
 from policy.snapshot import encode_snapshot
 from policy.state import ClusterState
-from services.runtime.eventlog import EventLog, connect
+from services.runtime.eventlog import JetStreamLog, connect
 from services.runtime.follower import Follower
 from services.runtime.main import configure_logging
 from services.runtime.servers import NatsServer
@@ -122,7 +122,7 @@ async def run(total: int, tail: int, console: Console) -> Figures:
         server = NatsServer(store_dir=Path(tmp) / "nats")
         await server.start()
         try:
-            log = EventLog(await connect(server.url, "bench"))
+            log = JetStreamLog(await connect(server.url, "bench"))
             await log.ensure_stream()
             events = workload(total)
             start = time.perf_counter()

@@ -26,12 +26,12 @@ from events.catalogue import (
     ProjectConfigured,
     ProjectQuotaCrossed,
     SchedulingHeld,
-    decode_event,
     encode_event,
     subject_for,
 )
 from events.model import (
     CheckpointModel,
+    ClusterSettings,
     JobSpec,
     PreemptionFacts,
     PriorityClass,
@@ -39,11 +39,13 @@ from events.model import (
     Replica,
     SchedulerSettings,
 )
+from events.versions import NotAnEvent, Undecodable, decode_event
 
 __all__ = [
     "SCHEMA_VERSION",
     "CheckpointModel",
     "ClusterConfigured",
+    "ClusterSettings",
     "Event",
     "JobAdmitted",
     "JobCancelled",
@@ -64,6 +66,7 @@ __all__ = [
     "LeaderElected",
     "NodeLost",
     "NodeRegistered",
+    "NotAnEvent",
     "PoolConfigured",
     "PreemptionFacts",
     "PriorityClass",
@@ -73,6 +76,7 @@ __all__ = [
     "Replica",
     "SchedulerSettings",
     "SchedulingHeld",
+    "Undecodable",
     "decode_event",
     "encode_event",
     "subject_for",

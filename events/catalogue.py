@@ -3,6 +3,10 @@
 Each event has an id (also its `Nats-Msg-Id`, so republishing is harmless), a schema version,
 the time it happened, the actor that caused it and the causation id of the event or command it
 answers. Times are seconds: epoch seconds on a live cluster, virtual seconds in the simulator.
+
+The schema version is always written. Events are read tolerantly (a field this code does not
+know, written by a newer version, is ignored), and events of an older version are upcast before
+they are decoded: both in `events/versions.py`, the one place that reads events.
 """
 
 from __future__ import annotations
@@ -13,15 +17,16 @@ from typing import Final, Literal
 import msgspec
 
 from events.model import (
+    ClusterSettings,
     JobSpec,
     PreemptionFacts,
-    PriorityClass,
     ProjectTerms,
     Replica,
     SchedulerSettings,
 )
 
-SCHEMA_VERSION: Final = 1
+#: The catalogue's schema version. 2: `ClusterConfigured` carries its settings as one struct.
+SCHEMA_VERSION: Final = 2
 
 PreemptionReason = Literal["priority", "reclaim", "pause", "cancel", "node_lost"]
 #: Reasons that make room for other work. Pauses, cancels and lost nodes are not preemptions
@@ -29,16 +34,15 @@ PreemptionReason = Literal["priority", "reclaim", "pause", "cancel", "node_lost"
 MAKES_ROOM: Final = frozenset({"priority", "reclaim"})
 
 
-class Event(
-    msgspec.Struct,
-    frozen=True,
-    kw_only=True,
-    tag_field="type",
-    forbid_unknown_fields=True,
-    omit_defaults=True,
-):
+def _current_version() -> int:
+    return SCHEMA_VERSION
+
+
+class Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", omit_defaults=True):
     id: str
-    version: int = SCHEMA_VERSION
+    #: A default factory, not a default: msgspec omits fields equal to their default, and the
+    #: version must always be written (a reader tells an old event by it).
+    version: int = msgspec.field(default_factory=_current_version)
     time: float
     actor: str
     causation: str | None = None
@@ -48,11 +52,9 @@ class Event(
 
 
 class ClusterConfigured(Event, frozen=True, kw_only=True):
-    scheduler: SchedulerSettings = SchedulerSettings()
-    preemption_grace_s: float = 30.0
-    priority_classes: tuple[PriorityClass, ...] = ()
-    default_compute_pool: str | None = None
-    default_aux_pool: str | None = None
+    """The cluster's settings, all of them (version 1 had them as fields of the event)."""
+
+    settings: ClusterSettings = ClusterSettings()
 
 
 class SchedulingHeld(Event, frozen=True, kw_only=True):
@@ -253,16 +255,10 @@ AnyEvent = (
 )
 
 _encoder = msgspec.json.Encoder()
-_decoder: msgspec.json.Decoder[AnyEvent] = msgspec.json.Decoder(AnyEvent)
 
 
 def encode_event(event: Event) -> bytes:
     return _encoder.encode(event)
-
-
-def decode_event(data: bytes) -> AnyEvent:
-    """Decode one event; raises msgspec.DecodeError / ValidationError on anything else."""
-    return _decoder.decode(data)
 
 
 _SNAKE = re.compile(r"(?<!^)(?=[A-Z])")

@@ -88,6 +88,14 @@ AnyCommand = (
     | HoldScheduling
 )
 
+#: The commands the quota ledger answers (on LEDGER_SUBJECT); admission answers the others.
+LEDGER_COMMANDS: Final = (SetProject, SetPool, ConfigureCluster, HoldScheduling)
+
+
+def service_subject(command: AnyCommand) -> str:
+    """The subject of the service that answers `command`."""
+    return LEDGER_SUBJECT if isinstance(command, LEDGER_COMMANDS) else ADMISSION_SUBJECT
+
 
 class Reply(msgspec.Struct, frozen=True, omit_defaults=True):
     ok: bool

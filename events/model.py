@@ -1,4 +1,8 @@
-"""Value types carried inside events: small, frozen, versioned with the events that hold them."""
+"""Value types carried inside events: small, frozen, versioned with the events that hold them.
+
+Like the events, they are read tolerantly: a field this code does not know (written by a newer
+version) is ignored, never an error.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +15,7 @@ Fitting = Literal["best", "worst"]
 VictimOrder = Literal["newest", "cost"]
 
 
-class SchedulerSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+class SchedulerSettings(msgspec.Struct, frozen=True):
     """How one pool (or the whole cluster, by default) is scheduled."""
 
     type: SchedulerType = "fair_share"
@@ -19,7 +23,7 @@ class SchedulerSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True)
     victim_order: VictimOrder = "newest"
 
 
-class PriorityClass(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+class PriorityClass(msgspec.Struct, frozen=True):
     name: str
     priority: int
     preemptible: bool
@@ -33,7 +37,17 @@ DEFAULT_PRIORITY_CLASSES: tuple[PriorityClass, ...] = (
 )
 
 
-class ProjectTerms(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+class ClusterSettings(msgspec.Struct, frozen=True):
+    """Cluster-wide settings, as a whole: `ClusterConfigured` replaces them all at once."""
+
+    scheduler: SchedulerSettings = SchedulerSettings()
+    preemption_grace_s: float = 30.0
+    priority_classes: tuple[PriorityClass, ...] = DEFAULT_PRIORITY_CLASSES
+    default_compute_pool: str | None = None
+    default_aux_pool: str | None = None
+
+
+class ProjectTerms(msgspec.Struct, frozen=True):
     """A project's terms in one pool."""
 
     quota: int = 0
@@ -42,7 +56,7 @@ class ProjectTerms(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     priority: int = 100
 
 
-class CheckpointModel(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+class CheckpointModel(msgspec.Struct, frozen=True):
     """Simulated checkpointing (scenario core engine and simulator only)."""
 
     every_s: float
@@ -50,7 +64,7 @@ class CheckpointModel(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     restore_s: float = 0.0
 
 
-class JobSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
+class JobSpec(msgspec.Struct, frozen=True, omit_defaults=True):
     """What a user asked for. Admission resolves defaults into JobAdmitted."""
 
     project: str

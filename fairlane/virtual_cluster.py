@@ -1,7 +1,7 @@
 """The policy plus simulated node executors on a virtual clock.
 
 This is what `scenario run --engine core` and `fairlane simulate` drive. Commands become the
-same events the services would publish; the policy (`policy.cycle.decide`, `policy.admission`)
+same events the services would publish; the policy (`policy.cycle.decide`, `policy.commands`)
 decides; simulated executors answer its decisions at once (a start is reported, a victim stops
 within its grace period) and finish work when its `duration` is done. Nothing here reads a clock
 or does I/O, so a run is a pure function of its inputs.
@@ -20,7 +20,6 @@ an instant at which nothing else happened.
 from __future__ import annotations
 
 import heapq
-import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -28,25 +27,23 @@ from events import (
     ClusterConfigured,
     Event,
     JobAdmitted,
-    JobCancelled,
     JobCheckpointed,
     JobCompleted,
     JobFailed,
-    JobPaused,
     JobPreempted,
     JobPreemptionRequested,
-    JobResumed,
+    JobRejected,
     JobScheduled,
     JobSpec,
     JobStarted,
-    JobSubmitted,
     NodeLost,
     NodeRegistered,
     PoolConfigured,
     ProjectConfigured,
     ProjectTerms,
 )
-from policy.admission import admit
+from events.commands import AnyCommand, CancelJob, PauseJob, ResumeJob, SetPool, SubmitJob
+from policy.commands import Accepted, Outcome, Refused, decide_command, ids
 from policy.cycle import decide, next_wakeup
 from policy.state import ClusterState, Job, Verdict
 
@@ -107,7 +104,6 @@ class VirtualCluster:
     #: checkpoint frees and queues nothing; it changes only what a victim would lose, which the
     #: next cycle (at the next arrival, finish or timer) reads from the state.
     settle_on_checkpoint: bool = True
-    _ids: itertools.count[int] = field(default_factory=itertools.count)
     #: Finishes and checkpoints, pushed whenever an attempt's progress is re-anchored. Entries
     #: go stale (preemption, a later re-anchor, completion) and are checked when they surface.
     _due: list[Due] = field(default_factory=list)
@@ -134,49 +130,72 @@ class VirtualCluster:
             self.observer(event)
         return verdict
 
-    def _id(self, kind: str) -> str:
-        return f"{kind}-{next(self._ids)}"
-
     # -- configuration ---------------------------------------------------------------------------
 
     def configure(self, event: ClusterConfigured) -> None:
         self.record(event)
 
-    def add_pool(self, name: str, scheduler: PoolConfigured | None = None) -> None:
-        self.record(
-            scheduler or PoolConfigured(id=self._id("pool"), time=self.now, actor=USER, pool=name)
-        )
+    def add_pool(self, name: str, configured: PoolConfigured | None = None) -> None:
+        """A pool, as configured (its own scheduler settings) or following the cluster's."""
+        if configured is None:
+            self.command(SetPool(pool=name))
+        else:
+            self.record(configured)
 
     def add_node(self, name: str, pool: str, gpus: int) -> None:
         self.record(
             NodeRegistered(
-                id=self._id("node"), time=self.now, actor=EXECUTOR, node=name, pool=pool, gpus=gpus
+                id=ids.node_registered(name, self.state.events_applied),
+                time=self.now,
+                actor=EXECUTOR,
+                node=name,
+                pool=pool,
+                gpus=gpus,
             )
         )
 
     def remove_node(self, name: str) -> None:
         self.record(
-            NodeLost(id=self._id("lost"), time=self.now, actor=EXECUTOR, node=name, reason="lost")
+            NodeLost(
+                id=ids.node_lost(name, self.state.events_applied),
+                time=self.now,
+                actor=EXECUTOR,
+                node=name,
+                reason="lost",
+            )
         )
 
     def set_project(self, name: str, terms: dict[str, ProjectTerms]) -> None:
+        """A project's complete terms (`command(SetProject(...))` changes one pool's)."""
         self.record(
             ProjectConfigured(
-                id=self._id("project"), time=self.now, actor=USER, project=name, terms=terms
+                id=ids.project_configured(name, self.state.events_applied),
+                time=self.now,
+                actor=USER,
+                project=name,
+                terms=terms,
             )
         )
 
     # -- user commands ---------------------------------------------------------------------------
 
-    def submit(self, job_id: str, spec: JobSpec) -> Event:
-        """Submit and admit at once; returns JobAdmitted or JobRejected."""
-        submitted = JobSubmitted(
-            id=self._id("submit"), time=self.now, actor=USER, job_id=job_id, spec=spec
-        )
-        self.record(submitted)
-        verdict = admit(self.state, submitted, self.now)
-        self.record(verdict)
-        if spec.duration_s is not None and verdict.__class__.__name__ == "JobAdmitted":
+    def command(self, command: AnyCommand) -> Outcome:
+        """Answer a command as admission or the ledger does (`policy.commands`), and record the
+        events it leads to."""
+        outcome = decide_command(self.state, command, self.now, self.state.events_applied)
+        if isinstance(outcome, Accepted):
+            for event in outcome.events:
+                self.record(event)
+        return outcome
+
+    def submit(self, job_id: str, spec: JobSpec) -> JobAdmitted | JobRejected | Refused:
+        """Submit and admit at once; returns the verdict, or the refusal to record it."""
+        outcome = self.command(SubmitJob(job_id=job_id, spec=spec))
+        if isinstance(outcome, Refused):
+            return outcome
+        verdict = outcome.answer
+        assert isinstance(verdict, JobAdmitted | JobRejected)
+        if spec.duration_s is not None and isinstance(verdict, JobAdmitted):
             cp = spec.checkpoint
             self.work[job_id] = Work(
                 duration=spec.duration_s,
@@ -185,12 +204,23 @@ class VirtualCluster:
             )
         return verdict
 
+    def cancel(self, job_id: str) -> Outcome:
+        return self.command(CancelJob(job_id=job_id))
+
+    def pause(self, job_id: str) -> Outcome:
+        return self.command(PauseJob(job_id=job_id))
+
+    def resume(self, job_id: str) -> Outcome:
+        return self.command(ResumeJob(job_id=job_id))
+
+    # -- what executors report ---------------------------------------------------------------------
+
     def complete(self, job_id: str) -> None:
         job = self.state.jobs.get(job_id)
         if job is not None and job.phase in ("starting", "running", "stopping"):
             self.record(
                 JobCompleted(
-                    id=self._id("done"),
+                    id=ids.completed(job_id, job.attempt),
                     time=self.now,
                     actor=EXECUTOR,
                     job_id=job_id,
@@ -204,7 +234,7 @@ class VirtualCluster:
         if job is not None and job.phase in ("starting", "running", "stopping"):
             self.record(
                 JobFailed(
-                    id=self._id("fail"),
+                    id=ids.failed(job_id, job.attempt),
                     time=self.now,
                     actor=EXECUTOR,
                     job_id=job_id,
@@ -213,23 +243,6 @@ class VirtualCluster:
                 )
             )
             self.work.pop(job_id, None)
-
-    def cancel(self, job_id: str) -> None:
-        job = self.state.jobs.get(job_id)
-        if job is not None and job.phase not in ("completed", "failed", "cancelled", "rejected"):
-            self.record(
-                JobCancelled(id=self._id("cancel"), time=self.now, actor=USER, job_id=job_id)
-            )
-
-    def pause(self, job_id: str) -> None:
-        job = self.state.jobs.get(job_id)
-        if job is not None and job.phase in ("pending", "starting", "running", "stopping"):
-            self.record(JobPaused(id=self._id("pause"), time=self.now, actor=USER, job_id=job_id))
-
-    def resume(self, job_id: str) -> None:
-        job = self.state.jobs.get(job_id)
-        if job is not None and job.phase == "paused":
-            self.record(JobResumed(id=self._id("resume"), time=self.now, actor=USER, job_id=job_id))
 
     # -- running ---------------------------------------------------------------------------------
 
@@ -289,7 +302,7 @@ class VirtualCluster:
             resumed = event.attempt > 1
             self.record(
                 JobStarted(
-                    id=f"{event.job_id}/{event.attempt}/started",
+                    id=ids.started(event.job_id, event.attempt),
                     time=self.now,
                     actor=EXECUTOR,
                     causation=event.id,
@@ -314,7 +327,7 @@ class VirtualCluster:
                 checkpointed = work.every is not None and work.saved > 0
             self.record(
                 JobPreempted(
-                    id=f"{event.id}/done",
+                    id=ids.stopped(event.id),
                     time=self.now,
                     actor=EXECUTOR,
                     causation=event.id,
@@ -375,7 +388,7 @@ class VirtualCluster:
         self._anchored(job, work)
         self.record(
             JobCheckpointed(
-                id=f"{job.id}/{job.attempt}/checkpoint/{int(kept)}",
+                id=ids.checkpointed(job.id, job.attempt, int(kept)),
                 time=self.now,
                 actor=EXECUTOR,
                 job_id=job.id,

@@ -20,25 +20,17 @@ from typing import Final
 
 import msgspec
 
-from events import PriorityClass, ProjectTerms, SchedulerSettings
-from policy.state import ClusterSettings, ClusterState, Job, Node, Pool, Project
+from events import ClusterSettings, ProjectTerms, SchedulerSettings
+from policy.state import ClusterState, Job, Node, Pool, Project
 
 #: The meaning of the fold (bump with any change to `policy/state.py` that changes results).
 FOLD_VERSION: Final = 2
-#: The layout of this file's structs.
-FORMAT_VERSION: Final = 1
+#: The layout of this file's structs. 2: the settings as `events.ClusterSettings`.
+FORMAT_VERSION: Final = 2
 
 
 class SnapshotMismatch(ValueError):
     """The bytes are not a snapshot this code can use (another format or fold version)."""
-
-
-class _Settings(msgspec.Struct, array_like=True):
-    scheduler: SchedulerSettings
-    preemption_grace_s: float
-    priority_classes: tuple[PriorityClass, ...]
-    default_compute_pool: str | None
-    default_aux_pool: str | None
 
 
 class _Pool(msgspec.Struct, array_like=True):
@@ -68,7 +60,7 @@ class _Header(msgspec.Struct, array_like=True):
 
 
 class _Snapshot(msgspec.Struct):
-    settings: _Settings
+    settings: ClusterSettings
     pools: list[_Pool]
     nodes: list[_Node]
     projects: list[_Project]
@@ -92,17 +84,10 @@ _LENGTH_BYTES: Final = 4
 
 def encode_snapshot(state: ClusterState, seq: int) -> bytes:
     """The state, folded up to and including stream sequence `seq`, as bytes."""
-    s = state.settings
     header = _encoder.encode(_Header(FORMAT_VERSION, FOLD_VERSION, seq))
     body = _encoder.encode(
         _Snapshot(
-            settings=_Settings(
-                s.scheduler,
-                s.preemption_grace_s,
-                s.priority_classes,
-                s.default_compute_pool,
-                s.default_aux_pool,
-            ),
+            settings=state.settings,
             pools=[_Pool(p.name, p.order, p.scheduler) for p in state.pools.values()],
             nodes=[_Node(n.name, n.pool, n.gpus, n.order) for n in state.nodes.values()],
             projects=[_Project(p.name, p.order, p.terms) for p in state.projects.values()],
@@ -134,15 +119,8 @@ def decode_snapshot(data: bytes) -> tuple[ClusterState, int]:
     except (msgspec.DecodeError, msgspec.ValidationError) as e:
         raise SnapshotMismatch(f"damaged snapshot: {e}") from None
     jobs = {j.id: j for j in snap.jobs}
-    st = snap.settings
     state = ClusterState(
-        settings=ClusterSettings(
-            scheduler=st.scheduler,
-            preemption_grace_s=st.preemption_grace_s,
-            priority_classes=st.priority_classes,
-            default_compute_pool=st.default_compute_pool,
-            default_aux_pool=st.default_aux_pool,
-        ),
+        settings=snap.settings,
         pools={p.name: Pool(p.name, p.order, p.scheduler) for p in snap.pools},
         nodes={n.name: Node(n.name, n.pool, n.gpus, n.order) for n in snap.nodes},
         projects={p.name: Project(p.name, p.order, p.terms) for p in snap.projects},

@@ -43,7 +43,7 @@ from events import (
     SchedulingHeld,
 )
 from events.catalogue import MAKES_ROOM
-from events.model import DEFAULT_PRIORITY_CLASSES, JobSpec
+from events.model import ClusterSettings, JobSpec
 
 JobPhase = Literal[
     "submitted",  # waiting for admission
@@ -157,15 +157,6 @@ class Job(msgspec.Struct, array_like=True):
 
     def gpus_held(self) -> int:
         return len(self.held) * self.gpus
-
-
-@dataclass(slots=True)
-class ClusterSettings:
-    scheduler: SchedulerSettings = field(default_factory=SchedulerSettings)
-    preemption_grace_s: float = 30.0
-    priority_classes: tuple[PriorityClass, ...] = DEFAULT_PRIORITY_CLASSES
-    default_compute_pool: str | None = None
-    default_aux_pool: str | None = None
 
 
 @dataclass(slots=True)
@@ -318,14 +309,8 @@ Refusal = str | None
 
 
 def _cluster_configured(state: ClusterState, e: ClusterConfigured) -> Refusal:
-    state.settings = ClusterSettings(
-        scheduler=e.scheduler,
-        preemption_grace_s=e.preemption_grace_s,
-        priority_classes=e.priority_classes or DEFAULT_PRIORITY_CLASSES,
-        default_compute_pool=e.default_compute_pool,
-        default_aux_pool=e.default_aux_pool,
-    )
-    for name in (e.default_compute_pool, e.default_aux_pool):
+    state.settings = e.settings
+    for name in (e.settings.default_compute_pool, e.settings.default_aux_pool):
         if name is not None:
             state._ensure_pool(name)
     return None

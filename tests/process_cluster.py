@@ -18,7 +18,7 @@ from events import JobCompleted, JobScheduled, JobSpec, JobStarted
 from events.commands import AnyCommand, Reply, SubmitJob
 from policy.state import ClusterState
 from services.runtime.client import send
-from services.runtime.eventlog import EventLog, Stored, connect
+from services.runtime.eventlog import JetStreamLog, Stored, connect
 
 
 @dataclass
@@ -79,13 +79,13 @@ class ProcessCluster:
         self.processes.clear()
 
 
-async def open_log(url: str, name: str = "test") -> EventLog:
-    log = EventLog(await connect(url, name))
+async def open_log(url: str, name: str = "test") -> JetStreamLog:
+    log = JetStreamLog(await connect(url, name))
     await log.ensure_stream()
     return log
 
 
-async def command(log: EventLog, cmd: AnyCommand, attempts: int = 40) -> Reply:
+async def command(log: JetStreamLog, cmd: AnyCommand, attempts: int = 40) -> Reply:
     """Send, retrying while the service that owns it is down (a restart takes a moment)."""
     for _ in range(attempts):
         try:
@@ -99,12 +99,12 @@ async def command(log: EventLog, cmd: AnyCommand, attempts: int = 40) -> Reply:
     raise AssertionError(f"{type(cmd).__name__} got no answer")
 
 
-async def submit(log: EventLog, job_id: str, spec: JobSpec) -> Reply:
+async def submit(log: JetStreamLog, job_id: str, spec: JobSpec) -> Reply:
     """The same idempotency key on every retry: a retried submission is one job."""
     return await command(log, SubmitJob(job_id=job_id, spec=spec, idempotency_key=job_id))
 
 
-async def replay(log: EventLog) -> tuple[ClusterState, list[Stored]]:
+async def replay(log: JetStreamLog) -> tuple[ClusterState, list[Stored]]:
     state = ClusterState()
     stored = [s async for s in log.read(1)]
     for s in stored:
@@ -112,7 +112,7 @@ async def replay(log: EventLog) -> tuple[ClusterState, list[Stored]]:
     return state, stored
 
 
-async def wait_until_done(log: EventLog, jobs: int, within: float) -> ClusterState:
+async def wait_until_done(log: JetStreamLog, jobs: int, within: float) -> ClusterState:
     deadline = asyncio.get_running_loop().time() + within
     while True:
         state, _ = await replay(log)

@@ -6,6 +6,7 @@ import pytest
 
 from events import JobAdmitted, JobRejected, JobSpec, ProjectTerms
 from fairlane.virtual_cluster import VirtualCluster
+from policy.commands import Refused
 
 
 @pytest.fixture
@@ -42,10 +43,20 @@ def test_refusals_name_the_bad_value(cluster: VirtualCluster, spec: JobSpec, fra
     assert cluster.state.jobs["j1"].phase == "rejected"
 
 
-def test_bad_job_id_is_refused(cluster: VirtualCluster) -> None:
+def test_bad_job_id_is_refused_before_anything_is_recorded(cluster: VirtualCluster) -> None:
+    # as admission does: an id that cannot be a stream subject is never recorded
+    before = len(cluster.log)
     verdict = cluster.submit("no spaces", JobSpec(project="team"))
-    assert isinstance(verdict, JobRejected)
+    assert isinstance(verdict, Refused)
     assert "'no spaces'" in verdict.reason
+    assert len(cluster.log) == before and "no spaces" not in cluster.state.jobs
+
+
+def test_a_job_id_is_taken_once(cluster: VirtualCluster) -> None:
+    assert isinstance(cluster.submit("j1", JobSpec(project="team")), JobAdmitted)
+    again = cluster.submit("j1", JobSpec(project="team", gpus=2))
+    assert isinstance(again, Refused) and again.exists
+    assert "job id 'j1' already exists" in again.reason
 
 
 def test_defaults_resolve_from_class_and_pools(cluster: VirtualCluster) -> None:

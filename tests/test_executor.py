@@ -23,6 +23,7 @@ import pytest
 
 from events import (
     ClusterConfigured,
+    ClusterSettings,
     Event,
     JobAdmitted,
     JobCheckpointed,
@@ -40,7 +41,7 @@ from events import (
 from services.executor.gpus import GpuDiscoveryError, discover_gpus
 from services.executor.runtime import load_records, proc_start_ticks
 from services.executor.service import Executor, ExecutorConfig, ExecutorGroup, cancel_and_wait
-from services.runtime.eventlog import EventLog, connect
+from services.runtime.eventlog import JetStreamLog, connect
 from services.runtime.servers import NatsServer
 
 pytestmark = pytest.mark.nats
@@ -52,7 +53,7 @@ WORKLOAD = (sys.executable, "-m", "services.executor.workload")
 class Recorder:
     """Follows the log in the background and keeps every event, for `wait`."""
 
-    def __init__(self, log: EventLog) -> None:
+    def __init__(self, log: JetStreamLog) -> None:
         self.log = log
         self.events: list[Event] = []
         self.changed = asyncio.Condition()
@@ -103,14 +104,19 @@ class Cluster:
     def __init__(self, server: NatsServer, tmp: Path) -> None:
         self.server = server
         self.tmp = tmp
-        self.runs: list[tuple[asyncio.Task[None], Executor | ExecutorGroup, EventLog]] = []
+        self.runs: list[tuple[asyncio.Task[None], Executor | ExecutorGroup, JetStreamLog]] = []
 
     async def open(self) -> None:
-        self.log = EventLog(await connect(self.server.url, "test"))
+        self.log = JetStreamLog(await connect(self.server.url, "test"))
         await self.log.ensure_stream()
         self.recorder = Recorder(self.log)
         await self.publish(
-            ClusterConfigured(id="cluster", time=time.time(), actor="t", preemption_grace_s=5.0)
+            ClusterConfigured(
+                id="cluster",
+                time=time.time(),
+                actor="t",
+                settings=ClusterSettings(preemption_grace_s=5.0),
+            )
         )
 
     async def publish(self, event: Event) -> None:
@@ -119,7 +125,10 @@ class Cluster:
     async def grace(self, seconds: float) -> None:
         await self.publish(
             ClusterConfigured(
-                id=f"grace-{seconds}", time=time.time(), actor="t", preemption_grace_s=seconds
+                id=f"grace-{seconds}",
+                time=time.time(),
+                actor="t",
+                settings=ClusterSettings(preemption_grace_s=seconds),
             )
         )
 
@@ -129,18 +138,18 @@ class Cluster:
         return ExecutorConfig(node=node, pool=POOL, gpus=gpus, stop_workloads_on_exit=True, **kw)
 
     async def executor(self, node: str, gpus: int = 2, **kw: Any) -> Executor:
-        log = EventLog(await connect(self.server.url, f"executor-{node}"))
+        log = JetStreamLog(await connect(self.server.url, f"executor-{node}"))
         executor = Executor(log, self.config(node, gpus, **kw))
         await self._run(executor, log)
         return executor
 
     async def group(self, configs: list[ExecutorConfig]) -> ExecutorGroup:
-        log = EventLog(await connect(self.server.url, "executors"))
+        log = JetStreamLog(await connect(self.server.url, "executors"))
         group = ExecutorGroup(log, [Executor(log, c) for c in configs])
         await self._run(group, log)
         return group
 
-    async def _run(self, runner: Executor | ExecutorGroup, log: EventLog) -> None:
+    async def _run(self, runner: Executor | ExecutorGroup, log: JetStreamLog) -> None:
         ready = asyncio.Event()
         task = asyncio.create_task(runner.run(ready))
         await asyncio.wait_for(ready.wait(), 10)

@@ -24,9 +24,10 @@ from events import (
     ProjectTerms,
     Replica,
 )
+from policy.commands.usage import Usage, counted_usage
 from policy.state import ClusterState
-from services.ledger.service import Ledger, Usage, counted_usage
-from services.runtime.eventlog import EventLog, connect
+from services.ledger.service import Ledger
+from services.runtime.eventlog import JetStreamLog, connect
 from services.runtime.servers import NatsServer
 from services.runtime.tasks import cancel_and_wait
 from tests.test_snapshot import SCENARIOS, scenario_log
@@ -88,7 +89,7 @@ def job_events(job: str, gpus: int, t: float) -> list[Event]:
 
 @pytest.mark.nats
 async def test_the_ledger_records_crossing_the_quota_and_back(nats_server: NatsServer) -> None:
-    log = EventLog(await connect(nats_server.url, "test"))
+    log = JetStreamLog(await connect(nats_server.url, "test"))
     await log.ensure_stream()
     ledger = Ledger(log)
     running = asyncio.create_task(ledger.run())

@@ -28,6 +28,7 @@ import pytest
 from bench.policy_cycle import NOW, Size, build
 from events import (
     ClusterConfigured,
+    ClusterSettings,
     Event,
     JobCancelled,
     JobCheckpointed,
@@ -49,7 +50,7 @@ from events import (
     SchedulerSettings,
 )
 from events.model import Fitting, SchedulerType, VictimOrder
-from policy.admission import admit
+from policy.commands.admission import admit
 from policy.cycle import decide
 from policy.state import ClusterState
 
@@ -130,7 +131,11 @@ def random_case(seed: int) -> Iterator[list[Event]]:
             victim_order=rng.choice(ORDERS),
         )
 
-    d.record(ClusterConfigured(id=d.eid(), time=0.0, actor="t", scheduler=settings()))
+    d.record(
+        ClusterConfigured(
+            id=d.eid(), time=0.0, actor="t", settings=ClusterSettings(scheduler=settings())
+        )
+    )
     for pool in pools:
         own = settings() if rng.random() < 0.4 else None
         d.record(PoolConfigured(id=d.eid(), time=0.0, actor="t", pool=pool, scheduler=own))

@@ -44,6 +44,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from events import (
     CheckpointModel,
     ClusterConfigured,
+    ClusterSettings,
     Event,
     JobCompleted,
     JobFailed,
@@ -223,7 +224,14 @@ class PolicyMachine(RuleBasedStateMachine):
     def build(self, spec: ClusterSpec) -> None:
         vc = self.vc
         vc.observer = self.check_decision
-        vc.configure(ClusterConfigured(id="cluster", time=0.0, actor="t", scheduler=spec.scheduler))
+        vc.configure(
+            ClusterConfigured(
+                id="cluster",
+                time=0.0,
+                actor="t",
+                settings=ClusterSettings(scheduler=spec.scheduler),
+            )
+        )
         for name, own in spec.pools:
             vc.add_pool(
                 name,
@@ -654,7 +662,11 @@ def test_a_job_grown_in_a_cycle_is_not_preempted_in_it() -> None:
     GPUs, grew again, and so on at one instant for ever: settle() raised NotSettled at t=60."""
     vc = VirtualCluster()
     settings_ = SchedulerSettings(fitting="worst")
-    vc.configure(ClusterConfigured(id="c", time=0.0, actor="t", scheduler=settings_))
+    vc.configure(
+        ClusterConfigured(
+            id="c", time=0.0, actor="t", settings=ClusterSettings(scheduler=settings_)
+        )
+    )
     vc.add_pool("default")
     for name, gpus in (("n0", 2), ("n1", 2), ("n2", 4)):
         vc.add_node(name, "default", gpus)

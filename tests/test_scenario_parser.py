@@ -26,7 +26,10 @@ def write(tmp_path: Path, body: str) -> Path:
     ("body", "fragments"),
     [
         ("steps:\n  - submit: {id: j, project: a, gpu: 1}\n", ["step 1", "unknown key 'gpu'"]),
-        ("steps:\n  - submitt: {id: j, project: a}\n", ["step 1", "unknown step 'submitt'"]),
+        (
+            "steps:\n  - submitt: {id: j, project: a}\n",
+            ["step 1", "unknown key 'submitt'; allowed: 'add_node', 'advance'"],
+        ),
         ("steps:\n  - complete: nope\n", ["step 1", "unknown job id 'nope'"]),
         (
             "steps:\n  - submit: {id: j, project: a}\n  - expect: {running: [j, k]}\n",
@@ -45,6 +48,13 @@ def write(tmp_path: Path, body: str) -> Path:
             ["already submitted"],
         ),
         ("steps: []\nextra: 1\n", ["unknown key 'extra'"]),
+        (
+            "steps:\n  - submit: [{id: j, project: a}, {id: k, project: a, gpus: x}]\n",
+            ["step 1 submit #2 gpus", "expected a whole number, got 'x'"],
+        ),
+        ("steps:\n  - submit: {id: 'a b', project: a}\n", ["not a valid name", "got 'a b'"]),
+        ("config: {scheduler: {kind: fifo}}\nsteps: []\n", ["config scheduler", "key 'kind'"]),
+        ("steps:\n  - {advance: 1m, expect: {}}\n", ["step 1", "exactly one key"]),
     ],
 )
 def test_mistakes_are_named(tmp_path: Path, body: str, fragments: list[str]) -> None:
@@ -55,6 +65,17 @@ def test_mistakes_are_named(tmp_path: Path, body: str, fragments: list[str]) -> 
     assert str(path) in message
     for fragment in fragments:
         assert fragment in message
+
+
+def test_durations_are_read_as_everywhere_else(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        "steps:\n  - submit: {id: j, project: a, min_runtime: 1h30m, duration: 1d}\n"
+        "  - advance: 45\n",
+    )
+    scenario = load_scenario(path)
+    spec = scenario.steps[0].value[0].spec
+    assert (spec.min_runtime_s, spec.duration_s, scenario.steps[1].value) == (5400, 86400, 45)
 
 
 def test_yaml_1_2_words_stay_strings(tmp_path: Path) -> None:

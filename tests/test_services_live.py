@@ -27,7 +27,7 @@ from services.admission.service import Admission
 from services.ledger.service import Ledger
 from services.runtime.client import send
 from services.runtime.decider import Decider
-from services.runtime.eventlog import EventLog, Stored, connect
+from services.runtime.eventlog import JetStreamLog, Stored, connect
 from services.runtime.servers import NatsServer
 from services.runtime.tasks import cancel_and_wait
 
@@ -40,7 +40,7 @@ def preempts(e: object) -> bool:
     return type(e).__name__ in ("JobPreemptionRequested", "JobNominated")
 
 
-async def responder(log: EventLog) -> None:
+async def responder(log: JetStreamLog) -> None:
     """Answers placements with starts and stop requests with stops, at once."""
     async for stored in log.follow(1):
         e = stored.event
@@ -69,8 +69,8 @@ async def responder(log: EventLog) -> None:
 
 
 @pytest.fixture
-async def cluster(nats_server: NatsServer) -> AsyncIterator[EventLog]:
-    logs = [EventLog(await connect(nats_server.url, f"svc{i}")) for i in range(6)]
+async def cluster(nats_server: NatsServer) -> AsyncIterator[JetStreamLog]:
+    logs = [JetStreamLog(await connect(nats_server.url, f"svc{i}")) for i in range(6)]
     await logs[0].ensure_stream()
     await logs[0].publish(
         NodeRegistered(
@@ -100,7 +100,7 @@ async def cluster(nats_server: NatsServer) -> AsyncIterator[EventLog]:
             await log.nc.close()
 
 
-async def state_of(log: EventLog) -> ClusterState:
+async def state_of(log: JetStreamLog) -> ClusterState:
     state = ClusterState()
     async for stored in log.read(1):
         state.apply(stored.event)
@@ -116,7 +116,7 @@ def running(job: str, attempt: int = 1) -> Callable[[ClusterState], bool]:
 
 
 async def until(
-    log: EventLog, check: Callable[[ClusterState], bool], within: float = 10.0
+    log: JetStreamLog, check: Callable[[ClusterState], bool], within: float = 10.0
 ) -> ClusterState:
     deadline = asyncio.get_running_loop().time() + within
     while True:
@@ -129,7 +129,7 @@ async def until(
         await asyncio.sleep(0.05)
 
 
-async def test_the_runai_exercise_on_the_log(cluster: EventLog) -> None:
+async def test_the_runai_exercise_on_the_log(cluster: JetStreamLog) -> None:
     nc = cluster.nc
     for name in ("project-a", "project-b"):
         reply = await send(nc, SetProject(project=name, pool="single-node-pool", quota=4))
@@ -181,7 +181,7 @@ async def test_the_runai_exercise_on_the_log(cluster: EventLog) -> None:
     assert reason.reason == "reclaim" and reason.for_job == "jupyter-workspace"
 
 
-async def test_bad_commands_get_clear_errors(cluster: EventLog) -> None:
+async def test_bad_commands_get_clear_errors(cluster: JetStreamLog) -> None:
     nc = cluster.nc
     reply = await send(nc, CancelJob(job_id="ghost"))
     assert not reply.ok and "unknown job id 'ghost'" in reply.error

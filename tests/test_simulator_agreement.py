@@ -17,6 +17,7 @@ import pytest
 from events import (
     CheckpointModel,
     ClusterConfigured,
+    ClusterSettings,
     Event,
     JobCompleted,
     JobNominated,
@@ -37,7 +38,7 @@ from fairlane.simulator.policies import PolicyName, make_policy
 from fairlane.simulator.run import Options, Simulation
 from fairlane.simulator.traces import TraceJob
 from fairlane.simulator.workload import SimJob
-from policy.admission import admit
+from policy.commands.admission import admit
 from policy.cycle import decide
 from policy.state import ClusterState
 
@@ -68,7 +69,7 @@ def reference(
 ) -> list[Event]:
     state = ClusterState()
     setup: list[Event] = [
-        ClusterConfigured(id="c", time=0, actor="t", scheduler=scheduler),
+        ClusterConfigured(id="c", time=0, actor="t", settings=ClusterSettings(scheduler=scheduler)),
         PoolConfigured(id="p", time=0, actor="t", pool="default"),
     ]
     setup += [

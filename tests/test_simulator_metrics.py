@@ -8,8 +8,8 @@ import pytest
 
 from events import CheckpointModel, JobPreempted
 from events.model import VictimOrder
+from events.units import percentile
 from fairlane.simulator.cluster import uniform_cluster
-from fairlane.simulator.metrics import percentile
 from fairlane.simulator.policies import PolicyName, make_policy
 from fairlane.simulator.run import CycleMode, Options, Outcome, Simulation
 from fairlane.simulator.traces import TraceJob

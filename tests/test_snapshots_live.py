@@ -24,7 +24,7 @@ from policy.state import ClusterState
 from services.admission.service import Admission
 from services.ledger.service import Ledger
 from services.runtime.client import send
-from services.runtime.eventlog import EventLog, connect
+from services.runtime.eventlog import JetStreamLog, connect
 from services.runtime.follower import Follower
 from services.runtime.servers import NatsServer
 from services.runtime.snapshots import SnapshotStore, Snapshotter
@@ -40,25 +40,25 @@ def busiest_log() -> list[Event]:
 
 
 @pytest.fixture
-async def log(nats_server: NatsServer) -> AsyncIterator[EventLog]:
-    event_log = EventLog(await connect(nats_server.url, "test"))
+async def log(nats_server: NatsServer) -> AsyncIterator[JetStreamLog]:
+    event_log = JetStreamLog(await connect(nats_server.url, "test"))
     await event_log.ensure_stream()
     yield event_log
     await event_log.nc.close()
 
 
-async def publish_all(log: EventLog, events: list[Event]) -> None:
+async def publish_all(log: JetStreamLog, events: list[Event]) -> None:
     for event in events:
         await log.publish(event)
 
 
-async def full_replay(log: EventLog) -> Follower:
+async def full_replay(log: JetStreamLog) -> Follower:
     follower = Follower(log)
     await follower.catch_up()
     return follower
 
 
-async def test_a_restart_starts_from_the_snapshot_and_folds_the_same(log: EventLog) -> None:
+async def test_a_restart_starts_from_the_snapshot_and_folds_the_same(log: JetStreamLog) -> None:
     events = busiest_log()
     assert len(events) > 60
     await publish_all(log, events)
@@ -80,7 +80,7 @@ async def test_a_restart_starts_from_the_snapshot_and_folds_the_same(log: EventL
     assert encode_snapshot(restarted.state, 0) == encode_snapshot(straight.state, 0)
 
 
-async def test_the_ledger_takes_snapshots_as_events_arrive(log: EventLog) -> None:
+async def test_the_ledger_takes_snapshots_as_events_arrive(log: JetStreamLog) -> None:
     ledger = Ledger(log, snapshot_every=20)
     running = asyncio.create_task(ledger.run())
     try:
@@ -104,7 +104,7 @@ async def test_the_ledger_takes_snapshots_as_events_arrive(log: EventLog) -> Non
         await cancel_and_wait(running)
 
 
-async def test_a_snapshot_from_another_stream_is_ignored(log: EventLog) -> None:
+async def test_a_snapshot_from_another_stream_is_ignored(log: JetStreamLog) -> None:
     events = busiest_log()[:10]
     await publish_all(log, events)
     store = SnapshotStore(log.js)
@@ -114,7 +114,7 @@ async def test_a_snapshot_from_another_stream_is_ignored(log: EventLog) -> None:
     assert follower.restored_from is None
 
 
-async def test_an_unreadable_snapshot_is_ignored(log: EventLog, tmp_path: Path) -> None:
+async def test_an_unreadable_snapshot_is_ignored(log: JetStreamLog, tmp_path: Path) -> None:
     await publish_all(log, busiest_log()[:10])
     store = SnapshotStore(log.js)
     await store.save(b"\x93not a snapshot at all", 5)
@@ -124,7 +124,7 @@ async def test_an_unreadable_snapshot_is_ignored(log: EventLog, tmp_path: Path) 
 
 
 async def test_admission_restored_from_a_snapshot_answers_repeats_alike(
-    log: EventLog, nats_server: NatsServer
+    log: JetStreamLog, nats_server: NatsServer
 ) -> None:
     """A repeated submission of a job admission knows only from the snapshot gets the verdict
     it got the first time, read back from the stream; another key is refused."""
@@ -137,7 +137,7 @@ async def test_admission_restored_from_a_snapshot_answers_repeats_alike(
             ),
         ],
     )
-    first = Admission(EventLog(await connect(nats_server.url, "admission-1")))
+    first = Admission(JetStreamLog(await connect(nats_server.url, "admission-1")))
     running = asyncio.create_task(first.run())
     admitted = await send(
         log.nc, SubmitJob(job_id="j1", spec=JobSpec(project="a"), idempotency_key="k1")
@@ -154,7 +154,7 @@ async def test_admission_restored_from_a_snapshot_answers_repeats_alike(
     await SnapshotStore(log.js).save(
         encode_snapshot(folded.state, folded.applied_seq), folded.applied_seq
     )
-    second = Admission(EventLog(await connect(nats_server.url, "admission-2")))
+    second = Admission(JetStreamLog(await connect(nats_server.url, "admission-2")))
     running = asyncio.create_task(second.run())
     try:
         again = await send(

@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import nats.errors
 
 from events import (
@@ -27,32 +28,28 @@ from events import (
     JobScheduled,
     NodeLost,
 )
-from events.catalogue import MAKES_ROOM
 from events.commands import (
     CancelJob,
-    ConfigureCluster,
     HoldScheduling,
-    PauseJob,
-    ResumeJob,
     SetPool,
-    SetProject,
     SubmitJob,
 )
-from fairlane.scenario.core_engine import merge, project_terms
-from fairlane.scenario.observe import Observation, observe
+from fairlane.scenario.observe import Observation, holdings, observe, what_changed
+from fairlane.scenario.setup import JOB_COMMANDS, Projects, compute_pool_of, pool_commands
 from fairlane.scenario.spec import NodeEntry, ProjectEntry, Scenario, Step
+from policy.commands import ids
 from policy.cycle import decide
 from services.admission.service import Admission
 from services.ledger.service import Ledger
 from services.runtime.client import send
 from services.runtime.decider import Decider
-from services.runtime.eventlog import EventLog, Stored, connect
+from services.runtime.eventlog import JetStreamLog, Stored, connect
 from services.runtime.follower import Follower
 from services.runtime.servers import NatsServer
 from services.runtime.tasks import cancel_and_wait
 
 #: Starts a node executor for (log, node, pool, gpus, data_dir); returns its running task.
-ExecutorFactory = Callable[[EventLog, str, str, int, Path], Awaitable[asyncio.Task[None]]]
+ExecutorFactory = Callable[[JetStreamLog, str, str, int, Path], Awaitable[asyncio.Task[None]]]
 
 QUIET_S = 0.3
 SETTLE_LIMIT_S = 60.0
@@ -76,12 +73,12 @@ class LiveEngine:
         self.scenario = scenario
         self.start_executor = start_executor
         self.pools = [p.name for p in scenario.pools]
-        self.compute_pool = scenario.config.default_compute_pool or self.pools[0]
-        self.projects: dict[str, ProjectEntry] = {}
+        self.compute_pool = compute_pool_of(scenario)
+        self.projects = Projects(self.compute_pool)
         self.events: list[Event] = []
         self.tasks: list[asyncio.Task[None]] = []
         self.executors: dict[str, asyncio.Task[None]] = {}
-        self.logs: list[EventLog] = []
+        self.logs: list[JetStreamLog] = []
         self._dir = tempfile.TemporaryDirectory(prefix="fairlane-live-")
         self.root = Path(self._dir.name)
         self.server = NatsServer(store_dir=self.root / "nats")
@@ -99,18 +96,12 @@ class LiveEngine:
         self._spawn(Decider(await self._log("scheduler"), "scheduler", _places).run())
         self._spawn(Decider(await self._log("preemptor"), "preemptor", _preempts).run())
         await self._until_answering(CancelJob(job_id="readiness-probe"))
-        cfg = self.scenario.config
-        await self._command(
-            ConfigureCluster(
-                scheduler=cfg.scheduler,
-                preemption_grace_s=min(cfg.preemption_grace_s, 5.0),
-                priority_classes=cfg.priority_classes,
-                default_compute_pool=self.compute_pool,
-                default_aux_pool=cfg.default_aux_pool or self.compute_pool,
-            )
-        )
-        for pool in self.scenario.pools:
-            await self._command(SetPool(pool=pool.name, scheduler=pool.scheduler))
+        cluster = self.scenario.config
+        # real workloads stop at once here: a long grace would only slow the run down
+        grace = min(cluster.preemption_grace_s, 5.0)
+        await self._command(msgspec.structs.replace(cluster, preemption_grace_s=grace))
+        for pool, command in zip(self.scenario.pools, pool_commands(self.scenario), strict=True):
+            await self._command(command)
             for node in pool.nodes:
                 await self._add_node(node)
         for project in self.scenario.projects:
@@ -128,8 +119,8 @@ class LiveEngine:
         await self.server.stop()
         self._dir.cleanup()
 
-    async def _log(self, name: str) -> EventLog:
-        log = EventLog(await connect(self.server.url, name))
+    async def _log(self, name: str) -> JetStreamLog:
+        log = JetStreamLog(await connect(self.server.url, name))
         self.logs.append(log)
         return log
 
@@ -144,25 +135,13 @@ class LiveEngine:
     async def step(self, step: Step) -> None:
         match step.kind:
             case "submit":
-                # "submitted in list order, before the system reacts": hold scheduling while
-                # the batch lands, so the policy sees all of it at once, as the core engine does
-                await self._command(HoldScheduling(held=True, reason=f"step {step.number}"))
-                for job in step.value:
-                    await send(self.client.nc, SubmitJob(job_id=job.id, spec=job.spec))
-                await self.follower.wait_for(await self.client.last_seq())
-                await self._command(HoldScheduling(held=False, reason=f"step {step.number}"))
+                await self._submit(step)
             case "complete" | "fail":
                 for job_id in step.value:
                     self._tell_workload(job_id, 0 if step.kind == "complete" else 1)
-            case "cancel":
+            case "cancel" | "pause" | "resume":
                 for job_id in step.value:
-                    await self._command(CancelJob(job_id=job_id))
-            case "pause":
-                for job_id in step.value:
-                    await self._command(PauseJob(job_id=job_id))
-            case "resume":
-                for job_id in step.value:
-                    await self._command(ResumeJob(job_id=job_id))
+                    await self._command(JOB_COMMANDS[step.kind](job_id=job_id))
             case "set_project":
                 await self._set_project(step.value)
             case "add_node":
@@ -177,6 +156,15 @@ class LiveEngine:
                     f"step {step.number}: {step.kind} is not possible on a live cluster"
                 )
         await self.settle()
+
+    async def _submit(self, step: Step) -> None:
+        # "submitted in list order, before the system reacts": hold scheduling while the batch
+        # lands, so the policy sees all of it at once, as the core engine does
+        await self._command(HoldScheduling(held=True, reason=f"step {step.number}"))
+        for job in step.value:
+            await send(self.client.nc, SubmitJob(job_id=job.id, spec=job.spec))
+        await self.follower.wait_for(await self.client.last_seq())
+        await self._command(HoldScheduling(held=False, reason=f"step {step.number}"))
 
     async def _until_answering(self, probe: Any) -> None:
         """Until the service that owns `probe` answers at all (it may still be replaying)."""
@@ -196,21 +184,8 @@ class LiveEngine:
             raise LiveError(f"{type(command).__name__} refused: {reply.error}")
 
     async def _set_project(self, entry: ProjectEntry) -> None:
-        old = self.projects.get(entry.name)
-        merged = merge(old, entry) if old is not None else entry
-        self.projects[entry.name] = merged
-        for pool, terms in project_terms(merged, self.pools, self.compute_pool).items():
-            await self._command(
-                SetProject(
-                    project=entry.name,
-                    pool=pool,
-                    quota=terms.quota,
-                    over_quota_weight=terms.over_quota_weight,
-                    limit=terms.limit,
-                    no_limit=terms.limit is None,
-                    priority=terms.priority,
-                )
-            )
+        for command in self.projects.set(entry, self.pools):
+            await self._command(command)
 
     async def _add_node(self, node: NodeEntry) -> None:
         executor_log = await self._log(f"executor-{node.name}")
@@ -230,7 +205,7 @@ class LiveEngine:
                 await cancel_and_wait(task)
         await self.client.publish(
             NodeLost(
-                id=f"{name}/lost/{self.follower.applied_seq}",
+                id=ids.node_lost(name, self.follower.applied_seq),
                 time=time.time(),
                 actor="operator",
                 node=name,
@@ -278,31 +253,17 @@ class LiveEngine:
 
     async def check_stable(self) -> None:
         """Watch the running cluster for a while: nothing may move."""
-        start = len(self.events)
-        before = {j.id: list(j.held) for j in self.follower.state.live.values() if j.held}
+        start, before = len(self.events), holdings(self.follower.state)
         await asyncio.sleep(STABLE_WATCH_S)
         await self.settle()
-        after = {j.id: list(j.held) for j in self.follower.state.live.values() if j.held}
-        preempted = sorted(
-            {
-                e.job_id
-                for e in self.events[start:]
-                if isinstance(e, JobPreemptionRequested) and e.reason in MAKES_ROOM
-            }
-        )
-        changes = []
-        if preempted:
-            changes.append("preemption of " + ", ".join(preempted))
-        moved = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
-        if moved:
-            changes.append("allocation change of " + ", ".join(moved))
-        self._last_stability = "; ".join(changes)
+        after = holdings(self.follower.state)
+        self._last_stability = what_changed(before, after, self.events[start:])
 
     _last_stability = ""
 
 
 async def start_process_executor(
-    log: EventLog, node: str, pool: str, gpus: int, data_dir: Path
+    log: JetStreamLog, node: str, pool: str, gpus: int, data_dir: Path
 ) -> asyncio.Task[None]:
     """A real node executor (process runtime, built-in workload) that stops its workloads
     when the scenario ends."""

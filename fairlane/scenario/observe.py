@@ -6,11 +6,13 @@ Both engines (core and live) produce an `Observation`; `check` compares it with 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
-from events import Event, JobRejected
+from events import Event, JobPreemptionRequested, JobRejected, Replica
+from events.catalogue import MAKES_ROOM
 from fairlane.scenario.spec import Expectation
+from policy.commands.usage import Usage
 from policy.cycle import fair_shares
 from policy.state import ClusterState
 
@@ -60,9 +62,7 @@ def observe(
             reject_reason=reasons.get(job.id, ""),
             events=tuple(events.get(job.id, ())),
         )
-        if job.phase in ("starting", "running") and job.pool is not None:
-            per_pool = seen.usage.setdefault(job.project, {})
-            per_pool[job.pool] = per_pool.get(job.pool, 0) + job.active_replicas * job.gpus
+    seen.usage = Usage.of_state(state).per_project()
     for pool, shares in fair_shares(state, now).items():
         for project, share in shares.items():
             seen.fair_share.setdefault(project, {})[pool] = share
@@ -79,43 +79,98 @@ def observe(
     return seen
 
 
+Holdings = dict[str, list[Replica]]
+
+
+def holdings(state: ClusterState) -> Holdings:
+    """Who holds which GPUs now."""
+    return {j.id: list(j.held) for j in state.live.values() if j.held}
+
+
+def what_changed(before: Holdings, after: Holdings, events: Iterable[Event]) -> str:
+    """For `stable`: the preemptions among `events` and the jobs whose GPUs moved; ""."""
+    preempted = sorted(
+        {
+            e.job_id
+            for e in events
+            if isinstance(e, JobPreemptionRequested) and e.reason in MAKES_ROOM
+        }
+    )
+    moved = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
+    changes = []
+    if preempted:
+        changes.append("preemption of " + ", ".join(preempted))
+    if moved:
+        changes.append("allocation change of " + ", ".join(moved))
+    return "; ".join(changes)
+
+
 def check(expect: Expectation, seen: Observation) -> list[str]:
-    problems: list[str] = []
+    """One line per expectation that does not hold: what was expected, what was seen."""
+    problems = [
+        *_phases(expect, seen),
+        *_rejections(expect, seen),
+        *_per_job(expect, seen),
+        *_per_project(expect, seen),
+        *_free(expect, seen),
+    ]
+    if expect.stable:
+        change = seen.unsettled()
+        if change:
+            problems.append(f"stable: expected no change when run on, observed {change}")
+    return problems
 
-    def job(job_id: str) -> JobView:
-        return seen.jobs.get(job_id, JobView(phase="unknown"))
 
+def _job(seen: Observation, job_id: str) -> JobView:
+    return seen.jobs.get(job_id, JobView(phase="unknown"))
+
+
+def _phases(expect: Expectation, seen: Observation) -> Iterator[str]:
     for state, ids in expect.lists.items():
         for job_id in ids:
-            view = job(job_id)
+            view = _job(seen, job_id)
             ok = view.phase == state
             if state == "running":
                 ok = ok and view.replicas >= view.min_replicas
             elif state == "pending":
                 ok = ok and view.replicas == 0
             if not ok:
-                problems.append(f"{state}: {job_id} expected {state}, observed {_describe(view)}")
+                yield f"{state}: {job_id} expected {state}, observed {_describe(view)}"
+
+
+def _rejections(expect: Expectation, seen: Observation) -> Iterator[str]:
     for job_id, text in (expect.rejected or {}).items():
-        view = job(job_id)
+        view = _job(seen, job_id)
         if view.phase != "rejected":
-            problems.append(f"rejected: {job_id} expected rejected, observed {_describe(view)}")
+            yield f"rejected: {job_id} expected rejected, observed {_describe(view)}"
         elif text is not None and text not in view.reject_reason:
-            problems.append(
+            yield (
                 f"rejected: {job_id} expected a reason containing {text!r}, "
                 f"observed {view.reject_reason!r}"
             )
+
+
+def _per_job(expect: Expectation, seen: Observation) -> Iterator[str]:
     for job_id, n in (expect.preempted or {}).items():
-        if job(job_id).preempted != n:
-            problems.append(f"preempted: {job_id} expected {n}, observed {job(job_id).preempted}")
+        if _job(seen, job_id).preempted != n:
+            yield f"preempted: {job_id} expected {n}, observed {_job(seen, job_id).preempted}"
     for job_id, n in (expect.replicas or {}).items():
-        if job(job_id).replicas != n:
-            problems.append(f"replicas: {job_id} expected {n}, observed {job(job_id).replicas}")
+        if _job(seen, job_id).replicas != n:
+            yield f"replicas: {job_id} expected {n}, observed {_job(seen, job_id).replicas}"
     for job_id, nodes in (expect.placed_on or {}).items():
-        observed = sorted(set(job(job_id).nodes))
+        observed = sorted(set(_job(seen, job_id).nodes))
         if observed != sorted(set(nodes)):
-            problems.append(
-                f"placed_on: {job_id} expected {sorted(set(nodes))}, observed {observed}"
+            yield f"placed_on: {job_id} expected {sorted(set(nodes))}, observed {observed}"
+    for job_id, types in (expect.events or {}).items():
+        observed_events = _job(seen, job_id).events
+        if not _in_order(types, observed_events):
+            yield (
+                f"events: {job_id} expected {list(types)} in this order, "
+                f"observed {list(observed_events)}"
             )
+
+
+def _per_project(expect: Expectation, seen: Observation) -> Iterator[str]:
     for key, table, expected in (
         ("usage", seen.usage, expect.usage),
         ("fair_share", seen.fair_share, expect.fair_share),
@@ -123,28 +178,17 @@ def check(expect: Expectation, seen: Observation) -> list[str]:
         for project, per_pool in (expected or {}).items():
             for pool, n in per_pool.items():
                 pool_name = pool or seen.compute_pool
-                observed_n = table.get(project, {}).get(pool_name, 0)
-                if observed_n != n:
-                    problems.append(
-                        f"{key}: {project} in pool {pool_name} expected {n}, observed {observed_n}"
-                    )
+                got = table.get(project, {}).get(pool_name, 0)
+                if got != n:
+                    yield f"{key}: {project} in pool {pool_name} expected {n}, observed {got}"
+
+
+def _free(expect: Expectation, seen: Observation) -> Iterator[str]:
     for where, n in (expect.free or {}).items():
         if where not in seen.free:
-            problems.append(f"free: {where} is neither a node nor a pool")
+            yield f"free: {where} is neither a node nor a pool"
         elif seen.free[where] != n:
-            problems.append(f"free: {where} expected {n}, observed {seen.free[where]}")
-    for job_id, types in (expect.events or {}).items():
-        observed_events = job(job_id).events
-        if not _in_order(types, observed_events):
-            problems.append(
-                f"events: {job_id} expected {list(types)} in this order, "
-                f"observed {list(observed_events)}"
-            )
-    if expect.stable:
-        change = seen.unsettled()
-        if change:
-            problems.append(f"stable: expected no change when run on, observed {change}")
-    return problems
+            yield f"free: {where} expected {n}, observed {seen.free[where]}"
 
 
 def _in_order(wanted: tuple[str, ...], seen: tuple[str, ...]) -> bool:

@@ -1,9 +1,11 @@
 """Scenario files (scenarios/FORMAT.md), parsed strictly.
 
-YAML is read with YAML 1.2 rules (`on`, `no`, `yes` stay strings). Every mapping is checked
-against the keys FORMAT.md allows, every value against its type, and every job id a step names
-against the jobs submitted before it, so a typo cannot silently pass: the error names the file,
-the step and the key.
+YAML is read with YAML 1.2 rules (`on`, `no`, `yes` stay strings). The file is converted into
+strict msgspec structs (`_File` and the structs below it: the file's shape, said once), so an
+unknown key, a value of the wrong type or out of range is an error that names where it is and
+what was there. Then what one part of the file says about another is checked (every job id a
+step names was submitted before it, every node removed exists, names are unique), and the file
+becomes the `Scenario` the engines run. Errors name the file, the step and the key.
 """
 
 from __future__ import annotations
@@ -11,12 +13,17 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Annotated, Any, Final, TypeVar
 
+import msgspec
+from msgspec.inspect import DictType, ListType, StructType, UnionType, VarTupleType
 from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
 from events import CheckpointModel, JobSpec, PriorityClass, SchedulerSettings
+from events.commands import ConfigureCluster
+from events.units import parse_duration
+from policy.commands.names import NAME
 
 
 class ScenarioError(ValueError):
@@ -37,6 +44,9 @@ STEP_KINDS: Final = (
     "expect",
 )
 JOB_LIST_KINDS: Final = ("running", "pending", "paused", "completed", "failed", "cancelled")
+
+
+# -- what the engines run ---------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -62,15 +72,6 @@ class ProjectEntry:
     limit: dict[str | None, int] | None = None
     over_quota_weight: dict[str | None, int] | None = None
     priority: dict[str | None, int] | None = None
-
-
-@dataclass(frozen=True)
-class Config:
-    scheduler: SchedulerSettings = field(default_factory=SchedulerSettings)
-    preemption_grace_s: float = 30.0
-    priority_classes: tuple[PriorityClass, ...] = ()
-    default_compute_pool: str | None = None
-    default_aux_pool: str | None = None
 
 
 @dataclass(frozen=True)
@@ -105,7 +106,8 @@ class Scenario:
     path: Path
     name: str
     description: str
-    config: Config
+    #: The cluster's settings, as the command that sets them; the default pools filled in.
+    config: ConfigureCluster
     pools: tuple[PoolEntry, ...]
     projects: tuple[ProjectEntry, ...]
     steps: tuple[Step, ...]
@@ -123,471 +125,475 @@ class Scenario:
         return None
 
 
-# -- parsing ----------------------------------------------------------------------------------
-
-_DURATION: Final = re.compile(r"^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s)?$")
+# -- the file's shape -------------------------------------------------------------------------
 
 
-class _Where:
-    """Where in the file we are, for error messages."""
+class Seconds(float):
+    """A duration, written as `events.units` reads them (`90s`, `10m`, `2h`, `1d`, `45`)."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.parts: list[str] = []
 
-    def at(self, *parts: str) -> _Where:
-        w = _Where(self.path)
-        w.parts = [*self.parts, *parts]
-        return w
+class PositiveSeconds(float):
+    """A duration longer than zero."""
 
-    def error(self, message: str) -> ScenarioError:
-        where = " ".join(self.parts)
-        return ScenarioError(f"{self.path}: {where + ': ' if where else ''}{message}")
+
+Name = Annotated[str, msgspec.Meta(pattern=NAME.pattern)]
+Count = Annotated[int, msgspec.Meta(ge=0)]
+AtLeastOne = Annotated[int, msgspec.Meta(ge=1)]
+#: A number for the default compute pool, or one per pool.
+PerPool = Count | dict[str, Count]
+JobIds = str | list[str]
+
+
+def _strict_twin(cls: type[msgspec.Struct]) -> Any:
+    """The same fields as `cls`, but an unknown key is an error: events' value types read
+    newer versions tolerantly, a file a person writes is read strictly."""
+    fields = [
+        (f.name, f.type) if f.default is msgspec.NODEFAULT else (f.name, f.type, f.default)
+        for f in msgspec.structs.fields(cls)
+    ]
+    return msgspec.defstruct(cls.__name__, fields, forbid_unknown_fields=True, frozen=True)
+
+
+if TYPE_CHECKING:  # to the type checker they are the structs they copy
+    _Scheduler = SchedulerSettings
+    _PriorityClass = PriorityClass
+else:
+    _Scheduler = _strict_twin(SchedulerSettings)
+    _PriorityClass = _strict_twin(PriorityClass)
+
+
+_T = TypeVar("_T", bound=msgspec.Struct)
+
+
+class _Strict(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    pass
+
+
+class _Node(_Strict, frozen=True):
+    name: Name
+    gpus: Count
+
+
+class _Pool(_Strict, frozen=True):
+    name: Name
+    scheduler: _Scheduler | None = None
+    nodes: tuple[_Node, ...] = ()
+
+
+class _Config(_Strict, frozen=True):
+    scheduler: _Scheduler | None = None
+    preemption_grace: Seconds = Seconds(30.0)
+    priority_classes: tuple[_PriorityClass, ...] = ()
+    default_compute_pool: str | None = None
+    default_aux_pool: str | None = None
+
+
+class _Project(_Strict, frozen=True):
+    name: Name
+    quota: PerPool | None = None
+    over_quota_weight: PerPool | None = None
+    limit: PerPool | None = None
+    priority: int | dict[str, int] | None = None
+
+
+class _Checkpoint(_Strict, frozen=True):
+    every: PositiveSeconds
+    save: Seconds = Seconds(0.0)
+    restore: Seconds = Seconds(0.0)
+
+
+class _Job(_Strict, frozen=True):
+    id: Name
+    project: str
+    class_: str | None = msgspec.field(default=None, name="class")
+    priority: int | None = None
+    preemptible: bool | None = None
+    gpus: Count = 1
+    replicas: AtLeastOne = 1
+    min_replicas: AtLeastOne | None = None
+    pool: str | list[str] | None = None
+    node: str | None = None
+    preemption_delay: Seconds = Seconds(0.0)
+    min_runtime: Seconds = Seconds(0.0)
+    duration: PositiveSeconds | None = None
+    checkpoint: _Checkpoint | None = None
+
+
+class _AddNode(_Strict, frozen=True):
+    pool: str
+    name: Name
+    gpus: Count
+
+
+class _Expect(_Strict, frozen=True):
+    running: JobIds | None = None
+    pending: JobIds | None = None
+    paused: JobIds | None = None
+    completed: JobIds | None = None
+    failed: JobIds | None = None
+    cancelled: JobIds | None = None
+    rejected: list[str] | dict[str, str] | None = None
+    preempted: dict[str, Count] | None = None
+    replicas: dict[str, Count] | None = None
+    placed_on: dict[str, list[str]] | None = None
+    usage: dict[str, PerPool] | None = None
+    fair_share: dict[str, PerPool] | None = None
+    free: dict[str, Count] | None = None
+    stable: bool = False
+    events: dict[str, list[str]] | None = None
+
+
+class _Step(_Strict, frozen=True):
+    """One key of these (checked before conversion)."""
+
+    submit: _Job | list[_Job] | None = None
+    complete: JobIds | None = None
+    fail: JobIds | None = None
+    cancel: JobIds | None = None
+    pause: JobIds | None = None
+    resume: JobIds | None = None
+    set_project: _Project | None = None
+    add_node: _AddNode | None = None
+    remove_node: str | None = None
+    advance: Seconds | None = None
+    expect: _Expect | None = None
+
+
+class _File(_Strict, frozen=True):
+    name: str
+    steps: tuple[_Step, ...]
+    description: str = ""
+    config: _Config = _Config()
+    pools: tuple[_Pool, ...] | None = None
+    projects: tuple[_Project, ...] = ()
+
+
+def _durations(kind: type, value: Any) -> Any:
+    """msgspec's hook for the duration types: the message names the bad value."""
+    if kind is Seconds or kind is PositiveSeconds:
+        seconds = parse_duration(value)  # a ValueError names the value
+        if kind is PositiveSeconds and seconds == 0:
+            raise ValueError(f"{value!r} is not a duration longer than zero")
+        return kind(seconds)
+    raise NotImplementedError(kind)
+
+
+# -- reading ----------------------------------------------------------------------------------
 
 
 def load_scenario(path: str | Path) -> Scenario:
     path = Path(path)
-    where = _Where(path)
     try:
         text = path.read_text()
     except OSError as e:
-        raise where.error(f"cannot read the file ({e.strerror})") from None
+        raise ScenarioError(f"{path}: cannot read the file ({e.strerror})") from None
     try:
         data = YAML(typ="safe", pure=True).load(text)
     except YAMLError as e:
-        raise where.error(f"not valid YAML: {e}") from None
+        raise ScenarioError(f"{path}: not valid YAML: {e}") from None
     return parse_scenario(data, path)
 
 
 def parse_scenario(data: object, path: Path) -> Scenario:
-    where = _Where(path)
-    top = _mapping(
-        data,
-        where,
-        required={"name", "steps"},
-        allowed={"name", "description", "config", "pools", "projects", "steps"},
-    )
-    config = _config(top.get("config", {}), where.at("config"))
-    pools = _pools(top.get("pools"), where.at("pools"))
-    pool_names = [p.name for p in pools]
-    for key in ("default_compute_pool", "default_aux_pool"):
-        value = getattr(config, key)
-        if value is not None and value not in pool_names:
-            raise where.at("config", key).error(f"unknown pool {value!r} (pools: {pool_names})")
-    projects = tuple(
-        _project(p, where.at("projects", f"#{i + 1}"), partial=False)
-        for i, p in enumerate(_list(top.get("projects", []), where.at("projects")))
-    )
-    _unique([p.name for p in projects], where.at("projects"), "project")
-    steps = _steps(top["steps"], where, {n.name for p in pools for n in p.nodes})
-    return Scenario(
-        path=path,
-        name=_str(top["name"], where.at("name")),
-        description=_str(top.get("description", ""), where.at("description")),
-        config=config,
-        pools=pools,
-        projects=projects,
-        steps=steps,
-    )
+    _check_step_shapes(data, path)
+    try:
+        file = msgspec.convert(data, _File, dec_hook=_durations)
+    except msgspec.ValidationError as e:
+        raise ScenarioError(f"{path}: {_readable(str(e), data)}") from None
+    return _Reader(path).scenario(file)
 
 
-def _config(data: object, where: _Where) -> Config:
-    m = _mapping(
-        data,
-        where,
-        allowed={
-            "scheduler",
-            "preemption_grace",
-            "priority_classes",
-            "default_compute_pool",
-            "default_aux_pool",
-        },
-    )
-    classes: tuple[PriorityClass, ...] = ()
-    if "priority_classes" in m:
-        items = _list(m["priority_classes"], where.at("priority_classes"))
-        parsed = []
-        for i, item in enumerate(items):
-            w = where.at("priority_classes", f"#{i + 1}")
-            c = _mapping(item, w, required={"name", "priority", "preemptible"})
-            parsed.append(
-                PriorityClass(
-                    _str(c["name"], w.at("name")),
-                    _int(c["priority"], w.at("priority")),
-                    _bool(c["preemptible"], w.at("preemptible")),
-                )
+def _check_step_shapes(data: object, path: Path) -> None:
+    steps = data.get("steps") if isinstance(data, dict) else None
+    for i, item in enumerate(steps if isinstance(steps, list) else []):
+        if not isinstance(item, dict) or len(item) != 1:
+            raise ScenarioError(
+                f"{path}: step {i + 1}: a step is a mapping with exactly one key, one of "
+                + ", ".join(STEP_KINDS)
             )
-        _unique([c.name for c in parsed], where.at("priority_classes"), "priority class")
-        classes = tuple(parsed)
-    return Config(
-        scheduler=_scheduler(m.get("scheduler", {}), where.at("scheduler")),
-        preemption_grace_s=_duration(
-            m.get("preemption_grace", "30s"), where.at("preemption_grace")
-        ),
-        priority_classes=classes,
-        default_compute_pool=_opt_str(
-            m.get("default_compute_pool"), where.at("default_compute_pool")
-        ),
-        default_aux_pool=_opt_str(m.get("default_aux_pool"), where.at("default_aux_pool")),
-    )
 
 
-def _scheduler(data: object, where: _Where) -> SchedulerSettings:
-    m = _mapping(data, where, allowed={"type", "fitting", "victim_order"})
-    choices = {
-        "type": ("fair_share", "priority", "round_robin"),
-        "fitting": ("best", "worst"),
-        "victim_order": ("newest", "cost"),
-    }
-    values: dict[str, str] = {}
-    for key, allowed in choices.items():
-        if key in m:
-            value = _str(m[key], where.at(key))
-            if value not in allowed:
-                raise where.at(key).error(f"{value!r} is not one of {', '.join(allowed)}")
-            values[key] = value
-    return SchedulerSettings(**values)  # type: ignore[arg-type]
-
-
-def _pools(data: object, where: _Where) -> tuple[PoolEntry, ...]:
-    if data is None:
-        return (PoolEntry("default", None, ()),)
-    pools = []
-    for i, item in enumerate(_list(data, where)):
-        w = where.at(f"#{i + 1}")
-        m = _mapping(item, w, required={"name"}, allowed={"name", "scheduler", "nodes"})
-        name = _name(m["name"], w.at("name"))
-        scheduler = _scheduler(m["scheduler"], w.at("scheduler")) if "scheduler" in m else None
-        nodes = []
-        for j, node in enumerate(_list(m.get("nodes", []), w.at("nodes"))):
-            nw = w.at("nodes", f"#{j + 1}")
-            n = _mapping(node, nw, required={"name", "gpus"})
-            nodes.append(
-                NodeEntry(_name(n["name"], nw.at("name")), _count(n["gpus"], nw.at("gpus")), name)
-            )
-        pools.append(PoolEntry(name, scheduler, tuple(nodes)))
-    _unique([p.name for p in pools], where, "pool")
-    _unique([n.name for p in pools for n in p.nodes], where, "node")
-    return tuple(pools)
-
-
-def _per_pool(
-    data: object, where: _Where, *, allow_negative: bool = False
-) -> dict[str | None, int]:
-    if isinstance(data, dict):
-        return {_str(k, where): _count(v, where.at(str(k))) for k, v in data.items()}
-    return {None: _int(data, where) if allow_negative else _count(data, where)}
-
-
-def _project(data: object, where: _Where, partial: bool) -> ProjectEntry:
-    m = _mapping(
-        data,
-        where,
-        required={"name"},
-        allowed={"name", "quota", "over_quota_weight", "limit", "priority"},
-    )
-    return ProjectEntry(
-        name=_name(m["name"], where.at("name")),
-        quota=_per_pool(m["quota"], where.at("quota")) if "quota" in m else None,
-        limit=_per_pool(m["limit"], where.at("limit")) if "limit" in m else None,
-        over_quota_weight=(
-            _per_pool(m["over_quota_weight"], where.at("over_quota_weight"))
-            if "over_quota_weight" in m
-            else None
-        ),
-        priority=(
-            _per_pool(m["priority"], where.at("priority"), allow_negative=True)
-            if "priority" in m
-            else None
-        ),
-    )
-
-
-_JOB_KEYS: Final = {
-    "id",
-    "project",
-    "class",
-    "priority",
-    "preemptible",
-    "gpus",
-    "replicas",
-    "min_replicas",
-    "pool",
-    "node",
-    "preemption_delay",
-    "min_runtime",
-    "duration",
-    "checkpoint",
+_AT: Final = re.compile(r"^(?P<message>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.DOTALL)
+_SEGMENT: Final = re.compile(r"\.([^.\[]+)|\[(\d+|\.\.\.)\]")
+_PLAIN: Final = (
+    (re.compile(r"Object contains unknown field `(.+)`"), "unknown key '{0}'; allowed: {keys}"),
+    (re.compile(r"Object missing required field `(.+)`"), "missing required key '{0}'"),
+    (re.compile(r"Expected `int` >= (\d+)"), "must be {0} or more"),
+    (re.compile(r"Expected `str` matching regex .*"), "not a valid name (letters, digits, -, _)"),
+    (re.compile(r"Expected `([^`]+)`, got `[^`]+`"), "expected {0}"),
+)
+#: msgspec's type names as FORMAT.md says them.
+_TYPE_WORDS: Final = {
+    "int": "a whole number",
+    "float": "a number",
+    "str": "a string",
+    "bool": "true or false",
+    "array": "a list",
+    "object": "a mapping",
+    "null": "nothing",
 }
 
 
-def _job(data: object, where: _Where) -> JobEntry:
-    m = _mapping(data, where, required={"id", "project"}, allowed=_JOB_KEYS)
-    job_id = _name(m["id"], where.at("id"))
-    w = where.at(f"job {job_id}")
-    pools: tuple[str, ...] = ()
-    if "pool" in m:
-        raw = m["pool"]
-        pools = (
-            tuple(_str(p, w.at("pool")) for p in raw)
-            if isinstance(raw, list)
-            else (_str(raw, w.at("pool")),)
-        )
-    checkpoint = None
-    if "checkpoint" in m:
-        cw = w.at("checkpoint")
-        c = _mapping(m["checkpoint"], cw, required={"every"}, allowed={"every", "save", "restore"})
-        checkpoint = CheckpointModel(
-            every_s=_duration(c["every"], cw.at("every"), positive=True),
-            save_s=_duration(c.get("save", "0s"), cw.at("save")),
-            restore_s=_duration(c.get("restore", "0s"), cw.at("restore")),
-        )
-    replicas = _count(m.get("replicas", 1), w.at("replicas"), minimum=1)
-    min_replicas = (
-        _count(m["min_replicas"], w.at("min_replicas"), minimum=1) if "min_replicas" in m else None
-    )
-    if min_replicas is not None and min_replicas > replicas:
-        raise w.at("min_replicas").error(f"{min_replicas} is more than replicas ({replicas})")
-    spec = JobSpec(
-        project=_str(m["project"], w.at("project")),
-        priority_class=_opt_str(m.get("class"), w.at("class")),
-        priority=_int(m["priority"], w.at("priority")) if "priority" in m else None,
-        preemptible=_bool(m["preemptible"], w.at("preemptible")) if "preemptible" in m else None,
-        gpus=_count(m.get("gpus", 1), w.at("gpus")),
-        replicas=replicas,
-        min_replicas=min_replicas,
-        pools=pools,
-        node=_opt_str(m.get("node"), w.at("node")),
-        preemption_delay_s=_duration(m.get("preemption_delay", "0s"), w.at("preemption_delay")),
-        min_runtime_s=_duration(m.get("min_runtime", "0s"), w.at("min_runtime")),
-        duration_s=_duration(m["duration"], w.at("duration"), positive=True)
-        if "duration" in m
-        else None,
-        checkpoint=checkpoint,
-    )
-    return JobEntry(job_id, spec)
+def _readable(error: str, data: object) -> str:
+    """msgspec's message with its path (`$.steps[0].submit`) as a person counts (`step 1
+    submit`), in FORMAT.md's words, with the value that was there."""
+    match = _AT.match(error)
+    assert match is not None  # the pattern matches any text
+    message, segments = match["message"], _SEGMENT.findall(match["path"] or "")
+    for pattern, plain in _PLAIN:
+        found = pattern.fullmatch(message)
+        if found is not None:
+            keys = ", ".join(map(repr, _keys_at(segments)))
+            message = plain.format(*map(_in_words, found.groups()), keys=keys)
+            break
+    where, value = _where(segments, data)
+    if value is not _MISSING and "key '" not in message and repr(value) not in message:
+        message += f", got {value!r}"
+    return f"{where}: {message}" if where else message
 
 
-def _steps(data: object, where: _Where, nodes: set[str]) -> tuple[Step, ...]:
-    steps: list[Step] = []
-    jobs: set[str] = set()
-    nodes = set(nodes)
-    for i, item in enumerate(_list(data, where.at("steps"))):
-        w = where.at(f"step {i + 1}")
-        if not isinstance(item, dict) or len(item) != 1:
-            raise w.error(
-                "a step is a mapping with exactly one key, one of " + ", ".join(STEP_KINDS)
+def _keys_at(segments: list[tuple[str, str]]) -> list[str]:
+    """The keys the file's shape allows at a path (following `_File`'s types)."""
+    found: list[msgspec.inspect.Type] = [msgspec.inspect.type_info(_File)]
+    for key, _ in segments:
+        options = [o for t in found for o in (t.types if isinstance(t, UnionType) else (t,))]
+        if key:
+            found = [
+                f.type
+                for o in options
+                if isinstance(o, StructType)
+                for f in o.fields
+                if f.encode_name == key
+            ]
+        else:
+            found = [o.item_type for o in options if isinstance(o, ListType | VarTupleType)]
+            found += [o.value_type for o in options if isinstance(o, DictType)]
+    options = [o for t in found for o in (t.types if isinstance(t, UnionType) else (t,))]
+    return sorted({f.encode_name for o in options if isinstance(o, StructType) for f in o.fields})
+
+
+def _in_words(types: str) -> str:
+    """`int | object` -> `a whole number or a mapping`; other text stays as it is."""
+    return " or ".join(_TYPE_WORDS.get(t, t) for t in types.split(" | "))
+
+
+_MISSING: Final = object()
+
+
+def _where(segments: list[tuple[str, str]], data: object) -> tuple[str, object]:
+    """The path as words, and the value at it (or _MISSING where it cannot be followed)."""
+    words: list[str] = []
+    value: object = data
+    for key, index in segments:
+        if key:
+            words.append(key)
+            value = value.get(key, _MISSING) if isinstance(value, dict) else _MISSING
+        elif index == "...":
+            value = _MISSING  # a dict's value: msgspec does not say which key
+        else:
+            i = int(index)
+            steps = words == ["steps"]
+            words[-1:] = [f"step {i + 1}"] if steps else [*words[-1:], f"#{i + 1}"]
+            value = value[i] if isinstance(value, list) and i < len(value) else _MISSING
+    return " ".join(words), value
+
+
+class _Reader:
+    """From the converted file to the `Scenario`, checking what parts say about each other."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.jobs: set[str] = set()
+        self.nodes: set[str] = set()
+
+    def error(self, where: str, message: str) -> ScenarioError:
+        return ScenarioError(f"{self.path}: {where}: {message}")
+
+    def scenario(self, file: _File) -> Scenario:
+        pools = self.pools(file.pools)
+        names = [p.name for p in pools]
+        config = self.config(file.config, names)
+        projects = tuple(_project(p) for p in file.projects)
+        self.unique([p.name for p in projects], "projects", "project")
+        return Scenario(
+            path=self.path,
+            name=file.name,
+            description=file.description,
+            config=config,
+            pools=pools,
+            projects=projects,
+            steps=tuple(self.step(i + 1, s) for i, s in enumerate(file.steps)),
+        )
+
+    def config(self, raw: _Config, pools: list[str]) -> ConfigureCluster:
+        for key in ("default_compute_pool", "default_aux_pool"):
+            value = getattr(raw, key)
+            if value is not None and value not in pools:
+                raise self.error(f"config {key}", f"unknown pool {value!r} (pools: {pools})")
+        classes = tuple(_copy(c, PriorityClass) for c in raw.priority_classes)
+        self.unique([c.name for c in classes], "config priority_classes", "priority class")
+        compute_pool = raw.default_compute_pool or pools[0]
+        return ConfigureCluster(
+            scheduler=_settings(raw.scheduler) or SchedulerSettings(),
+            preemption_grace_s=float(raw.preemption_grace),
+            priority_classes=classes,
+            default_compute_pool=compute_pool,
+            default_aux_pool=raw.default_aux_pool or compute_pool,
+        )
+
+    def pools(self, raw: tuple[_Pool, ...] | None) -> tuple[PoolEntry, ...]:
+        if raw is None:
+            return (PoolEntry("default", None, ()),)
+        pools = tuple(
+            PoolEntry(
+                p.name,
+                _settings(p.scheduler),
+                tuple(NodeEntry(n.name, n.gpus, p.name) for n in p.nodes),
             )
-        ((kind, value),) = item.items()
-        if kind not in STEP_KINDS:
-            raise w.error(f"unknown step {kind!r}; expected one of {', '.join(STEP_KINDS)}")
-        w = w.at(str(kind))
+            for p in raw
+        )
+        self.unique([p.name for p in pools], "pools", "pool")
+        self.unique([n.name for p in pools for n in p.nodes], "pools", "node")
+        self.nodes = {n.name for p in pools for n in p.nodes}
+        return pools
+
+    def step(self, number: int, raw: _Step) -> Step:
+        kind = next(k for k in STEP_KINDS if getattr(raw, k) is not None)
+        value = getattr(raw, kind)
+        where = f"step {number} {kind}"
         parsed: Any
         if kind == "submit":
-            items = value if isinstance(value, list) else [value]
-            parsed = [_job(j, w.at(f"#{k + 1}")) for k, j in enumerate(items)]
-            for job in parsed:
-                if job.id in jobs:
-                    raise w.error(f"job id {job.id!r} was already submitted")
-                jobs.add(job.id)
+            parsed = [self.job(j, where) for j in (value if isinstance(value, list) else [value])]
         elif kind in ("complete", "fail", "cancel", "pause", "resume"):
-            parsed = _job_ids(value, w, jobs)
+            parsed = self.job_ids(value, where)
         elif kind == "set_project":
-            parsed = _project(value, w, partial=True)
+            parsed = _project(value)
         elif kind == "add_node":
-            m = _mapping(value, w, required={"pool", "name", "gpus"})
-            parsed = NodeEntry(
-                _name(m["name"], w.at("name")),
-                _count(m["gpus"], w.at("gpus")),
-                _str(m["pool"], w.at("pool")),
-            )
-            nodes.add(parsed.name)
+            parsed = NodeEntry(value.name, value.gpus, value.pool)
+            self.nodes.add(value.name)
         elif kind == "remove_node":
-            parsed = _str(value, w)
-            if parsed not in nodes:
-                raise w.error(f"unknown node {parsed!r}")
+            if value not in self.nodes:
+                raise self.error(where, f"unknown node {value!r}")
+            parsed = value
         elif kind == "advance":
-            parsed = _duration(value, w)
+            parsed = float(value)
         else:
-            parsed = _expectation(value, w, jobs)
-        steps.append(Step(i + 1, str(kind), parsed))
-    return tuple(steps)
+            parsed = self.expectation(value, where)
+        return Step(number, kind, parsed)
+
+    def job(self, raw: _Job, where: str) -> JobEntry:
+        if raw.id in self.jobs:
+            raise self.error(where, f"job id {raw.id!r} was already submitted")
+        self.jobs.add(raw.id)
+        if raw.min_replicas is not None and raw.min_replicas > raw.replicas:
+            raise self.error(
+                f"{where} job {raw.id} min_replicas",
+                f"{raw.min_replicas} is more than replicas ({raw.replicas})",
+            )
+        pools = (raw.pool,) if isinstance(raw.pool, str) else tuple(raw.pool or ())
+        checkpoint = raw.checkpoint
+        spec = JobSpec(
+            project=raw.project,
+            priority_class=raw.class_,
+            priority=raw.priority,
+            preemptible=raw.preemptible,
+            gpus=raw.gpus,
+            replicas=raw.replicas,
+            min_replicas=raw.min_replicas,
+            pools=pools,
+            node=raw.node,
+            preemption_delay_s=float(raw.preemption_delay),
+            min_runtime_s=float(raw.min_runtime),
+            duration_s=None if raw.duration is None else float(raw.duration),
+            checkpoint=None
+            if checkpoint is None
+            else CheckpointModel(
+                every_s=float(checkpoint.every),
+                save_s=float(checkpoint.save),
+                restore_s=float(checkpoint.restore),
+            ),
+        )
+        return JobEntry(raw.id, spec)
+
+    def job_ids(self, value: JobIds | list[str], where: str) -> list[str]:
+        ids = [value] if isinstance(value, str) else list(value)
+        for job_id in ids:
+            if job_id not in self.jobs:
+                raise self.error(
+                    where, f"unknown job id {job_id!r} (not submitted before this step)"
+                )
+        return ids
+
+    def expectation(self, raw: _Expect, where: str) -> Expectation:
+        lists = {
+            k: tuple(self.job_ids(getattr(raw, k), f"{where} {k}"))
+            for k in JOB_LIST_KINDS
+            if getattr(raw, k) is not None
+        }
+        for key in ("rejected", "preempted", "replicas", "placed_on", "events"):
+            named = getattr(raw, key)
+            if named is not None:
+                self.job_ids(list(named), f"{where} {key}")
+        rejected: dict[str, str | None] | None = None
+        if isinstance(raw.rejected, list):
+            rejected = dict.fromkeys(raw.rejected)
+        elif raw.rejected is not None:
+            rejected = dict(raw.rejected)
+        return Expectation(
+            lists=lists,
+            rejected=rejected,
+            preempted=raw.preempted,
+            replicas=raw.replicas,
+            placed_on=_tuples(raw.placed_on),
+            usage=_per_project(raw.usage),
+            fair_share=_per_project(raw.fair_share),
+            free=raw.free,
+            stable=raw.stable,
+            events=_tuples(raw.events),
+        )
+
+    def unique(self, names: list[str], where: str, what: str) -> None:
+        seen: set[str] = set()
+        for name in names:
+            if name in seen:
+                raise self.error(where, f"{what} {name!r} is defined twice")
+            seen.add(name)
 
 
-def _job_ids(value: object, where: _Where, jobs: set[str]) -> list[str]:
-    items = value if isinstance(value, list) else [value]
-    ids = [_str(v, where) for v in items]
-    for job_id in ids:
-        if job_id not in jobs:
-            raise where.error(f"unknown job id {job_id!r} (not submitted before this step)")
-    return ids
+def _copy(twin: Any, cls: type[_T]) -> _T:
+    """A strict twin's value as the struct it copies."""
+    return cls(**msgspec.structs.asdict(twin))
 
 
-def _expectation(value: object, where: _Where, jobs: set[str]) -> Expectation:
-    allowed = {
-        *JOB_LIST_KINDS,
-        "rejected",
-        "preempted",
-        "replicas",
-        "placed_on",
-        "usage",
-        "fair_share",
-        "free",
-        "stable",
-        "events",
-    }
-    m = _mapping(value, where, allowed=allowed)
-    lists: dict[str, tuple[str, ...]] = {
-        k: tuple(_job_ids(m[k], where.at(k), jobs)) for k in JOB_LIST_KINDS if k in m
-    }
+def _settings(raw: _Scheduler | None) -> SchedulerSettings | None:
+    return None if raw is None else _copy(raw, SchedulerSettings)
 
-    def job_map(key: str) -> dict[str, object] | None:
-        if key not in m:
-            return None
-        d = _mapping(m[key], where.at(key))
-        _job_ids(list(d), where.at(key), jobs)
-        return d
 
-    rejected: dict[str, str | None] | None = None
-    if "rejected" in m:
-        raw = m["rejected"]
-        if isinstance(raw, list):
-            rejected = dict.fromkeys(_job_ids(raw, where.at("rejected"), jobs))
-        else:
-            d = job_map("rejected") or {}
-            rejected = {k: _str(v, where.at("rejected", k)) for k, v in d.items()}
+def _per_pool(value: int | dict[str, int] | None) -> dict[str | None, int] | None:
+    if value is None:
+        return None
+    if isinstance(value, int):
+        return {None: value}
+    return {pool: n for pool, n in value.items()}
 
-    def counts(key: str) -> dict[str, int] | None:
-        d = job_map(key)
-        return None if d is None else {k: _count(v, where.at(key, k)) for k, v in d.items()}
 
-    def project_pools(key: str) -> dict[str, dict[str | None, int]] | None:
-        if key not in m:
-            return None
-        d = _mapping(m[key], where.at(key))
-        return {_str(k, where.at(key)): _per_pool(v, where.at(key, str(k))) for k, v in d.items()}
-
-    placed = job_map("placed_on")
-    events = job_map("events")
-    free = _mapping(m["free"], where.at("free")) if "free" in m else None
-    return Expectation(
-        lists=lists,
-        rejected=rejected,
-        preempted=counts("preempted"),
-        replicas=counts("replicas"),
-        placed_on=None
-        if placed is None
-        else {
-            k: tuple(_str(n, where.at("placed_on", k)) for n in _list(v, where.at("placed_on", k)))
-            for k, v in placed.items()
-        },
-        usage=project_pools("usage"),
-        fair_share=project_pools("fair_share"),
-        free=None
-        if free is None
-        else {
-            _str(k, where.at("free")): _count(v, where.at("free", str(k))) for k, v in free.items()
-        },
-        stable=_bool(m["stable"], where.at("stable")) if "stable" in m else False,
-        events=None
-        if events is None
-        else {
-            k: tuple(_str(t, where.at("events", k)) for t in _list(v, where.at("events", k)))
-            for k, v in events.items()
-        },
+def _project(raw: _Project) -> ProjectEntry:
+    return ProjectEntry(
+        name=raw.name,
+        quota=_per_pool(raw.quota),
+        limit=_per_pool(raw.limit),
+        over_quota_weight=_per_pool(raw.over_quota_weight),
+        priority=_per_pool(raw.priority),
     )
 
 
-# -- scalar helpers ---------------------------------------------------------------------------
+def _per_project(
+    values: dict[str, int | dict[str, int]] | None,
+) -> dict[str, dict[str | None, int]] | None:
+    if values is None:
+        return None
+    return {project: _per_pool(v) or {} for project, v in values.items()}
 
 
-def _mapping(
-    data: object, where: _Where, required: set[str] | None = None, allowed: set[str] | None = None
-) -> dict[str, Any]:
-    if not isinstance(data, dict):
-        raise where.error(f"expected a mapping, got {_show(data)}")
-    for key in data:
-        if not isinstance(key, str):
-            raise where.error(f"keys must be strings, got {_show(key)}")
-    keys = set(data)
-    if allowed is not None:
-        unknown = sorted(keys - allowed - (required or set()))
-        if unknown:
-            known = ", ".join(sorted(allowed | (required or set())))
-            raise where.at(unknown[0]).error(f"unknown key {unknown[0]!r}; allowed: {known}")
-    missing = sorted((required or set()) - keys)
-    if missing:
-        raise where.error(f"missing required key {missing[0]!r}")
-    return data
-
-
-def _list(data: object, where: _Where) -> list[Any]:
-    if not isinstance(data, list):
-        raise where.error(f"expected a list, got {_show(data)}")
-    return data
-
-
-def _str(data: object, where: _Where) -> str:
-    if isinstance(data, bool) or not isinstance(data, str | int):
-        raise where.error(f"expected a string, got {_show(data)}")
-    return str(data)
-
-
-_NAME: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
-
-
-def _name(data: object, where: _Where) -> str:
-    name = _str(data, where)
-    if not _NAME.match(name):
-        raise where.error(f"{name!r} is not a valid name (letters, digits, '-', '_')")
-    return name
-
-
-def _opt_str(data: object, where: _Where) -> str | None:
-    return None if data is None else _str(data, where)
-
-
-def _int(data: object, where: _Where) -> int:
-    if isinstance(data, bool) or not isinstance(data, int):
-        raise where.error(f"expected a whole number, got {_show(data)}")
-    return data
-
-
-def _count(data: object, where: _Where, minimum: int = 0) -> int:
-    value = _int(data, where)
-    if value < minimum:
-        raise where.error(f"must be {minimum} or more, got {value}")
-    return value
-
-
-def _bool(data: object, where: _Where) -> bool:
-    if not isinstance(data, bool):
-        raise where.error(f"expected true or false, got {_show(data)}")
-    return data
-
-
-def _duration(data: object, where: _Where, positive: bool = False) -> float:
-    if isinstance(data, int | float) and not isinstance(data, bool):
-        seconds = float(data)
-    elif isinstance(data, str) and data and (match := _DURATION.match(data.strip())):
-        h, m, s = (float(g) if g else 0.0 for g in match.groups())
-        seconds = h * 3600 + m * 60 + s
-    else:
-        raise where.error(f"{_show(data)} is not a duration like 90s, 10m or 2h")
-    if seconds < 0 or (positive and seconds == 0):
-        raise where.error(
-            f"duration must be {'positive' if positive else 'zero or more'}, got {data!r}"
-        )
-    return seconds
-
-
-def _unique(names: list[str], where: _Where, what: str) -> None:
-    seen: set[str] = set()
-    for name in names:
-        if name in seen:
-            raise where.error(f"{what} {name!r} is defined twice")
-        seen.add(name)
-
-
-def _show(data: object) -> str:
-    return f"{type(data).__name__} {data!r}" if data is not None else "nothing"
+def _tuples(values: dict[str, list[str]] | None) -> dict[str, tuple[str, ...]] | None:
+    return None if values is None else {k: tuple(v) for k, v in values.items()}

@@ -17,7 +17,7 @@ from ruamel.yaml.error import YAMLError
 
 from events import ProjectTerms
 from events.model import Fitting
-from fairlane.scenario.core_engine import project_terms
+from fairlane.scenario.setup import compute_pool_of, project_terms
 from fairlane.scenario.spec import (
     NodeEntry,
     PoolEntry,
@@ -91,7 +91,7 @@ def load_cluster(path: Path) -> ClusterSpec:
             raise SimulationError(
                 f"{path}: pool {pool.name!r} has scheduler settings; --policy sets the scheduler"
             )
-    compute = scenario.config.default_compute_pool or scenario.pools[0].name
+    compute = compute_pool_of(scenario)
     spec = ClusterSpec(scenario.pools, compute, settings.fitting, scenario.projects)
     if spec.gpus == 0:
         raise SimulationError(f"{path}: the compute pool {compute!r} has no GPUs")

@@ -21,7 +21,6 @@ waiting jobs). `Recorder.summary()` turns that into the figures the report print
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -40,6 +39,7 @@ from events import (
     ProjectTerms,
 )
 from events.catalogue import MAKES_ROOM
+from events.units import percentile
 from policy.fair_share import Claim, divide
 from policy.ledger import UNLIMITED
 
@@ -359,13 +359,6 @@ class Summary:
             return None, None
         jain = sum(ratios) ** 2 / (len(ratios) * sum(r * r for r in ratios))
         return min(ratios), jain
-
-
-def percentile(values: Sequence[float], p: float) -> float:
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(p * len(ordered)) - 1)]
 
 
 def _mean(values: Sequence[float]) -> float:

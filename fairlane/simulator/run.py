@@ -31,14 +31,13 @@ from typing import Literal
 
 from events import (
     CheckpointModel,
-    ClusterConfigured,
     JobNominated,
     JobPriorityChanged,
     JobSpec,
-    PoolConfigured,
     ProjectTerms,
     SchedulerSettings,
 )
+from events.commands import ConfigureCluster, SetPool
 from events.model import VictimOrder
 from fairlane.simulator.cluster import ClusterSpec
 from fairlane.simulator.errors import SimulationError
@@ -96,10 +95,8 @@ class Simulation:
             keep_log=keep_log, settle_on_checkpoint=options.cycle_on_checkpoint
         )
         pool = cluster.compute_pool
-        vc.configure(
-            ClusterConfigured(
-                id="cluster",
-                time=0.0,
+        vc.command(
+            ConfigureCluster(
                 actor=ACTOR,
                 scheduler=SchedulerSettings(
                     type=self.policy.scheduler,
@@ -110,10 +107,7 @@ class Simulation:
             )
         )
         for entry in cluster.pools:
-            vc.add_pool(
-                entry.name,
-                PoolConfigured(id=f"pool-{entry.name}", time=0.0, actor=ACTOR, pool=entry.name),
-            )
+            vc.command(SetPool(pool=entry.name, actor=ACTOR))
             for node in entry.nodes:
                 vc.add_node(node.name, entry.name, node.gpus)
 

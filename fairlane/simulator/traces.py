@@ -36,7 +36,7 @@ from ruamel.yaml.error import YAMLError
 
 from fairlane.simulator.errors import SimulationError
 from fairlane.simulator.units import parse_duration
-from policy.admission import JOB_ID
+from policy.commands.names import is_name
 
 TRACES_ENV: Final = "FAIRLANE_TRACES"
 PUBLISHED: Final = ("philly", "philly:11vc", "itp:clusterNN", "muri")
@@ -377,7 +377,7 @@ def _gpus(text: str, path: Path, line: int) -> int:
 def _check_ids(jobs: list[TraceJob], path: Path) -> None:
     seen: set[str] = set()
     for job in jobs:
-        if not JOB_ID.match(job.job_id):
+        if not is_name(job.job_id):
             raise SimulationError(
                 f"{path}: job id {job.job_id!r} is not valid (1-128 letters, digits, '-' or '_')"
             )

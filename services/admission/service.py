@@ -1,8 +1,14 @@
-"""The admission service: checks commands against the folded state and publishes the result.
+"""The admission service: answers job commands from the folded state and records the result.
 
-A submission is recorded as `JobSubmitted` (its id derives from the job id, so a retry is one
-job) and answered with `JobAdmitted` or `JobRejected` from `policy.admission.admit`, the same
-pure function the scenario runner and the simulator use.
+What a command leads to is decided by `policy.commands` (the same pure deciders the virtual
+cluster and the scenario engines use); this service adds the log around them.
+
+A submission is created once: its `JobSubmitted` is stored only if nothing is stored on the
+job's subjects yet, and its verdict only if the submission is still the last thing there
+(`Nats-Expected-Last-Subject-Sequence` over `fl.job.<id>.*`). Two admissions racing on one id,
+or a retry after the stream's duplicate window, cannot make a job twice. If admission stops
+between the two writes, the job is left `submitted`: it is admitted when admission starts
+again, or when the submission is retried with its idempotency key.
 
 It starts from the newest snapshot of the fold (see services/runtime/snapshots.py) and replays
 the rest. The idempotency keys and verdicts it answers a repeated submission with are kept for
@@ -17,54 +23,50 @@ import asyncio
 import contextlib
 import time
 
-import msgspec
-from nats.js.errors import NotFoundError
-
-from events import (
-    Event,
-    JobAdmitted,
-    JobCancelled,
-    JobPaused,
-    JobRejected,
-    JobResumed,
-    JobSubmitted,
-    decode_event,
-)
-from events.commands import (
-    ADMISSION_SUBJECT,
-    AnyCommand,
-    CancelJob,
-    PauseJob,
-    Reply,
-    ResumeJob,
-    SubmitJob,
-)
-from policy.admission import JOB_ID, admit
-from policy.state import FINAL_PHASES, Job
-from services.runtime.commands import Refusal, serve
-from services.runtime.eventlog import EventLog, Stored
+from events import Event, JobAdmitted, JobRejected, JobSubmitted
+from events.commands import ADMISSION_SUBJECT, LEDGER_COMMANDS, AnyCommand, Reply, SubmitJob
+from policy.commands import Refused, decide_command
+from policy.commands.jobs import admit_waiting
+from services.runtime.commands import Refusal, carry_out, serve
+from services.runtime.eventlog import Conflict, JetStreamLog, Stored
 from services.runtime.follower import Follower
 from services.runtime.snapshots import SnapshotStore
 
 CONCURRENCY = 64
+GIVE_UP_AFTER_S = 5.0
+
+Verdict = JobAdmitted | JobRejected
+
+
+def job_subjects(job_id: str) -> str:
+    """Every subject of one job's events: the expectation that makes a job once."""
+    return f"fl.job.{job_id}.*"
 
 
 class Admission:
-    def __init__(self, log: EventLog) -> None:
+    def __init__(self, log: JetStreamLog) -> None:
         self.log = log
         self.follower = Follower(log, snapshots=SnapshotStore(log.js))
         self.keys: dict[str, str | None] = {}  # job id -> idempotency key of its submission
-        self.verdicts: dict[str, JobAdmitted | JobRejected] = {}
+        self.verdicts: dict[str, Verdict] = {}
         #: Submissions being recorded now: a second one for the same id waits for the first.
         self.inflight: dict[str, asyncio.Future[Reply]] = {}
 
     async def run(self) -> None:
         await self.log.ensure_stream()
         await self.follower.catch_up(self._remember)
+        await self.admit_stranded()
         # Submissions of different jobs do not depend on each other (admission reads only the
         # cluster's configuration), so they are handled side by side; one id at a time.
         await serve(self.log.nc, ADMISSION_SUBJECT, self.handle, concurrency=CONCURRENCY)
         await self.follower.run(self._remember)
+
+    async def admit_stranded(self) -> int:
+        """Give a verdict to every job recorded as submitted without one; returns how many."""
+        stranded = [j.id for j in self.follower.state.jobs.values() if j.phase == "submitted"]
+        for job_id in stranded:
+            await self._verdict_for_stranded(job_id)
+        return len(stranded)
 
     async def _remember(self, stored: Stored) -> None:
         event = stored.event
@@ -74,58 +76,23 @@ class Admission:
             self.verdicts.setdefault(event.job_id, event)
 
     async def handle(self, command: AnyCommand) -> Reply:
-        now, actor = time.time(), command.actor
-        match command:
-            case SubmitJob():
-                return await self._submit(command, now)
-            case CancelJob(job_id=job_id):
-                job = self._job(job_id)
-                if job.phase in FINAL_PHASES:
-                    raise Refusal(f"job {job_id!r} is already {job.phase}")
-                return await self._record(
-                    JobCancelled(id=f"{job_id}/cancelled", time=now, actor=actor, job_id=job_id)
-                )
-            case PauseJob(job_id=job_id):
-                job = self._job(job_id)
-                if job.phase in FINAL_PHASES or job.phase in ("paused", "submitted"):
-                    raise Refusal(f"job {job_id!r} cannot be paused: it is {job.phase}")
-                event_id = f"{job_id}/paused/{self.follower.applied_seq}"
-                return await self._record(
-                    JobPaused(id=event_id, time=now, actor=actor, job_id=job_id)
-                )
-            case ResumeJob(job_id=job_id):
-                job = self._job(job_id)
-                if job.phase != "paused":
-                    raise Refusal(f"job {job_id!r} is not paused: it is {job.phase}")
-                event_id = f"{job_id}/resumed/{self.follower.applied_seq}"
-                return await self._record(
-                    JobResumed(id=event_id, time=now, actor=actor, job_id=job_id)
-                )
-        raise Refusal(f"admission does not take {type(command).__name__} commands")
+        if isinstance(command, LEDGER_COMMANDS):
+            raise Refusal(f"admission does not take {type(command).__name__} commands")
+        if isinstance(command, SubmitJob):
+            return await self._submit(command)
+        return await carry_out(self.log, self.follower, command, give_up_after=GIVE_UP_AFTER_S)
 
-    async def _submit(self, command: SubmitJob, now: float) -> Reply:
+    async def _submit(self, command: SubmitJob) -> Reply:
         job_id = command.job_id
-        if not JOB_ID.match(job_id):
-            raise Refusal(
-                f"job id {job_id!r} is not valid: use 1-128 letters, digits, '-' or '_', "
-                "starting with a letter or digit"
-            )
         while job_id in self.inflight:
             with contextlib.suppress(Exception):
                 await asyncio.shield(self.inflight[job_id])
-        if job_id in self.follower.state.jobs or job_id in self.keys:
-            key = command.idempotency_key
-            if key is not None:
-                recorded_key, verdict = await self._recorded(job_id)
-                if recorded_key == key and verdict is not None:
-                    if isinstance(verdict, JobRejected):
-                        return Reply(ok=False, event=verdict, error=verdict.reason)
-                    return Reply(ok=True, event=verdict)
-            raise Refusal(f"job id {job_id!r} already exists")
+        if job_id in self.keys:
+            return await self._repeated(command)
         done: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
         self.inflight[job_id] = done
         try:
-            reply = await self._record_submission(command, now)
+            reply = await self._create(command)
             done.set_result(reply)
             return reply
         except BaseException as e:
@@ -135,56 +102,87 @@ class Admission:
         finally:
             del self.inflight[job_id]
 
-    async def _record_submission(self, command: SubmitJob, now: float) -> Reply:
-        job_id = command.job_id
-        submitted = JobSubmitted(
-            id=f"{job_id}/submitted",
-            time=now,
-            actor=command.actor,
-            job_id=job_id,
-            spec=command.spec,
-            idempotency_key=command.idempotency_key,
-        )
-        await self.log.publish_durably(submitted, give_up_after=5.0)
-        verdict = admit(self.follower.state, submitted, now)
-        await self.log.publish_durably(verdict, give_up_after=5.0)
-        self.keys[job_id] = command.idempotency_key
-        self.verdicts[job_id] = verdict
-        if isinstance(verdict, JobRejected):
-            return Reply(ok=False, event=verdict, error=verdict.reason)
-        return Reply(ok=True, event=verdict)
+    async def _create(self, command: SubmitJob) -> Reply:
+        now, at = time.time(), self.follower.applied_seq
+        outcome = decide_command(self.follower.state, command, now, at)
+        if isinstance(outcome, Refused):
+            if outcome.exists:
+                return await self._repeated(command)
+            raise Refusal(outcome.reason)
+        submitted, verdict = outcome.events
+        assert isinstance(submitted, JobSubmitted) and isinstance(verdict, Verdict)
+        subjects = job_subjects(command.job_id)
+        try:
+            seq = await self.log.publish_durably(
+                submitted, fence=(subjects, 0), give_up_after=GIVE_UP_AFTER_S
+            )
+        except Conflict:  # made meanwhile by another admission, or long before this state
+            await self.follower.wait_for(await self.log.last_seq())
+            return await self._repeated(command)
+        self.keys[command.job_id] = command.idempotency_key
+        standing = await self._record_verdict(verdict, subjects, seq)
+        if standing is None:
+            raise Refusal(f"job {command.job_id!r} was ended before admission could answer")
+        return _reply(standing)
 
-    async def _recorded(self, job_id: str) -> tuple[str | None, JobAdmitted | JobRejected | None]:
-        """The idempotency key a job was submitted with and the verdict it got."""
-        if job_id in self.keys:
-            return self.keys[job_id], self.verdicts.get(job_id)
-        submitted = await self._last_on(f"fl.job.{job_id}.job_submitted")
-        if not isinstance(submitted, JobSubmitted):
-            return None, None
-        verdict = await self._last_on(f"fl.job.{job_id}.job_admitted")
+    async def _record_verdict(
+        self, verdict: Verdict, subjects: str, submitted_seq: int
+    ) -> Verdict | None:
+        """Store the verdict unless the job has one already; returns the one that stands
+        (None: the job was ended, by a cancel, before it got one)."""
+        try:
+            await self.log.publish_durably(
+                verdict, fence=(subjects, submitted_seq), give_up_after=GIVE_UP_AFTER_S
+            )
+        except Conflict:
+            return await self._recorded_verdict(verdict.job_id)
+        self.verdicts[verdict.job_id] = verdict
+        return verdict
+
+    async def _repeated(self, command: SubmitJob) -> Reply:
+        """A submission for an id that exists: with the same idempotency key, the first
+        verdict (given now if the job never got one); otherwise a refusal."""
+        job_id, key = command.job_id, command.idempotency_key
+        if key is None or await self._recorded_key(job_id) != key:
+            raise Refusal(f"job id {job_id!r} already exists")
+        verdict = await self._recorded_verdict(job_id) or await self._verdict_for_stranded(job_id)
         if verdict is None:
-            verdict = await self._last_on(f"fl.job.{job_id}.job_rejected")
-        if not isinstance(verdict, JobAdmitted | JobRejected):
-            return submitted.idempotency_key, None
-        return submitted.idempotency_key, verdict
+            raise Refusal(f"job id {job_id!r} already exists")
+        return _reply(verdict)
 
-    async def _last_on(self, subject: str) -> Event | None:
-        try:
-            msg = await self.log.js.get_last_msg(self.log.stream, subject)
-        except NotFoundError:
-            return None
-        try:
-            return decode_event(msg.data or b"")
-        except (msgspec.DecodeError, msgspec.ValidationError):
-            return None
-
-    def _job(self, job_id: str) -> Job:
+    async def _verdict_for_stranded(self, job_id: str) -> Verdict | None:
         job = self.follower.state.jobs.get(job_id)
-        if job is None:
-            raise Refusal(f"unknown job id {job_id!r}")
-        return job
+        submitted = await self.log.last_on(f"fl.job.{job_id}.job_submitted")
+        if job is None or submitted is None:
+            return None
+        decided = admit_waiting(self.follower.state, job, time.time())
+        if decided is None:
+            return await self._recorded_verdict(job_id)
+        verdict = decided.answer
+        assert isinstance(verdict, Verdict)
+        return await self._record_verdict(verdict, job_subjects(job_id), submitted.seq)
 
-    async def _record(self, event: Event) -> Reply:
-        seq = await self.log.publish_durably(event, give_up_after=5.0)
-        await self.follower.wait_for(seq)
-        return Reply(ok=True, event=event)  # type: ignore[arg-type]
+    async def _recorded_key(self, job_id: str) -> str | None:
+        if job_id in self.keys:
+            return self.keys[job_id]
+        submitted = await self._last_event(f"fl.job.{job_id}.job_submitted")
+        return submitted.idempotency_key if isinstance(submitted, JobSubmitted) else None
+
+    async def _recorded_verdict(self, job_id: str) -> Verdict | None:
+        if job_id in self.verdicts:
+            return self.verdicts[job_id]
+        for kind in ("job_admitted", "job_rejected"):
+            verdict = await self._last_event(f"fl.job.{job_id}.{kind}")
+            if isinstance(verdict, JobAdmitted | JobRejected):
+                return verdict
+        return None
+
+    async def _last_event(self, subject: str) -> Event | None:
+        stored = await self.log.last_on(subject)
+        return None if stored is None else stored.event
+
+
+def _reply(event: Event) -> Reply:
+    if isinstance(event, JobRejected):
+        return Reply(ok=False, event=event, error=event.reason)
+    return Reply(ok=True, event=event)  # type: ignore[arg-type]

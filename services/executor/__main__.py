@@ -23,7 +23,7 @@ import structlog
 
 from services.executor.gpus import GpuDiscoveryError, discover_gpus
 from services.executor.service import Executor, ExecutorConfig
-from services.runtime.eventlog import EventLog, connect, durable_name
+from services.runtime.eventlog import JetStreamLog, connect, durable_name
 
 log = structlog.get_logger("fairlane.executor")
 
@@ -121,7 +121,7 @@ async def serve(args: argparse.Namespace) -> int:
     )
     nc = await connect(args.nats, name=f"executor-{args.node}")
     # one executor per node: its durable consumer is named after the node
-    executor = Executor(EventLog(nc, durable=durable_name("executor", args.node)), config)
+    executor = Executor(JetStreamLog(nc, durable=durable_name("executor", args.node)), config)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stopping, executor)

@@ -87,7 +87,7 @@ from services.executor.runtime import (
     safe_name,
     save_records,
 )
-from services.runtime.eventlog import EventLog, Stored
+from services.runtime.eventlog import JetStreamLog, Stored
 from services.runtime.tasks import cancel_and_wait
 
 logger = structlog.get_logger("fairlane.executor")
@@ -242,10 +242,10 @@ def marker_mtime(directory: Path) -> float | None:
 
 class Executor:
     """One node's executor. `run()` registers, replays, reconciles and follows the log until
-    `stop()` (or cancelled), on an already connected `EventLog`, so many (hollow) executors
+    `stop()` (or cancelled), on an already connected `JetStreamLog`, so many (hollow) executors
     can share a process and a connection; `ExecutorGroup` also shares one fold between them."""
 
-    def __init__(self, log: EventLog, config: ExecutorConfig, runtime: Runtime | None = None):
+    def __init__(self, log: JetStreamLog, config: ExecutorConfig, runtime: Runtime | None = None):
         self.log = log
         self.config = config
         self.node = config.node
@@ -833,7 +833,7 @@ class ExecutorGroup:
     hundred hollow ones for a benchmark. Each event is handed only to the executors of the
     nodes it concerns."""
 
-    def __init__(self, log: EventLog, executors: list[Executor]) -> None:
+    def __init__(self, log: JetStreamLog, executors: list[Executor]) -> None:
         self.log = log
         self.executors = executors
         self.by_node = {ex.node: ex for ex in executors}

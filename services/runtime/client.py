@@ -9,17 +9,7 @@ import msgspec
 import nats.errors
 from nats.aio.client import Client
 
-from events.commands import (
-    ADMISSION_SUBJECT,
-    LEDGER_SUBJECT,
-    AnyCommand,
-    ConfigureCluster,
-    HoldScheduling,
-    Reply,
-    SetPool,
-    SetProject,
-    decode_reply,
-)
+from events.commands import AnyCommand, Reply, decode_reply, service_subject
 
 _encode = msgspec.json.Encoder().encode
 
@@ -30,8 +20,7 @@ async def send(nc: Client, command: AnyCommand, wait_s: float = 10.0) -> Reply:
     "No responders" means the request reached no one (the service is starting, or restarting
     after a crash), so sending it again cannot apply it twice: it is retried until `wait_s`.
     """
-    ledger = isinstance(command, SetProject | SetPool | ConfigureCluster | HoldScheduling)
-    subject = LEDGER_SUBJECT if ledger else ADMISSION_SUBJECT
+    subject = service_subject(command)
     payload = _encode(command)
     deadline = time.monotonic() + wait_s
     pause_s = 0.02

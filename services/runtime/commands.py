@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 
 import msgspec
@@ -12,7 +13,9 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
 from events.commands import AnyCommand, Reply, decode_command
-from services.runtime.eventlog import TRANSIENT
+from policy.commands import Refused, decide_command
+from services.runtime.eventlog import TRANSIENT, EventLog
+from services.runtime.follower import Follower
 
 Handler = Callable[[AnyCommand], Awaitable[Reply]]
 log = structlog.get_logger("fairlane.commands")
@@ -21,6 +24,21 @@ _encode = msgspec.json.Encoder().encode
 
 class Refusal(Exception):
     """A command that cannot be carried out; the message names the bad value."""
+
+
+async def carry_out(
+    log: EventLog, follower: Follower, command: AnyCommand, *, give_up_after: float = 5.0
+) -> Reply:
+    """Decide `command` on the follower's state (`policy.commands`), record the events it
+    leads to, and answer once the follower has applied them."""
+    outcome = decide_command(follower.state, command, time.time(), follower.applied_seq)
+    if isinstance(outcome, Refused):
+        raise Refusal(outcome.reason)
+    seq = 0
+    for event in outcome.events:
+        seq = await log.publish_durably(event, give_up_after=give_up_after)
+    await follower.wait_for(seq)
+    return Reply(ok=True, event=outcome.answer)
 
 
 async def serve(nc: Client, subject: str, handler: Handler, concurrency: int = 1) -> Subscription:

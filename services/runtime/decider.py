@@ -21,7 +21,7 @@ import structlog
 
 from events import Event, JobScheduled, LeaderElected
 from policy.cycle import decide, next_wakeup
-from services.runtime.eventlog import TRANSIENT, Conflict, EventLog
+from services.runtime.eventlog import TRANSIENT, Conflict, JetStreamLog
 from services.runtime.follower import Follower
 from services.runtime.lease import Lease
 from services.runtime.snapshots import SnapshotStore
@@ -42,7 +42,7 @@ PUBLISH_WINDOW = 256
 class Decider:
     def __init__(
         self,
-        event_log: EventLog,
+        event_log: JetStreamLog,
         kind: str,
         mine: Callable[[Event], bool],
         lease_ttl_s: float = 3.0,

@@ -1,4 +1,6 @@
-"""The event log: one JetStream stream that holds every Fairlane event.
+"""The event log: what every service reads and writes (`EventLog`), and its JetStream form:
+one stream that holds every Fairlane event (`JetStreamLog`). `services/runtime/memory_log.py`
+is the other form, in memory; tests/test_eventlog_contract.py holds both to one contract.
 
 - Publishing is idempotent: the event id is the `Nats-Msg-Id`, so a repeat inside the
   stream's duplicate window is dropped (the ack says so) and costs nothing.
@@ -6,7 +8,9 @@
   written since the state the decision was computed from (error 10071), so a deposed leader's
   decision never lands.
 - Reading is a replay from a sequence, then (with `follow`) the live tail. A message that is not
-  a known event is logged with its sequence, counted and skipped, never a crash loop.
+  an event is logged with its sequence, counted and skipped, never a crash loop; an event of a
+  known type that cannot be read stops the reader (`events.Undecodable`), since a fold that
+  skipped it would silently differ from everyone else's.
 """
 
 from __future__ import annotations
@@ -17,18 +21,19 @@ import re
 from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import msgspec
 import nats
 import structlog
 from nats.aio.client import Client
 from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StreamConfig
 from nats.js.errors import APIError, NotFoundError
 
-from events import Event, decode_event, encode_event, subject_for
+from events import Event, NotAnEvent, Undecodable, decode_event, encode_event, subject_for
 from events.catalogue import AnyEvent
 
 STREAM: Final = "FAIRLANE"
@@ -110,13 +115,80 @@ async def connect(url: str, name: str, retry_for: float = 30.0) -> Client:
             await asyncio.sleep(0.2)
 
 
+class EventLog(Protocol):
+    """The log as services use it: idempotent, optionally fenced writes; replay in order;
+    follow the tail. Both forms decode through `events.decode_event` and treat bad messages
+    alike: garbage is counted (`skipped`) and skipped, a known event that cannot be read
+    stops the reader (`events.Undecodable`)."""
+
+    skipped: int
+
+    async def ensure_stream(self) -> None: ...
+
+    async def last_seq(self) -> int: ...
+
+    async def publish(
+        self,
+        event: Event,
+        *,
+        expect_last_seq: int | None = None,
+        fence: tuple[str, int] | None = None,
+    ) -> int:
+        """Store one event; returns its sequence (the original's, for a repeated id).
+        `expect_last_seq`: only if that is still the last sequence of the whole log;
+        `fence=(subject, seq)`: only if `seq` is still the last sequence on `subject` (which
+        may have wildcards; 0: nothing there yet). Otherwise raises `Conflict`."""
+        ...
+
+    async def publish_durably(
+        self, event: Event, *, fence: tuple[str, int] | None = None, give_up_after: float = 300.0
+    ) -> int:
+        """`publish`, retried through passing trouble; a `Conflict` is final."""
+        ...
+
+    async def publish_raw(self, subject: str, payload: bytes) -> int:
+        """Bytes on a subject as anyone could put them there (for tests of bad input)."""
+        ...
+
+    async def last_on(self, subject: str) -> Stored | None:
+        """The last event on `subject`, if there is one and it is an event."""
+        ...
+
+    def read(self, from_seq: int = 1, batch: int = 5000) -> AsyncIterator[Stored]:
+        """Everything stored from `from_seq` up to the end as it is now."""
+        ...
+
+    def follow(
+        self, from_seq: int = 1, batch: int = 5000, subject: str | None = None
+    ) -> AsyncIterator[Stored]:
+        """Replay from `from_seq`, then the live tail, forever; with `subject` (a filter with
+        wildcards), only the events stored on matching subjects."""
+        ...
+
+
+def stored_or_skip(seq: int, subject: str, data: bytes) -> Stored | None:
+    """The event in a stored message, or None for garbage (logged; the caller counts it).
+    Raises `Undecodable` for a known event type that cannot be read: skipping it would fold
+    a different state from everyone else's."""
+    try:
+        return Stored(seq, decode_event(data))
+    except NotAnEvent as e:
+        log.warning(
+            "skipped a message that is not an event", seq=seq, subject=subject, error=str(e)
+        )
+        return None
+    except Undecodable as e:
+        log.error("stopped at an unreadable event", seq=seq, subject=subject, error=str(e))
+        raise Undecodable(f"at sequence {seq} ({subject}): {e}") from None
+
+
 def durable_name(*parts: str) -> str:
     """A durable consumer's name from its parts (a consumer name allows no '.', '*', '>' or
     spaces): `durable_name("scheduler", host, "4711")` -> `scheduler-host-4711`."""
     return re.sub(r"[^A-Za-z0-9_-]", "_", "-".join(parts))[:200]
 
 
-class EventLog:
+class JetStreamLog:
     def __init__(self, nc: Client, stream: str = STREAM, durable: str | None = None) -> None:
         """`durable`: the name of the durable consumer `follow` reads the live tail with (a
         service process's own name); None for an ephemeral one (tools, tests, benchmarks)."""
@@ -186,6 +258,14 @@ class EventLog:
                 await asyncio.sleep(wait)
                 wait = min(wait * 2, 2.0)
 
+    async def last_on(self, subject: str) -> Stored | None:
+        """The last event stored on `subject` (None if there is none, or it is not an event)."""
+        try:
+            msg = await self.js.get_last_msg(self.stream, subject)
+        except NotFoundError:
+            return None
+        return stored_or_skip(int(msg.seq or 0), subject, msg.data or b"")
+
     async def publish_raw(self, subject: str, payload: bytes) -> int:
         """For tests of bad input: put bytes on a stream subject as anyone could."""
         return int((await self.js.publish(subject, payload, stream=self.stream)).seq)
@@ -241,15 +321,59 @@ class EventLog:
         subject: str | None = None,
         durable: str | None = None,
     ) -> AsyncIterator[Stored]:
-        """Pull from an ephemeral consumer with hand-made pull requests into a callback
-        subscription: nats-py's own `fetch` awaits every message through `wait_for` and two
-        tasks, which capped replay at about 34,000 events/s here; this reads 5x faster."""
+        """Pull from a consumer with hand-made pull requests into a callback subscription:
+        nats-py's own `fetch` awaits every message through `wait_for` and two tasks, which
+        capped replay at about 34,000 events/s here; this reads 5x faster."""
+        pull = await _Pull.open(self, from_seq, batch, subject, durable)
+        try:
+            while True:
+                await pull.ask()
+                if not pull.arrived:
+                    await pull.wait()
+                    continue
+                while pull.arrived:
+                    msg = pull.take()
+                    if msg is None:
+                        continue
+                    seq = _stream_seq(msg.reply)
+                    stored = stored_or_skip(seq, msg.subject, msg.data)
+                    if stored is None:
+                        self.skipped += 1
+                    else:
+                        yield stored
+                    pull.handled(msg)  # the reader came back for the next
+                    if until is not None and seq >= until:
+                        return
+        finally:
+            await pull.close()
+
+
+class _Pull:
+    """One consumer read through pull requests: what is asked, what arrived, what to ack."""
+
+    def __init__(self, log: JetStreamLog, consumer: str, batch: int, durable: bool) -> None:
+        self.nc, self.js, self.stream = log.nc, log.js, log.stream
+        self.consumer, self.batch, self.durable = consumer, batch, durable
+        self.arrived: deque[Msg] = deque()
+        self.wake = asyncio.Event()
+        self.inbox = self.nc.new_inbox()
+        self.next_subject = f"$JS.API.CONSUMER.MSG.NEXT.{self.stream}.{consumer}"
+        self.request = msgspec.json.encode({"batch": batch, "expires": int(PULL_EXPIRES_S * 1e9)})
+        self.asked = 0  # messages the open pull request may still deliver (0: none open)
+        self.to_ack: str | None = None  # reply subject of the last message handled, not acked
+        self.unacked = 0  # messages handled since the last ack
+        self.sub: Subscription | None = None
+
+    @classmethod
+    async def open(
+        cls, log: JetStreamLog, from_seq: int, batch: int, subject: str | None, durable: str | None
+    ) -> _Pull:
         if durable is not None:
             # its start is fixed when made: make it again from where this reader is
             with contextlib.suppress(NotFoundError):
-                await self.js.delete_consumer(self.stream, durable)
-        consumer = await self.js.add_consumer(
-            self.stream,
+                await log.js.delete_consumer(log.stream, durable)
+        consumer = await log.js.add_consumer(
+            log.stream,
             ConsumerConfig(
                 durable_name=durable,
                 deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
@@ -262,85 +386,74 @@ class EventLog:
                 filter_subject=subject,
             ),
         )
-        arrived: deque[Msg] = deque()
-        wake = asyncio.Event()
-
-        async def collect(msg: Msg) -> None:
-            arrived.append(msg)
-            wake.set()
-
-        inbox = self.nc.new_inbox()
-        sub = await self.nc.subscribe(
-            inbox, cb=collect, pending_msgs_limit=4 * batch, pending_bytes_limit=256 << 20
+        pull = cls(log, consumer.name, batch, durable is not None)
+        pull.sub = await pull.nc.subscribe(
+            pull.inbox, cb=pull.collect, pending_msgs_limit=4 * batch, pending_bytes_limit=256 << 20
         )
-        next_subject = f"$JS.API.CONSUMER.MSG.NEXT.{self.stream}.{consumer.name}"
-        request = msgspec.json.encode({"batch": batch, "expires": int(PULL_EXPIRES_S * 1e9)})
-        asked = 0  # messages the open pull request may still deliver (0: none open)
-        to_ack: str | None = None  # reply subject of the last message handled, not yet acked
-        unacked = 0  # messages handled since the last ack
+        return pull
+
+    async def collect(self, msg: Msg) -> None:
+        self.arrived.append(msg)
+        self.wake.set()
+
+    async def ask(self) -> None:
+        """A pull request if none is open; an ack if enough was handled and nothing waits."""
+        if self.asked == 0:
+            await self.nc.publish(self.next_subject, self.request, reply=self.inbox)
+            self.asked = self.batch
+        if self.to_ack is not None and not self.arrived and self.unacked >= ACK_EVERY:
+            await self.ack()
+
+    async def wait(self) -> None:
+        """Until messages arrive. An ack waits for more to go with it, but not long once the
+        tail is quiet; a request that brings nothing for too long was lost (a server restart)."""
+        self.wake.clear()
+        quiet_ack = self.to_ack is not None
         try:
-            while True:
-                if asked == 0:
-                    await self.nc.publish(next_subject, request, reply=inbox)
-                    asked = batch
-                if to_ack is not None and not arrived and unacked >= ACK_EVERY:
-                    await self.nc.publish(to_ack, b"+ACK")  # all handled so far
-                    to_ack, unacked = None, 0
-                if not arrived:
-                    wake.clear()
-                    # an ack waits for more to go with it, but not long once the tail is quiet
-                    quiet_ack = to_ack is not None
-                    wait_s = ACK_QUIET_S if quiet_ack else PULL_EXPIRES_S + 2.0
-                    try:
-                        # asyncio.timeout, not wait_for: in Python 3.11 wait_for can swallow a
-                        # cancellation that lands as the wait ends, and this loop never would
-                        async with asyncio.timeout(wait_s):
-                            await wake.wait()
-                    except TimeoutError:
-                        if quiet_ack and to_ack is not None:
-                            await self.nc.publish(to_ack, b"+ACK")
-                            to_ack, unacked = None, 0
-                        else:
-                            asked = 0  # the request was lost (a server restart): ask again
-                        continue
-                while arrived:
-                    msg = arrived.popleft()
-                    headers = msg.headers or {}
-                    status = headers.get("Status")
-                    if status is not None:
-                        asked = 0  # the request ended (expired, or refused)
-                        description = headers.get("Description", "")
-                        if status in CONSUMER_GONE or description == "Consumer Deleted":
-                            raise ConsumerGone(f"{status} {description}")
-                        continue
-                    asked -= 1
-                    seq = _stream_seq(msg.reply)
-                    try:
-                        event = decode_event(msg.data)
-                    except (msgspec.DecodeError, msgspec.ValidationError) as e:
-                        self.skipped += 1
-                        log.warning(
-                            "skipped a message that is not an event",
-                            seq=seq,
-                            subject=msg.subject,
-                            error=str(e),
-                        )
-                    else:
-                        yield Stored(seq, event)
-                    if durable is not None:
-                        to_ack = msg.reply  # handled: the reader came back for the next
-                        unacked += 1
-                    if until is not None and seq >= until:
-                        return
-        finally:
-            with contextlib.suppress(Exception):  # the connection may be gone already
-                await sub.unsubscribe()
-            if durable is None:
-                with contextlib.suppress(Exception):
-                    await self.js.delete_consumer(self.stream, consumer.name)
-            elif to_ack is not None:
-                with contextlib.suppress(Exception):
-                    await self.nc.publish(to_ack, b"+ACK")
+            # asyncio.timeout, not wait_for: in Python 3.11 wait_for can swallow a
+            # cancellation that lands as the wait ends, and this loop never would
+            async with asyncio.timeout(ACK_QUIET_S if quiet_ack else PULL_EXPIRES_S + 2.0):
+                await self.wake.wait()
+        except TimeoutError:
+            if quiet_ack:
+                await self.ack()
+            else:
+                self.asked = 0  # ask again
+
+    def take(self) -> Msg | None:
+        """The next message; None for a status that ends a pull request."""
+        msg = self.arrived.popleft()
+        status = (msg.headers or {}).get("Status")
+        if status is None:
+            self.asked -= 1
+            return msg
+        self.asked = 0  # the request ended (expired, or refused)
+        description = (msg.headers or {}).get("Description", "")
+        if status in CONSUMER_GONE or description == "Consumer Deleted":
+            raise ConsumerGone(f"{status} {description}")
+        return None
+
+    def handled(self, msg: Msg) -> None:
+        if self.durable:
+            self.to_ack = msg.reply
+            self.unacked += 1
+
+    async def ack(self) -> None:
+        """Ack the last message handled, and with it all before it (AckPolicy.ALL)."""
+        if self.to_ack is not None:
+            await self.nc.publish(self.to_ack, b"+ACK")
+            self.to_ack, self.unacked = None, 0
+
+    async def close(self) -> None:
+        # each step on its own: the connection may be gone already
+        if self.sub is not None:
+            with contextlib.suppress(Exception):
+                await self.sub.unsubscribe()
+        with contextlib.suppress(Exception):
+            if self.durable:
+                await self.ack()
+            else:
+                await self.js.delete_consumer(self.stream, self.consumer)
 
 
 def _stream_seq(reply: str) -> int:

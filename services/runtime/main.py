@@ -15,10 +15,10 @@ from typing import Any
 
 import structlog
 
-from services.runtime.eventlog import EventLog, connect, durable_name
+from services.runtime.eventlog import JetStreamLog, connect, durable_name
 from services.runtime.tasks import cancel_and_wait
 
-Body = Callable[[EventLog], Coroutine[Any, Any, None]]
+Body = Callable[[JetStreamLog], Coroutine[Any, Any, None]]
 
 
 def configure_logging(level: str = "info") -> None:
@@ -46,7 +46,7 @@ async def _main(name: str, url: str, body: Body) -> None:
     # the live tail through a durable consumer of this process's own (a standby beside a
     # leader is another process, so another consumer)
     durable = durable_name(name, socket.gethostname(), str(os.getpid()))
-    log = EventLog(await connect(url, name), durable=durable)
+    log = JetStreamLog(await connect(url, name), durable=durable)
     task = asyncio.create_task(body(log))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

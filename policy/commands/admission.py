@@ -7,14 +7,14 @@ admitted job carries its resolved priority, preemptibility and the pools it coul
 
 from __future__ import annotations
 
-import re
 from typing import Final
 
 from events import JobAdmitted, JobRejected, JobSpec, JobSubmitted
+from policy.commands import ids
+from policy.commands.names import name_problem
 from policy.cycle import could_hold
 from policy.state import ClusterState
 
-JOB_ID: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
 ACTOR: Final = "admission"
 
 
@@ -24,11 +24,9 @@ class Refused(Exception):
 
 def validate_spec(job_id: str, spec: JobSpec) -> None:
     """Checks that need no cluster state."""
-    if not JOB_ID.match(job_id):
-        raise Refused(
-            f"job id {job_id!r} is not valid: use 1-128 letters, digits, '-' or '_', "
-            "starting with a letter or digit"
-        )
+    problem = name_problem("job id", job_id)
+    if problem is not None:
+        raise Refused(problem)
     if spec.gpus < 0:
         raise Refused(f"gpus must be 0 or more, got {spec.gpus}")
     if spec.replicas < 1:
@@ -47,7 +45,7 @@ def validate_spec(job_id: str, spec: JobSpec) -> None:
 def admit(state: ClusterState, submitted: JobSubmitted, now: float) -> JobAdmitted | JobRejected:
     """Decide on a submission. Pure: the event it returns is the whole decision."""
     base = {
-        "id": f"{submitted.job_id}/admission",
+        "id": ids.admission(submitted.job_id),
         "time": now,
         "actor": ACTOR,
         "causation": submitted.id,
@@ -65,40 +63,8 @@ def _resolve(state: ClusterState, job_id: str, spec: JobSpec) -> dict[str, objec
     if project is None:
         known = ", ".join(sorted(state.projects)) or "none"
         raise Refused(f"unknown project {spec.project!r} (known: {known})")
-
-    if spec.priority_class is not None:
-        cls = state.priority_class(spec.priority_class)
-        if cls is None:
-            known = ", ".join(c.name for c in state.settings.priority_classes)
-            raise Refused(f"unknown priority class {spec.priority_class!r} (known: {known})")
-        priority = spec.priority if spec.priority is not None else cls.priority
-        preemptible = spec.preemptible if spec.preemptible is not None else cls.preemptible
-    elif spec.priority is not None:
-        priority = spec.priority
-        preemptible = spec.preemptible if spec.preemptible is not None else True
-    else:
-        cls = state.priority_class("train") or state.settings.priority_classes[0]
-        priority = cls.priority
-        preemptible = spec.preemptible if spec.preemptible is not None else cls.preemptible
-
-    if spec.node is not None and spec.node not in state.nodes:
-        raise Refused(f"unknown node {spec.node!r}")
-    pools = spec.pools
-    if not pools:
-        if spec.node is not None:
-            pools = (state.nodes[spec.node].pool,)
-        else:
-            default = state.compute_pool() if spec.gpus > 0 else state.aux_pool()
-            if default is None:
-                raise Refused("the cluster has no pool yet")
-            pools = (default,)
-    for pool in pools:
-        if pool not in state.pools:
-            known = ", ".join(state.pools) or "none"
-            raise Refused(f"unknown pool {pool!r} (known: {known})")
-    if spec.node is not None and state.nodes[spec.node].pool not in pools:
-        raise Refused(f"node {spec.node!r} is not in pool {' or '.join(map(repr, pools))}")
-
+    priority, preemptible = _priority(state, spec)
+    pools = _pools(state, spec)
     min_replicas = spec.min_replicas if spec.min_replicas is not None else spec.replicas
     feasible = [p for p in pools if could_hold(state, p, spec.gpus, min_replicas, spec.node)]
     if not feasible:
@@ -125,6 +91,43 @@ def _resolve(state: ClusterState, job_id: str, spec: JobSpec) -> dict[str, objec
         "preemption_delay_s": spec.preemption_delay_s,
         "min_runtime_s": spec.min_runtime_s,
     }
+
+
+def _priority(state: ClusterState, spec: JobSpec) -> tuple[int, bool]:
+    """The job's priority and preemptibility: given, or from its class (by default `train`,
+    or the first class there is); a job given only a priority is preemptible."""
+    if spec.priority_class is None and spec.priority is not None:
+        return spec.priority, True if spec.preemptible is None else spec.preemptible
+    if spec.priority_class is not None:
+        cls = state.priority_class(spec.priority_class)
+        if cls is None:
+            known = ", ".join(c.name for c in state.settings.priority_classes)
+            raise Refused(f"unknown priority class {spec.priority_class!r} (known: {known})")
+    else:
+        cls = state.priority_class("train") or state.settings.priority_classes[0]
+    priority = cls.priority if spec.priority is None else spec.priority
+    return priority, cls.preemptible if spec.preemptible is None else spec.preemptible
+
+
+def _pools(state: ClusterState, spec: JobSpec) -> tuple[str, ...]:
+    """The pools the job names, or its node's pool, or the default pool for its kind."""
+    if spec.node is not None and spec.node not in state.nodes:
+        raise Refused(f"unknown node {spec.node!r}")
+    pools = spec.pools
+    if not pools and spec.node is not None:
+        pools = (state.nodes[spec.node].pool,)
+    elif not pools:
+        default = state.compute_pool() if spec.gpus > 0 else state.aux_pool()
+        if default is None:
+            raise Refused("the cluster has no pool yet")
+        pools = (default,)
+    for pool in pools:
+        if pool not in state.pools:
+            known = ", ".join(state.pools) or "none"
+            raise Refused(f"unknown pool {pool!r} (known: {known})")
+    if spec.node is not None and state.nodes[spec.node].pool not in pools:
+        raise Refused(f"node {spec.node!r} is not in pool {' or '.join(map(repr, pools))}")
+    return pools
 
 
 def _within_limit(state: ClusterState, project: str, pool: str, gpus: int) -> bool:

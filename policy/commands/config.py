@@ -1,0 +1,109 @@
+"""Configuration commands: projects, pools, cluster settings and scheduling holds.
+
+A change names only what changes; the event it becomes names the complete result, so a replay
+needs no history.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from events import (
+    ClusterConfigured,
+    ClusterSettings,
+    PoolConfigured,
+    ProjectConfigured,
+    ProjectTerms,
+    SchedulingHeld,
+)
+from events.commands import ConfigureCluster, HoldScheduling, SetPool, SetProject
+from policy.commands import ids
+from policy.commands.names import name_problem
+from policy.commands.outcome import Accepted, Outcome, Refused
+from policy.state import ClusterState
+
+
+def hold(state: ClusterState, command: HoldScheduling, now: float, at: int) -> Outcome:
+    event = SchedulingHeld(
+        id=ids.scheduling_held(command.held, at),
+        time=now,
+        actor=command.actor,
+        held=command.held,
+        reason=command.reason,
+    )
+    return Accepted((event,))
+
+
+def configure_cluster(
+    state: ClusterState, command: ConfigureCluster, now: float, at: int
+) -> Outcome:
+    for name in (command.default_compute_pool, command.default_aux_pool):
+        problem = name and name_problem("pool name", name)
+        if problem:
+            return Refused(problem)
+    # the command's fields are the settings' own: said once, in the structs
+    fields = msgspec.structs.asdict(command)
+    del fields["actor"]
+    if not command.priority_classes:
+        del fields["priority_classes"]  # none given: the defaults
+    event = ClusterConfigured(
+        id=ids.cluster_configured(at),
+        time=now,
+        actor=command.actor,
+        settings=ClusterSettings(**fields),
+    )
+    return Accepted((event,))
+
+
+def set_pool(state: ClusterState, command: SetPool, now: float, at: int) -> Outcome:
+    problem = name_problem("pool name", command.pool)
+    if problem is not None:
+        return Refused(problem)
+    event = PoolConfigured(
+        id=ids.pool_configured(command.pool, at),
+        time=now,
+        actor=command.actor,
+        pool=command.pool,
+        scheduler=command.scheduler,
+    )
+    return Accepted((event,))
+
+
+def set_project(state: ClusterState, command: SetProject, now: float, at: int) -> Outcome:
+    problem = name_problem("project name", command.project)
+    if problem is not None:
+        return Refused(problem)
+    pool = command.pool or state.compute_pool()
+    if pool is None or pool not in state.pools:
+        known = ", ".join(state.pools) or "none"
+        return Refused(f"unknown pool {command.pool or 'default'!r} (known: {known})")
+    for field in ("quota", "over_quota_weight", "limit"):
+        value = getattr(command, field)
+        if value is not None and value < 0:
+            return Refused(f"{field} must be 0 or more, got {value}")
+    project = state.projects.get(command.project)
+    terms = dict(project.terms) if project is not None else {}
+    terms[pool] = merged_terms(terms.get(pool, ProjectTerms()), command)
+    event = ProjectConfigured(
+        id=ids.project_configured(command.project, at),
+        time=now,
+        actor=command.actor,
+        project=command.project,
+        terms=terms,
+    )
+    return Accepted((event,))
+
+
+def merged_terms(old: ProjectTerms, command: SetProject) -> ProjectTerms:
+    """The terms after the change: what the command leaves out keeps its value."""
+    limit = None if command.no_limit else (old.limit if command.limit is None else command.limit)
+    return ProjectTerms(
+        quota=old.quota if command.quota is None else command.quota,
+        over_quota_weight=(
+            old.over_quota_weight
+            if command.over_quota_weight is None
+            else command.over_quota_weight
+        ),
+        limit=limit,
+        priority=old.priority if command.priority is None else command.priority,
+    )

@@ -1,0 +1,79 @@
+"""Every id derived from a command's inputs, said once.
+
+An event's id is its `Nats-Msg-Id`: the same decision made twice (a retry, a restarted
+service) gets the same id and the stream drops the repeat. Ids of commands that may be given
+again later on purpose (pause, resume, configuration) carry `at`, the log position they were
+decided from, so a later, deliberate repeat is a new event.
+"""
+
+from __future__ import annotations
+
+
+def submitted(job_id: str) -> str:
+    return f"{job_id}/submitted"
+
+
+def admission(job_id: str) -> str:
+    return f"{job_id}/admission"
+
+
+def cancelled(job_id: str) -> str:
+    return f"{job_id}/cancelled"
+
+
+def paused(job_id: str, at: int) -> str:
+    return f"{job_id}/paused/{at}"
+
+
+def resumed(job_id: str, at: int) -> str:
+    return f"{job_id}/resumed/{at}"
+
+
+def started(job_id: str, attempt: int) -> str:
+    return f"{job_id}/{attempt}/started"
+
+
+def completed(job_id: str, attempt: int) -> str:
+    return f"{job_id}/{attempt}/completed"
+
+
+def failed(job_id: str, attempt: int) -> str:
+    return f"{job_id}/{attempt}/failed"
+
+
+def stopped(request_id: str) -> str:
+    """The executor's answer to a preemption request."""
+    return f"{request_id}/done"
+
+
+def checkpointed(job_id: str, attempt: int, mark: int) -> str:
+    return f"{job_id}/{attempt}/checkpoint/{mark}"
+
+
+def node_registered(node: str, boot: str | int) -> str:
+    """`boot`: what tells one start of the node's executor from another."""
+    return f"{node}/registered/{boot}"
+
+
+def node_lost(node: str, at: int) -> str:
+    return f"{node}/lost/{at}"
+
+
+def cluster_configured(at: int) -> str:
+    return f"cluster/{at}"
+
+
+def scheduling_held(held: bool, at: int) -> str:
+    return f"held/{held}/{at}"
+
+
+def pool_configured(pool: str, at: int) -> str:
+    return f"pool/{pool}/{at}"
+
+
+def project_configured(project: str, at: int) -> str:
+    return f"project/{project}/{at}"
+
+
+def quota_crossed(project: str, pool: str, at: int) -> str:
+    return f"quota/{project}/{pool}/{at}"

@@ -1,0 +1,83 @@
+"""Job commands: submit, cancel, pause and resume."""
+
+from __future__ import annotations
+
+from events import JobCancelled, JobPaused, JobResumed, JobSubmitted
+from events.commands import CancelJob, PauseJob, ResumeJob, SubmitJob
+from policy.commands import ids
+from policy.commands.admission import admit
+from policy.commands.names import name_problem
+from policy.commands.outcome import Accepted, Outcome, Refused
+from policy.state import FINAL_PHASES, ClusterState, Job
+
+#: Phases a job can be paused from: it is admitted and not yet paused or ended.
+PAUSABLE = frozenset({"pending", "starting", "running", "stopping"})
+
+
+def submit(state: ClusterState, command: SubmitJob, now: float, at: int) -> Outcome:
+    """Record the submission and admission's verdict on it (`policy.admission.admit`)."""
+    job_id = command.job_id
+    problem = name_problem("job id", job_id)
+    if problem is not None:
+        return Refused(problem)
+    if job_id in state.jobs:
+        return Refused(f"job id {job_id!r} already exists", exists=True)
+    submitted = JobSubmitted(
+        id=ids.submitted(job_id),
+        time=now,
+        actor=command.actor,
+        job_id=job_id,
+        spec=command.spec,
+        idempotency_key=command.idempotency_key,
+    )
+    return Accepted((submitted, admit(state, submitted, now)))
+
+
+def cancel(state: ClusterState, command: CancelJob, now: float, at: int) -> Outcome:
+    job = state.jobs.get(command.job_id)
+    if job is None:
+        return _unknown(command.job_id)
+    if job.phase in FINAL_PHASES:
+        return Refused(f"job {job.id!r} is already {job.phase}")
+    return Accepted(
+        (JobCancelled(id=ids.cancelled(job.id), time=now, actor=command.actor, job_id=job.id),)
+    )
+
+
+def pause(state: ClusterState, command: PauseJob, now: float, at: int) -> Outcome:
+    job = state.jobs.get(command.job_id)
+    if job is None:
+        return _unknown(command.job_id)
+    if job.phase not in PAUSABLE:
+        return Refused(f"job {job.id!r} cannot be paused: it is {job.phase}")
+    event = JobPaused(id=ids.paused(job.id, at), time=now, actor=command.actor, job_id=job.id)
+    return Accepted((event,))
+
+
+def resume(state: ClusterState, command: ResumeJob, now: float, at: int) -> Outcome:
+    job = state.jobs.get(command.job_id)
+    if job is None:
+        return _unknown(command.job_id)
+    if job.phase != "paused":
+        return Refused(f"job {job.id!r} is not paused: it is {job.phase}")
+    event = JobResumed(id=ids.resumed(job.id, at), time=now, actor=command.actor, job_id=job.id)
+    return Accepted((event,))
+
+
+def admit_waiting(state: ClusterState, job: Job, now: float) -> Accepted | None:
+    """The verdict for a job recorded as submitted that never got one (admission stopped
+    between the two writes); None if the job has its verdict."""
+    if job.phase != "submitted":
+        return None
+    submitted = JobSubmitted(
+        id=ids.submitted(job.id),
+        time=job.submitted_at,
+        actor="admission",
+        job_id=job.id,
+        spec=job.spec,
+    )
+    return Accepted((admit(state, submitted, now),))
+
+
+def _unknown(job_id: str) -> Refused:
+    return Refused(f"unknown job id {job_id!r}")

@@ -1,0 +1,20 @@
+"""The one pattern for names that travel in stream subjects: jobs, projects, pools, nodes."""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+
+#: 1-128 letters, digits, '-' or '_', starting with a letter or digit: no '.', '*' or '>',
+#: which would change the subject an event is stored under.
+NAME: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
+RULE: Final = "use 1-128 letters, digits, '-' or '_', starting with a letter or digit"
+
+
+def is_name(value: str) -> bool:
+    return NAME.match(value) is not None
+
+
+def name_problem(what: str, value: str) -> str | None:
+    """Why `value` is not a valid name for a `what` (job id, project name, ...), or None."""
+    return None if is_name(value) else f"{what} {value!r} is not valid: {RULE}"

@@ -39,9 +39,10 @@ from events import (
 )
 from services.executor.gpus import GpuDiscoveryError, discover_gpus
 from services.executor.runtime import load_records, proc_start_ticks
-from services.executor.service import Executor, ExecutorConfig, ExecutorGroup, cancel_and_wait
+from services.executor.service import Executor, ExecutorConfig, ExecutorGroup
 from services.runtime.eventlog import EventLog, connect
 from services.runtime.servers import NatsServer
+from services.runtime.tasks import cancel_and_wait
 
 pytestmark = pytest.mark.nats
 E = TypeVar("E", bound=Event)

@@ -91,6 +91,10 @@ class Workload(Protocol):
     def record(self) -> ProcessRecord | None:
         """What to persist for adoption; None for runtimes with nothing to find again."""
 
+    @property
+    def failure(self) -> str | None:
+        """Why it could not start, where the runtime knows (for `JobFailed`'s reason)."""
+
     def alive(self) -> bool: ...
 
     async def wait(self) -> int | None:
@@ -196,6 +200,10 @@ class ProcessWorkload:
     @property
     def record(self) -> ProcessRecord:
         return self._record
+
+    @property
+    def failure(self) -> str | None:
+        return None
 
     @property
     def pid(self) -> int:
@@ -345,6 +353,10 @@ class HollowWorkload:
 
     @property
     def record(self) -> ProcessRecord | None:
+        return None
+
+    @property
+    def failure(self) -> str | None:
         return None
 
     def alive(self) -> bool:

@@ -24,12 +24,15 @@ import pytest
 from events import (
     ClusterConfigured,
     Event,
+    GpuDevice,
     JobAdmitted,
     JobCheckpointed,
     JobCompleted,
     JobFailed,
+    JobMessage,
     JobPreempted,
     JobPreemptionRequested,
+    JobProgress,
     JobScheduled,
     JobSpec,
     JobStarted,
@@ -37,7 +40,9 @@ from events import (
     NodeRegistered,
     Replica,
 )
+from fairlane import workload
 from services.executor.gpus import GpuDiscoveryError, discover_gpus
+from services.executor.logs import attempt_logs
 from services.executor.runtime import load_records, proc_start_ticks
 from services.executor.service import Executor, ExecutorConfig, ExecutorGroup
 from services.runtime.eventlog import EventLog, connect
@@ -280,12 +285,17 @@ def fake_nvml(gpus: int | None) -> ModuleType:
     nvml.nvmlDeviceGetCount = lambda: gpus  # type: ignore[attr-defined]
     nvml.nvmlDeviceGetHandleByIndex = lambda i: i  # type: ignore[attr-defined]
     nvml.nvmlDeviceGetUUID = lambda h: f"GPU-{h}".encode()  # type: ignore[attr-defined]
+    nvml.nvmlDeviceGetName = lambda h: b"Test GPU"  # type: ignore[attr-defined]
+    memory = ModuleType("memory")
+    memory.total = 80 << 30  # type: ignore[attr-defined]
+    nvml.nvmlDeviceGetMemoryInfo = lambda h: memory  # type: ignore[attr-defined]
     return nvml
 
 
 def test_gpus_come_from_nvml_or_the_declared_count() -> None:
     found = discover_gpus(None, nvml=fake_nvml(2))
     assert (found.count, found.uuids, found.source) == (2, ("GPU-0", "GPU-1"), "nvml")
+    assert found.devices[1] == GpuDevice(index=1, uuid="GPU-1", model="Test GPU", memory_mb=81920)
     # a declared count overrides NVML, and is the fallback where there is no driver
     assert discover_gpus(4, nvml=fake_nvml(2)).count == 4
     declared = discover_gpus(2, nvml=fake_nvml(None))
@@ -542,3 +552,61 @@ async def test_hollow_executors_report_without_starting_anything(cluster: Cluste
 
     assert not any(cluster.tmp.glob("h*/processes.json"))
     assert not any(cluster.tmp.glob("h*/runs"))
+
+
+# -- the workload's own events -------------------------------------------------------------------
+
+TRAIN = (sys.executable, str(Path(__file__).resolve().parent.parent / "examples" / "train.py"))
+
+
+def post_event(socket_path: str, token: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    """What `fairlane.workload` does, with any token: (status, answer)."""
+    connection = workload._UnixConnection(socket_path)
+    try:
+        headers = {"Authorization": f"Bearer {token}"}
+        connection.request("POST", "/v1/events", body=json.dumps(body).encode(), headers=headers)
+        response = connection.getresponse()
+        answer: dict[str, Any] = json.loads(response.read())
+        return response.status, answer
+    finally:
+        connection.close()
+
+
+async def test_workload_events_reach_the_timeline_and_forged_ones_do_not(cluster: Cluster) -> None:
+    ex = await cluster.executor("n1", gpus=2)
+    train = (*TRAIN, "--steps", "100000", "--step-seconds", "0.002", "--checkpoint-every", "50")
+    await cluster.job("w", (Replica("n1", (0,)),), train)
+    await cluster.job("other", (Replica("n1", (1,)),), ("sh", "-c", "sleep 30"))
+    progress = await cluster.recorder.wait(JobProgress, "w")
+    assert (progress.actor, progress.attempt) == ("workload/w/1", 1)
+    assert progress.step is not None and progress.step > 0 and "loss" in progress.metrics
+    saved = await cluster.recorder.wait(JobCheckpointed, "w", lambda e: e.step is not None)
+    assert saved.step == 50 and saved.size_bytes and saved.actor == "workload/w/1"
+
+    assert ex.endpoint is not None
+    socket_path = str(ex.endpoint.path)
+    token = next(lr.token for lr in ex.local_replicas() if lr.job_id == "w")
+    forged = {"id": "forged-1", "kind": "message", "text": "not mine"}
+    status, answer = await asyncio.to_thread(post_event, socket_path, "x" * 32, forged)
+    assert status == 401 and "unknown token" in answer["error"]
+    bad = {"id": "bad-1", "kind": "progress", "step": -1}
+    status, answer = await asyncio.to_thread(post_event, socket_path, token, bad)
+    assert status == 400 and "step" in answer["error"]
+
+    # the job's own token, after its attempt ended: stale
+    await cluster.preempt("w")
+    preempted = await cluster.recorder.wait(JobPreempted, "w")
+    assert preempted.checkpointed  # it saved on SIGTERM and said so
+    stale = {"id": "stale-1", "kind": "message", "text": "too late"}
+    status, answer = await asyncio.to_thread(post_event, socket_path, token, stale)
+    assert status == 409 and "attempt 1 of job w has ended" in answer["error"]
+    await asyncio.sleep(0.3)
+    messages = [e.id for e in cluster.recorder.of(JobMessage)]
+    assert not any(i.endswith(("forged-1", "stale-1", "bad-1")) for i in messages)
+    assert not cluster.recorder.of(JobProgress, "other")
+
+    # its output is kept per attempt, readable after the attempt ended
+    logs = attempt_logs(ex.data_dir, "w")
+    assert [(entry.attempt, entry.replica) for entry in logs] == [(1, 0)]
+    output = logs[0].path.read_text()
+    assert "attempt 1: starting from step 0" in output and "stopping at step" in output

@@ -59,8 +59,11 @@ async def check_marker(ex: Executor, att: LocalAttempt) -> None:
 
 
 def checkpointed(ex: Executor, att: LocalAttempt) -> bool:
-    """Whether the checkpoint marker was touched since the attempt started here."""
+    """Whether the attempt saved a checkpoint: the workload said so, or the checkpoint marker
+    was touched since the attempt started here."""
     if not ex.runtime.real:
         return False
+    if att.saved_by_workload:
+        return True
     now = marker_mtime(att.checkpoint_dir)
     return now is not None and (att.baseline_mtime is None or now > att.baseline_mtime)

@@ -5,6 +5,9 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
+
+from events.model import GpuDevice
 
 
 @dataclass(frozen=True, slots=True)
@@ -13,8 +16,18 @@ class ExecutorConfig:
     pool: str
     gpus: int
     gpu_uuids: tuple[str, ...] = ()
+    #: NVML's description of the GPUs, and whether the count came from NVML or was declared.
+    gpu_devices: tuple[GpuDevice, ...] = ()
+    gpu_source: Literal["nvml", "declared"] = "declared"
     data_dir: Path = Path(".fairlane/executor")
     hollow: bool = False
+    #: How replicas run: local processes, or Docker containers (the job's image).
+    runtime: Literal["process", "docker"] = "process"
+    #: The Docker engine's address (None: aiodocker's default, DOCKER_HOST or the socket).
+    docker_host: str | None = None
+    #: The containers' network mode (`host`: training jobs talk to each other over the
+    #: node's network, as NCCL expects).
+    docker_network: str = "host"
     #: Hollow replicas exit 0 after this long (0: they run until stopped).
     hollow_runtime_s: float = 0.0
     checkpoint_poll_s: float = 1.0

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable
+from hmac import compare_digest
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -22,6 +23,8 @@ from events.model import Replica
 from policy.state import ClusterState
 from services.executor.checkpoints import poll_checkpoints
 from services.executor.config import ExecutorConfig
+from services.executor.docker import DockerRuntime
+from services.executor.endpoint import Endpoint, endpoint_dir
 from services.executor.lifecycle import on_scheduled
 from services.executor.local import AttemptKey, LocalAttempt, LocalReplica, marker_mtime
 from services.executor.logview import LogView
@@ -43,6 +46,19 @@ if TYPE_CHECKING:
 logger = structlog.get_logger("fairlane.executor")
 
 
+def runtime_for(config: ExecutorConfig) -> Runtime:
+    if config.hollow:
+        return HollowRuntime(config.hollow_runtime_s)
+    if config.runtime == "docker":
+        return DockerRuntime(
+            config.docker_host,
+            gpu_uuids=config.gpu_uuids,
+            network=config.docker_network,
+            mounts=(endpoint_dir(config.data_dir.resolve()),),
+        )
+    return ProcessRuntime()
+
+
 class Executor:
     """One node's executor. `run()` registers, replays, reconciles and follows the log until
     `stop()` (or cancelled), on an already connected `EventLog`, so many (hollow) executors
@@ -54,10 +70,10 @@ class Executor:
         self.node = config.node
         #: Absolute: records and the workloads' environment must not depend on the cwd.
         self.data_dir = config.data_dir.resolve()
-        if runtime is None:
-            runtime = HollowRuntime(config.hollow_runtime_s) if config.hollow else ProcessRuntime()
-        self.runtime = runtime
+        self.runtime = runtime or runtime_for(config)
         self.attempts: dict[AttemptKey, LocalAttempt] = {}
+        #: Where workloads publish their own events (real runtimes only).
+        self.endpoint = Endpoint(self) if self.runtime.real else None
         self._view: LogView | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._poller: asyncio.Task[None] | None = None
@@ -101,10 +117,18 @@ class Executor:
             pool=self.config.pool,
             gpus=self.config.gpus,
             gpu_uuids=self.config.gpu_uuids,
+            gpu_source=self.config.gpu_source,
+            gpu_devices=self.config.gpu_devices,
         )
 
     def local_replicas(self) -> list[LocalReplica]:
         return [lr for att in self.attempts.values() for lr in att.replicas.values()]
+
+    def replica_with_token(self, token: str) -> LocalReplica | None:
+        return next(
+            (lr for lr in self.local_replicas() if lr.token and compare_digest(lr.token, token)),
+            None,
+        )
 
     # -- start-up and the live tail --------------------------------------------------------------
 
@@ -116,7 +140,10 @@ class Executor:
     async def reconcile(self, view: LogView) -> None:
         """After the replay: take up what runs here (see `reconcile`), then poll checkpoints."""
         self._view = view
-        reconcile(self)
+        found = await self.runtime.found(self.records_path, self.node) if self.runtime.real else []
+        if self.endpoint is not None:
+            await self.endpoint.start()
+        reconcile(self, found)
         if self.runtime.real and self._poller is None:
             self._poller = asyncio.create_task(poll_checkpoints(self))
 
@@ -172,6 +199,10 @@ class Executor:
         if att is None or att.replicas.get(lr.replica) is not lr:
             return
         del att.replicas[lr.replica]
+        if lr.workload is not None and lr.ended:
+            lr.workload.discard()
+        if self.endpoint is not None:
+            self.endpoint.forget(lr.token, lr.key)
         if not att.replicas:
             del self.attempts[lr.key]
             if not any(key[0] == lr.job_id for key in self.attempts):
@@ -223,3 +254,6 @@ class Executor:
             grace = self._view.state.settings.preemption_grace_s if self._view else 30.0
             await terminate(running, grace)
         await asyncio.gather(*(cancel_and_wait(task) for task in list(self._tasks)))
+        if self.endpoint is not None:
+            await self.endpoint.close()
+        await self.runtime.close()

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import secrets
 import time
 from typing import TYPE_CHECKING, Final
 
@@ -17,9 +18,16 @@ from events import JobCompleted, JobFailed, JobPreempted, JobScheduled, JobStart
 from events.model import Replica
 from policy.state import Job
 from services.executor.checkpoints import checkpointed
+from services.executor.endpoint import SOCKET_ENV
 from services.executor.local import LocalAttempt, LocalReplica
 from services.executor.logview import accepted, desired
-from services.executor.runtime import SIGTERM_EXIT, Launch, checkpoint_dir, safe_name
+from services.executor.runtime import (
+    SIGTERM_EXIT,
+    TOKEN_ENV,
+    Launch,
+    checkpoint_dir,
+    safe_name,
+)
 
 if TYPE_CHECKING:
     from services.executor.executor import Executor
@@ -75,6 +83,9 @@ def launch_of(ex: Executor, job: Job, index: int, replica: Replica) -> Launch:
     }
     if job.attempt > 1:
         env["FAIRLANE_RESUMED"] = "1"
+    if ex.endpoint is not None:
+        env[SOCKET_ENV] = str(ex.endpoint.path)
+        env[TOKEN_ENV] = secrets.token_urlsafe(24)
     return Launch(
         job_id=job.id,
         attempt=job.attempt,
@@ -99,6 +110,7 @@ async def run_replica(ex: Executor, lr: LocalReplica, launch: Launch | None) -> 
             return
         att = ex.attempts.get(lr.key)
         baseline = att.baseline_mtime if att is not None else None
+        lr.token = launch.env.get(TOKEN_ENV, "")
         try:
             lr.workload = await ex.runtime.start(launch, ex.node, baseline)
         except Exception:  # the node cannot start it (a full disk, ...): the attempt fails

@@ -25,6 +25,7 @@ class LocalReplica:
     exit_code: int | None = None
     ended: bool = False
     stopping: bool = False  # this executor asked it to stop: its end is not a failure
+    token: str = ""  # its attempt's token for the workload events endpoint
     launched: asyncio.Event = field(default_factory=asyncio.Event)
     finished: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -51,6 +52,8 @@ class LocalAttempt:
     replicas: dict[Replica, LocalReplica] = field(default_factory=dict)
     checkpoints: int = 0
     last_checkpoint: float = 0.0
+    #: The workload said it saved a checkpoint (through the events endpoint).
+    saved_by_workload: bool = False
     scheduled_id: str | None = None
 
 

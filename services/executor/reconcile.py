@@ -15,7 +15,7 @@ from events.model import Replica
 from policy.state import Job
 from services.executor.lifecycle import announce_started, launch_of, replica_ended, run_replica
 from services.executor.local import LocalReplica
-from services.executor.runtime import ProcessRecord, load_records
+from services.executor.runtime import ProcessRecord
 from services.executor.stopping import begin_stop, sync_job
 
 if TYPE_CHECKING:
@@ -24,11 +24,10 @@ if TYPE_CHECKING:
 RecordKey = tuple[str, int, Replica]
 
 
-def reconcile(ex: Executor) -> None:
-    """Adopt what an earlier run of this executor left running and the log still wants, stop
-    what it does not want, report what ended while nobody watched, and start what was placed
-    here but never started."""
-    records = load_records(ex.records_path) if ex.runtime.real else []
+def reconcile(ex: Executor, records: list[ProcessRecord]) -> None:
+    """Adopt what an earlier run of this executor left (`records`: what the runtime found)
+    running and the log still wants, stop what it does not want, report what ended while
+    nobody watched, and start what was placed here but never started."""
     recorded: dict[RecordKey, ProcessRecord] = {
         (r.job_id, r.attempt, Replica(r.node, r.gpus)): r for r in records if r.node == ex.node
     }
@@ -72,6 +71,7 @@ def _reconcile_job(
         if record is not None:
             att.baseline_mtime = record.checkpoint_mtime
             lr.workload = ex.runtime.adopt(record)
+            lr.token = record.token
             ex.log_.info(
                 "adopted",
                 job=job.id,

@@ -185,6 +185,8 @@ class JobPreempted(Event, frozen=True, kw_only=True):
     reason: PreemptionReason
     replicas: int = 0
     checkpointed: bool = False
+    #: A replica did not exit within the grace period and was killed (SIGKILL).
+    killed: bool = False
 
 
 class JobCheckpointed(Event, frozen=True, kw_only=True):

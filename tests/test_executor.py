@@ -132,7 +132,8 @@ class Cluster:
     def config(self, node: str, gpus: int = 2, **kw: Any) -> ExecutorConfig:
         kw.setdefault("data_dir", self.tmp / node)
         kw.setdefault("checkpoint_poll_s", 0.2)
-        return ExecutorConfig(node=node, pool=POOL, gpus=gpus, stop_workloads_on_exit=True, **kw)
+        kw.setdefault("stop_workloads_on_exit", True)
+        return ExecutorConfig(node=node, pool=POOL, gpus=gpus, **kw)
 
     async def executor(self, node: str, gpus: int = 2, **kw: Any) -> Executor:
         log = EventLog(await connect(self.server.url, f"executor-{node}"))
@@ -159,13 +160,14 @@ class Cluster:
         command: tuple[str, ...] = (),
         attempt: int = 1,
         elastic_to: int | None = None,
+        image: str | None = None,
     ) -> None:
         """Submitted, admitted and placed on `replicas`, as the policy would (`elastic_to`:
         the job may grow to that many replicas)."""
         now = time.time()
         size = elastic_to or len(replicas)
         if attempt == 1:
-            spec = JobSpec(project="a", replicas=size, command=command)
+            spec = JobSpec(project="a", replicas=size, command=command, image=image)
             await self.publish(
                 JobSubmitted(
                     id=f"{job_id}/submitted", time=now, actor="t", job_id=job_id, spec=spec
@@ -225,8 +227,8 @@ class Cluster:
         await self.log.nc.close()
 
 
-@pytest.fixture
-async def cluster(nats_server: NatsServer, tmp_path: Path) -> AsyncIterator[Cluster]:
+@contextlib.asynccontextmanager
+async def open_cluster(nats_server: NatsServer, tmp_path: Path) -> AsyncIterator[Cluster]:
     c = Cluster(nats_server, tmp_path)
     await c.open()
     try:
@@ -234,6 +236,12 @@ async def cluster(nats_server: NatsServer, tmp_path: Path) -> AsyncIterator[Clus
     finally:
         await c.close()
         kill_recorded(tmp_path)
+
+
+@pytest.fixture
+async def cluster(nats_server: NatsServer, tmp_path: Path) -> AsyncIterator[Cluster]:
+    async with open_cluster(nats_server, tmp_path) as c:
+        yield c
 
 
 def kill_recorded(root: Path) -> None:

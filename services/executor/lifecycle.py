@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import secrets
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from events import JobCompleted, JobFailed, JobPreempted, JobScheduled, JobStarted
@@ -20,6 +21,7 @@ from policy.state import Job
 from services.executor.checkpoints import checkpointed
 from services.executor.endpoint import SOCKET_ENV
 from services.executor.local import LocalAttempt, LocalReplica
+from services.executor.logs import attempt_log_path
 from services.executor.logview import accepted, desired
 from services.executor.runtime import (
     SIGTERM_EXIT,
@@ -195,10 +197,38 @@ async def report_end(ex: Executor, lr: LocalReplica) -> None:
         )
 
 
+#: What an exit code says where the shell's conventions give it a meaning.
+EXIT_MEANINGS: Final = {
+    125: "the container engine could not run it",
+    126: "the command cannot be executed",
+    127: "the command was not found",
+    137: "killed",
+}
+LAST_LINE_BYTES: Final = 4096
+
+
 def failure_reason(ex: Executor, lr: LocalReplica) -> str:
+    """Why a replica failed: its exit code, what the code means, and what the runtime knows
+    (a container that could not be made) or else the last line the workload wrote."""
     said = f"replica {lr.index} on {ex.node} exited with code {lr.exit_code}"
+    if lr.exit_code in EXIT_MEANINGS:
+        said += f" ({EXIT_MEANINGS[lr.exit_code]})"
     detail = lr.workload.failure if lr.workload is not None else None
+    if not detail:
+        detail = last_line(attempt_log_path(ex.data_dir, lr.job_id, lr.attempt, lr.index))
     return f"{said}: {detail}" if detail else said
+
+
+def last_line(path: Path) -> str:
+    """The last line of a log file (at most 200 characters), or ''."""
+    try:
+        with path.open("rb") as f:
+            f.seek(max(0, f.seek(0, 2) - LAST_LINE_BYTES))
+            tail = f.read().decode(errors="replace")
+    except OSError:
+        return ""
+    lines = [line.strip() for line in tail.splitlines() if line.strip()]
+    return lines[-1][:200] if lines else ""
 
 
 async def announce_started(ex: Executor, att: LocalAttempt) -> None:

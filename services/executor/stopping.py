@@ -70,7 +70,7 @@ async def _stopping(
     request: JobPreemptionRequested | None,
 ) -> None:
     grace = ex.state.settings.preemption_grace_s
-    await terminate(fresh, grace)
+    killed = await terminate(fresh, grace)
     # Replicas that an earlier request is already stopping end on that one's schedule.
     await wait_all((lr.finished for lr in replicas), grace + KILL_WAIT_S)
     if request is not None:
@@ -88,6 +88,7 @@ async def _stopping(
                 reason=request.reason,
                 replicas=request.replicas,
                 checkpointed=att is not None and checkpointed(ex, att),
+                killed=killed,
             )
         )
     for lr in replicas:
@@ -114,22 +115,23 @@ def sync_job(ex: Executor, job_id: str) -> None:
                 ex.spawn(stop(ex, [lr], None))
 
 
-async def terminate(replicas: list[LocalReplica], grace_s: float) -> None:
+async def terminate(replicas: list[LocalReplica], grace_s: float) -> bool:
     """SIGTERM, up to `grace_s` to exit, then SIGKILL; returns once they ended (or after
-    KILL_WAIT_S more, if even SIGKILL does not end one)."""
+    KILL_WAIT_S more, if even SIGKILL does not end one): whether SIGKILL was needed."""
     await wait_all((lr.launched for lr in replicas), None)
     live = [lr for lr in replicas if not lr.ended and lr.workload is not None]
     for lr in live:
         assert lr.workload is not None
         lr.workload.signal(signal.SIGTERM)
     if await wait_all((lr.finished for lr in live), grace_s):
-        return
+        return False
     for lr in live:
         if not lr.ended and lr.workload is not None:
-            logger.info("grace period over: SIGKILL", job=lr.job_id, replica=lr.index)
+            logger.warning("grace period over: SIGKILL", job=lr.job_id, replica=lr.index)
             lr.workload.signal(signal.SIGKILL)
     if not await wait_all((lr.finished for lr in live), KILL_WAIT_S):
         logger.error("workload did not end after SIGKILL", jobs=[lr.job_id for lr in live])
+    return True
 
 
 async def wait_all(events: Iterable[asyncio.Event], within: float | None) -> bool:

@@ -618,3 +618,23 @@ async def test_workload_events_reach_the_timeline_and_forged_ones_do_not(cluster
     assert [(entry.attempt, entry.replica) for entry in logs] == [(1, 0)]
     output = logs[0].path.read_text()
     assert "attempt 1: starting from step 0" in output and "stopping at step" in output
+
+
+async def test_the_pytorch_example_is_preempted_and_resumes(cluster: Cluster) -> None:
+    """Runs where PyTorch is installed (it is not a dependency); on a GPU where there is one."""
+    pytest.importorskip("torch")
+    ex = await cluster.executor("n1", gpus=1)
+    example = str(Path(__file__).resolve().parent.parent / "examples" / "train_torch.py")
+    command = (sys.executable, example, "--steps", "1000000", "--checkpoint-every", "50")
+    await cluster.job("t", (Replica("n1", (0,)),), command)
+    await cluster.recorder.wait(JobCheckpointed, "t", lambda e: e.step is not None, within=120)
+    await cluster.preempt("t")
+    preempted = await cluster.recorder.wait(JobPreempted, "t", within=30)
+    assert preempted.checkpointed and not preempted.killed
+    last = [e.step for e in cluster.recorder.of(JobCheckpointed, "t") if e.step is not None][-1]
+    await cluster.job("t", (Replica("n1", (0,)),), attempt=2)
+    said = await cluster.recorder.wait(JobMessage, "t", lambda e: e.attempt == 2, within=120)
+    assert said.text.startswith(f"resumed from step {last} on ")
+    later = await cluster.recorder.wait(JobProgress, "t", lambda e: e.attempt == 2, within=60)
+    assert later.step is not None and later.step > (last or 0)
+    assert "resumed from step" in attempt_logs(ex.data_dir, "t")[-1].path.read_text()

@@ -312,6 +312,21 @@ def test_gpus_come_from_nvml_or_the_declared_count() -> None:
         discover_gpus(None, nvml=fake_nvml(None))
 
 
+def test_nvml_describes_this_machines_gpus() -> None:
+    """The real NVML, where there is an NVIDIA driver (skipped elsewhere: CI has no GPU)."""
+    import pynvml  # noqa: PLC0415
+
+    try:
+        pynvml.nvmlInit()
+        pynvml.nvmlShutdown()
+    except pynvml.NVMLError as e:
+        pytest.skip(f"no NVIDIA driver here ({type(e).__name__})")
+    found = discover_gpus(None)
+    assert found.source == "nvml" and found.count == len(found.devices) > 0
+    assert [d.index for d in found.devices] == list(range(found.count))
+    assert all(d.uuid.startswith("GPU-") and d.model and d.memory_mb > 0 for d in found.devices)
+
+
 # -- processes -----------------------------------------------------------------------------------
 
 
@@ -319,6 +334,7 @@ async def test_registers_and_runs_each_replica_with_its_environment(cluster: Clu
     ex = await cluster.executor("n1", gpus=2)
     registered = await cluster.recorder.wait(NodeRegistered)
     assert (registered.node, registered.pool, registered.gpus) == ("n1", POOL, 2)
+    assert registered.gpu_source == "declared" and not registered.gpu_devices
 
     out = '"$FAIRLANE_CHECKPOINT_DIR/env-$FAIRLANE_REPLICA.txt"'
     command = ("sh", "-c", f"env > {out}.tmp && mv {out}.tmp {out}; sleep 30")

@@ -41,6 +41,7 @@ from events import (
     Replica,
 )
 from fairlane import workload
+from services.executor.endpoint import BURST, RATE, Budget
 from services.executor.gpus import GpuDiscoveryError, discover_gpus
 from services.executor.logs import attempt_logs
 from services.executor.runtime import load_records, proc_start_ticks
@@ -654,3 +655,12 @@ async def test_the_pytorch_example_is_preempted_and_resumes(cluster: Cluster) ->
     later = await cluster.recorder.wait(JobProgress, "t", lambda e: e.attempt == 2, within=60)
     assert later.step is not None and later.step > (last or 0)
     assert "resumed from step" in attempt_logs(ex.data_dir, "t")[-1].path.read_text()
+
+
+def test_a_replica_gets_a_burst_of_events_then_a_steady_rate() -> None:
+    budget = Budget()
+    assert all(budget.take("t", 0.0) for _ in range(int(BURST)))
+    assert not budget.take("t", 0.0)
+    assert budget.take("t", 1.0 / RATE)  # one more after a tenth of a second
+    assert not budget.take("t", 1.0 / RATE)
+    assert budget.take("other", 0.0)  # each replica has its own

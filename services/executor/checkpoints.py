@@ -26,7 +26,7 @@ async def poll_checkpoints(ex: Executor) -> None:
             except asyncio.CancelledError:
                 raise
             except Exception:
-                ex.log_.exception("checkpoint poll failed", job=att.job_id)
+                ex.logger.exception("checkpoint poll failed", job=att.job_id)
 
 
 async def check_marker(ex: Executor, att: LocalAttempt) -> None:
@@ -46,7 +46,7 @@ async def check_marker(ex: Executor, att: LocalAttempt) -> None:
         return
     att.checkpoints += 1
     att.last_checkpoint = mtime
-    ex.log_.info("checkpoint", job=att.job_id, attempt=att.attempt, n=att.checkpoints)
+    ex.logger.info("checkpoint", job=att.job_id, attempt=att.attempt, n=att.checkpoints)
     await ex.publish(
         JobCheckpointed(
             id=f"{att.job_id}/{att.attempt}/checkpoint/{att.checkpoints}",

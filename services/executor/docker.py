@@ -270,7 +270,7 @@ class DockerRuntime:
         )
         records = []
         for container in listed:
-            record = record_of(container._container)
+            record = record_of({"Id": container.id, "Labels": container["Labels"]})
             if record is None:
                 continue
             info = await container.show()

@@ -6,7 +6,7 @@ Each replica gets the socket's path (`FAIRLANE_EVENTS`) and its attempt's token
 network in the container (its folder is mounted at the same path) and nothing off the node can
 reach it. Answers: 202 with the event's id once it is in the log; 400 for a body that is not a
 workload event (the reason names the field); 401 for an unknown token; 409 for an attempt that
-has ended.
+has ended; 429 past a replica's budget of events.
 """
 
 from __future__ import annotations
@@ -34,6 +34,29 @@ SOCKET_NAME: Final = "events.sock"
 MAX_SOCKET_PATH: Final = 100
 #: Tokens of ended attempts remembered, to refuse them as stale rather than unknown.
 ENDED_KEPT: Final = 4096
+#: Events one replica may send: a burst of BURST, then RATE a second (more is refused, 429),
+#: so a runaway loop in a workload cannot flood the log.
+BURST: Final = 100.0
+RATE: Final = 10.0
+
+
+class Budget:
+    """A token bucket per replica."""
+
+    def __init__(self) -> None:
+        self.left: dict[str, tuple[float, float]] = {}  # token -> (events left, as of when)
+
+    def take(self, token: str, now: float) -> bool:
+        left, then = self.left.get(token, (BURST, now))
+        left = min(BURST, left + (now - then) * RATE)
+        if left < 1.0:
+            self.left[token] = (left, now)
+            return False
+        self.left[token] = (left - 1.0, now)
+        return True
+
+    def forget(self, token: str) -> None:
+        self.left.pop(token, None)
 
 
 def endpoint_dir(data_dir: Path) -> Path:
@@ -53,6 +76,7 @@ class Endpoint:
         self.ex = ex
         self.path = endpoint_dir(ex.data_dir) / SOCKET_NAME
         self.ended: OrderedDict[str, AttemptKey] = OrderedDict()
+        self.budget = Budget()
         self.accepted = 0
         self.refused = 0
         self._runner: web.AppRunner | None = None
@@ -78,6 +102,7 @@ class Endpoint:
     def forget(self, token: str, key: AttemptKey) -> None:
         """The replica holding `token` is done: its requests are stale from now on."""
         if token:
+            self.budget.forget(token)
             self.ended[token] = key
             while len(self.ended) > ENDED_KEPT:
                 self.ended.popitem(last=False)
@@ -87,7 +112,7 @@ class Endpoint:
             event_id = await self._accept(request)
         except Refused as e:
             self.refused += 1
-            self.ex.log_.warning("workload event refused", status=e.status, reason=e.reason)
+            self.ex.logger.warning("workload event refused", status=e.status, reason=e.reason)
             return web.json_response({"error": e.reason}, status=e.status)
         self.accepted += 1
         return web.json_response({"id": event_id}, status=202)
@@ -100,6 +125,8 @@ class Endpoint:
             if stale is not None:
                 raise Refused(409, f"attempt {stale[1]} of job {stale[0]} has ended")
             raise Refused(401, "unknown token: not an attempt running on this node")
+        if not self.budget.take(token, time.monotonic()):
+            raise Refused(429, f"too many events from job {lr.job_id}: at most {RATE:g} a second")
         body = parse(await request.read())
         job = self.ex.state.jobs.get(lr.job_id)
         if lr.ended or not desired(job, lr.attempt, lr.replica):

@@ -78,7 +78,7 @@ class Executor:
         self._tasks: set[asyncio.Task[None]] = set()
         self._poller: asyncio.Task[None] | None = None
         self._group: ExecutorGroup | None = None
-        self.log_ = logger.bind(node=config.node)
+        self.logger = logger.bind(node=config.node)
 
     # -- the public surface --------------------------------------------------------------------
 
@@ -135,7 +135,9 @@ class Executor:
     async def register(self) -> None:
         event = self.registration()
         await self.publish(event)
-        self.log_.info("node registered", pool=self.config.pool, gpus=self.config.gpus, id=event.id)
+        self.logger.info(
+            "node registered", pool=self.config.pool, gpus=self.config.gpus, id=event.id
+        )
 
     async def reconcile(self, view: LogView) -> None:
         """After the replay: take up what runs here (see `reconcile`), then poll checkpoints."""
@@ -158,7 +160,7 @@ class Executor:
                 if job is not None and job.attempt == event.attempt and job.stop_replicas > 0:
                     begin_stop(self, job, event)
             case NodeLost(node=node) if node == self.node:
-                self.log_.warning("this node was declared lost: stopping everything here")
+                self.logger.warning("this node was declared lost: stopping everything here")
                 for held in {key[0] for key in self.attempts}:
                     sync_job(self, held)
                 return
@@ -237,7 +239,7 @@ class Executor:
     def _task_done(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
-            self.log_.error("executor task failed", exc_info=task.exception())
+            self.logger.error("executor task failed", exc_info=task.exception())
 
     async def close(self, stop_workloads: bool | None = None) -> None:
         """Stop watching. Workloads keep running (a restarted executor adopts them) unless

@@ -62,7 +62,7 @@ def on_scheduled(ex: Executor, e: JobScheduled) -> None:
         return
     if announce and fresh:
         ex.spawn(announce_started(ex, att))
-    ex.log_.info(
+    ex.logger.info(
         "scaling up" if e.scale_up else "starting",
         job=job.id,
         attempt=e.attempt,
@@ -116,7 +116,7 @@ async def run_replica(ex: Executor, lr: LocalReplica, launch: Launch | None) -> 
         try:
             lr.workload = await ex.runtime.start(launch, ex.node, baseline)
         except Exception:  # the node cannot start it (a full disk, ...): the attempt fails
-            ex.log_.exception("could not start", job=lr.job_id, replica=lr.index)
+            ex.logger.exception("could not start", job=lr.job_id, replica=lr.index)
             lr.end(CANNOT_START)
             replica_ended(ex, lr)
             return
@@ -124,7 +124,7 @@ async def run_replica(ex: Executor, lr: LocalReplica, launch: Launch | None) -> 
     lr.launched.set()
     code = await lr.workload.wait()
     lr.end(code)
-    ex.log_.info(
+    ex.logger.info(
         "workload ended",
         job=lr.job_id,
         attempt=lr.attempt,

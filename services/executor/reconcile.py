@@ -72,7 +72,7 @@ def _reconcile_job(
             att.baseline_mtime = record.checkpoint_mtime
             lr.workload = ex.runtime.adopt(record)
             lr.token = record.token
-            ex.log_.info(
+            ex.logger.info(
                 "adopted",
                 job=job.id,
                 attempt=job.attempt,
@@ -85,10 +85,10 @@ def _reconcile_job(
             lr.workload = workload
             ex.spawn(run_replica(ex, lr, None))
         elif job.phase == "starting":
-            ex.log_.info("starting what was placed while down", job=job.id)
+            ex.logger.info("starting what was placed while down", job=job.id)
             ex.spawn(run_replica(ex, lr, launch))
         else:
-            ex.log_.warning(
+            ex.logger.warning(
                 "no record of a replica the log says runs here: lost",
                 job=job.id,
                 attempt=job.attempt,

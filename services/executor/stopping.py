@@ -41,7 +41,7 @@ def begin_stop(ex: Executor, job: Job, request: JobPreemptionRequested) -> None:
     local = [att.replicas[r] for r in targets if att is not None and r in att.replicas]
     if not local and not reporter:
         return
-    ex.log_.info(
+    ex.logger.info(
         "stopping",
         job=job.id,
         attempt=request.attempt,
@@ -106,7 +106,7 @@ def sync_job(ex: Executor, job_id: str) -> None:
             if lr.ended:
                 ex.drop(lr)
             elif not lr.stopping:
-                ex.log_.info(
+                ex.logger.info(
                     "stopping what the log no longer wants here",
                     job=job_id,
                     attempt=lr.attempt,

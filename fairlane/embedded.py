@@ -21,7 +21,7 @@ import msgspec
 
 from services.runtime.servers import NatsServer, Postgres, free_port
 
-SERVICES = ("admission", "ledger", "scheduler", "preemptor")
+SERVICES = ("admission", "ledger", "scheduler", "preemptor", "nodewatch")
 DEFAULT_DATA_DIR = Path(".fairlane")
 DEFAULT_NATS_PORT = 4222
 

@@ -78,6 +78,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="how often to look for a touched .checkpoint",
     )
     parser.add_argument(
+        "--heartbeat",
+        type=float,
+        default=2.0,
+        metavar="SECONDS",
+        help="how often to put the node's heartbeat in the heartbeat bucket",
+    )
+    parser.add_argument(
         "--stop-workloads-on-exit",
         action="store_true",
         help="stop the workloads when the executor exits (default: leave them to be adopted)",
@@ -135,6 +142,7 @@ async def serve(args: argparse.Namespace) -> int:
         docker_network=args.docker_network,
         hollow_runtime_s=args.hollow_runtime,
         checkpoint_poll_s=args.checkpoint_poll,
+        heartbeat_s=args.heartbeat,
         stop_workloads_on_exit=args.stop_workloads_on_exit,
     )
     nc = await connect(args.nats, name=f"executor-{args.node}")

@@ -31,6 +31,9 @@ class ExecutorConfig:
     #: Hollow replicas exit 0 after this long (0: they run until stopped).
     hollow_runtime_s: float = 0.0
     checkpoint_poll_s: float = 1.0
+    #: How often the node's heartbeat is put in the heartbeat bucket (None: never; hollow
+    #: nodes, for benchmarks that run no node watcher, never do either).
+    heartbeat_s: float | None = 2.0
     stop_workloads_on_exit: bool = False
     #: Names this run of the executor in its `NodeRegistered` id.
     boot_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])

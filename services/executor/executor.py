@@ -16,6 +16,7 @@ from hmac import compare_digest
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import msgspec
 import structlog
 
 from events import Event, JobPreemptionRequested, JobScheduled, NodeLost, NodeRegistered
@@ -36,8 +37,9 @@ from services.executor.runtime import (
     checkpoint_dir,
     save_records,
 )
-from services.executor.stopping import begin_stop, sync_job, terminate
-from services.runtime.eventlog import EventLog
+from services.executor.stopping import begin_stop, sync_job, terminate, wait_all
+from services.runtime.eventlog import TRANSIENT, EventLog
+from services.runtime.heartbeats import heartbeat_bucket
 from services.runtime.tasks import cancel_and_wait
 
 if TYPE_CHECKING:
@@ -78,6 +80,7 @@ class Executor:
         self._tasks: set[asyncio.Task[None]] = set()
         self._poller: asyncio.Task[None] | None = None
         self._group: ExecutorGroup | None = None
+        self.registrations = 0  # how often this run registered again after being lost
         self.logger = logger.bind(node=config.node)
 
     # -- the public surface --------------------------------------------------------------------
@@ -109,8 +112,9 @@ class Executor:
         return self.data_dir / "processes.json"
 
     def registration(self) -> NodeRegistered:
+        again = f"/{self.registrations}" if self.registrations else ""
         return NodeRegistered(
-            id=f"{self.node}/registered/{self.config.boot_id}",
+            id=f"{self.node}/registered/{self.config.boot_id}{again}",
             time=time.time(),
             actor=self.config.actor,
             node=self.node,
@@ -139,6 +143,27 @@ class Executor:
             "node registered", pool=self.config.pool, gpus=self.config.gpus, id=event.id
         )
 
+    async def heartbeat(self) -> None:
+        """Put this node's key in the heartbeat bucket every `heartbeat_s`, until cancelled."""
+        every = self.config.heartbeat_s
+        if every is None or self.config.hollow:
+            return
+        bucket = None
+        beat = msgspec.json.encode({"boot": self.config.boot_id})
+        while True:
+            try:
+                bucket = bucket or await heartbeat_bucket(self.log.js)
+                await bucket.put(self.node, beat)
+            except TRANSIENT as e:
+                self.logger.warning("heartbeat not sent", error=str(e) or repr(e))
+            await asyncio.sleep(every)
+
+    async def _register_again(self) -> None:
+        """Once what ran here is stopped, offer the node again: it comes back empty."""
+        await wait_all((lr.finished for lr in self.local_replicas()), None)
+        self.registrations += 1
+        await self.register()
+
     async def reconcile(self, view: LogView) -> None:
         """After the replay: take up what runs here (see `reconcile`), then poll checkpoints."""
         self._view = view
@@ -163,6 +188,7 @@ class Executor:
                 self.logger.warning("this node was declared lost: stopping everything here")
                 for held in {key[0] for key in self.attempts}:
                     sync_job(self, held)
+                self.spawn(self._register_again())
                 return
         job_id = getattr(event, "job_id", None)
         if isinstance(job_id, str):

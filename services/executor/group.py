@@ -52,6 +52,7 @@ class ExecutorGroup:
         together with a message, so that task is cancelled until it is done."""
         follower = asyncio.create_task(self._follow(ready))
         stopped = asyncio.create_task(self._stop.wait())
+        beats = [asyncio.create_task(ex.heartbeat()) for ex in self.executors]
         try:
             await asyncio.wait({follower, stopped}, return_when=asyncio.FIRST_COMPLETED)
             if follower.done():
@@ -59,6 +60,8 @@ class ExecutorGroup:
         finally:
             stopped.cancel()
             await cancel_and_wait(follower)
+            for beat in beats:
+                await cancel_and_wait(beat)
             await asyncio.gather(
                 *(asyncio.shield(ex.close()) for ex in self.executors), return_exceptions=True
             )

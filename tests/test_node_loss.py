@@ -31,8 +31,10 @@ from events import (
     NodeRegistered,
     ProjectConfigured,
     ProjectTerms,
+    Replica,
 )
 from services.executor.runtime import load_records, proc_start_ticks
+from services.nodewatch.rule import lapsed
 from services.nodewatch.service import NodeWatch
 from services.runtime.decider import Decider
 from services.runtime.eventlog import EventLog, connect
@@ -137,3 +139,34 @@ async def test_a_node_whose_heartbeats_stop_is_lost_and_comes_back_reconciled(
             for r in load_records(data / "processes.json"):
                 if r.pid and proc_start_ticks(r.pid) == r.start_ticks:
                     os.killpg(r.pid, signal.SIGKILL)
+
+
+def test_a_node_is_lapsed_once_unseen_for_longer_than_the_timeout() -> None:
+    seen = {"a": 10.0, "b": 7.0}
+    # b unseen for exactly the timeout: not yet; c never seen at all: lapsed
+    assert lapsed(["a", "b", "c"], seen, now=11.0, timeout_s=4.0) == ["c"]
+    assert lapsed(["a", "b"], seen, now=11.5, timeout_s=4.0) == ["b"]
+
+
+async def test_an_executor_declared_lost_stops_its_work_and_registers_again(
+    cluster: Cluster,
+) -> None:
+    """As if cut off from the heartbeat bucket while the log still reaches it."""
+    log = EventLog(await connect(cluster.server.url, "nodewatch"))
+    watch = asyncio.create_task(NodeWatch(log, timeout_s=TIMEOUT_S).run())
+    try:
+        ex = await cluster.executor("n1", gpus=1, heartbeat_s=None)
+        await cluster.job("j", (Replica("n1", (0,)),), ("sh", "-c", "sleep 60"))
+        await cluster.recorder.wait(JobStarted, "j")
+        [record] = load_records(ex.records_path)
+        lost = await cluster.recorder.wait(NodeLost, within=4 * TIMEOUT_S)
+        assert lost.node == "n1"
+        again = await cluster.recorder.wait(
+            NodeRegistered, where=lambda e: e.id.endswith("/1"), within=10
+        )
+        assert again.node == "n1"
+        assert proc_start_ticks(record.pid) is None  # stopped before it registered again
+        assert not cluster.recorder.of(JobFailed, "j")
+    finally:
+        await cancel_and_wait(watch)
+        await log.nc.close()

@@ -14,8 +14,9 @@ in `FAIRLANE_EVENTS` with the attempt's token from `FAIRLANE_EVENTS_TOKEN`; the 
 the token and records the event on the job's timeline (`JobProgress`, `JobCheckpointed`,
 `JobMessage`), attributed to the workload. Outside Fairlane (no such variables) the calls do
 nothing and return None. An event the executor refuses (a bad value, an attempt that has
-ended) raises `Refused` with its reason; a connection that fails is retried a few times with
-the same event id, so the event is recorded at most once, then raises `OSError`.
+ended) raises `Refused` with its reason; a connection that fails, or an executor that asks to
+wait (429, 503), is tried again a few times with the same event id, so the event is recorded
+at most once, then raises.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ SOCKET_ENV = "FAIRLANE_EVENTS"
 TOKEN_ENV = "FAIRLANE_EVENTS_TOKEN"
 TRIES = 5
 TIMEOUT_S = 10.0
+#: Answers worth trying again a little later: too many events, the attempt still starting.
+AGAIN = (429, 503)
 
 
 class Refused(Exception):
@@ -98,6 +101,9 @@ def send(kind: str, **fields: Any) -> str | None:
             connection.close()
         if response.status == 202:
             return str(answer.get("id", ""))
+        if response.status in AGAIN and attempt_no < TRIES - 1:
+            time.sleep(0.2 * 2**attempt_no)
+            continue
         raise Refused(response.status, str(answer.get("error", response.reason)))
     return None  # not reached: the last try returns or raises
 

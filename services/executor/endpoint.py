@@ -6,11 +6,13 @@ Each replica gets the socket's path (`FAIRLANE_EVENTS`) and its attempt's token
 network in the container (its folder is mounted at the same path) and nothing off the node can
 reach it. Answers: 202 with the event's id once it is in the log; 400 for a body that is not a
 workload event (the reason names the field); 401 for an unknown token; 409 for an attempt that
-has ended; 429 past a replica's budget of events.
+has ended; 429 past a replica's budget of events; 503 while the attempt's start is not yet
+in the log after STARTED_WAIT_S (the workload may try again).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import tempfile
@@ -38,6 +40,8 @@ ENDED_KEPT: Final = 4096
 #: so a runaway loop in a workload cannot flood the log.
 BURST: Final = 100.0
 RATE: Final = 10.0
+#: How long an event waits for its attempt's `JobStarted` to be in the log.
+STARTED_WAIT_S: Final = 30.0
 
 
 class Budget:
@@ -131,9 +135,16 @@ class Endpoint:
         job = self.ex.state.jobs.get(lr.job_id)
         if lr.ended or not desired(job, lr.attempt, lr.replica):
             raise Refused(409, f"attempt {lr.attempt} of job {lr.job_id} has ended")
+        att = self.ex.attempts.get(lr.key)
+        if att is not None and not att.started.is_set():
+            # after the attempt's `JobStarted`, so the timeline reads in order
+            try:
+                async with asyncio.timeout(STARTED_WAIT_S):
+                    await att.started.wait()
+            except TimeoutError:
+                raise Refused(503, f"attempt {lr.attempt} of job {lr.job_id} is starting") from None
         event = job_event(body, lr.job_id, lr.attempt, time.time())
         await self.ex.publish(event)
-        att = self.ex.attempts.get(lr.key)
         if body.kind == "checkpoint" and att is not None:
             att.saved_by_workload = True
         return event.id

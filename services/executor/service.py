@@ -14,9 +14,12 @@ the state as it is right after that event:
   executor saw it; the id is the same, so a second report is dropped); all replicas on the
   first replica's node exiting 0 is `JobCompleted`.
 - `.checkpoint` in the job's checkpoint folder being touched: `JobCheckpointed` (its time is
-  the marker's mtime).
-- after a restart: recorded workloads still alive are adopted; those that ended meanwhile are
-  reported from the exit status their shim left; one that left none (a reboot) is reported as
+  the marker's mtime); the workload's own events through the endpoint (`JobProgress`,
+  `JobCheckpointed` with step and size, `JobMessage`), checked against the attempt's token.
+- `NodeLost` for this node: everything here is stopped, then the node registers again.
+- after a restart: workloads it started earlier (recorded, or containers found by label) are
+  adopted if still alive; those that ended meanwhile are reported from the exit status their
+  shim (or the engine) kept; one that left none (a reboot) is reported as
   `JobPreempted(reason="node_lost")`, so the job is queued again and resumes.
 - anything the log says should no longer run here (the job completed or failed elsewhere, a
   preemption reported by another node, this node lost) is stopped without a report.
@@ -37,8 +40,10 @@ In-process use (the live scenario engine, benchmarks):
 
 The parts, one idea each: `config`, `logview` (what it reads from the log), `local` (what
 runs here), `lifecycle` (a replica from start to its reported end), `stopping`, `checkpoints`
-(marker polling), `reconcile` (after a restart), `executor` (one node), `group` (the fold and
-the dispatch, for one or many executors), `runtime` (processes, hollow).
+(marker polling), `reconcile` (after a restart), `executor` (one node, its heartbeat),
+`group` (the fold and the dispatch, for one or many executors), `runtime` (the seam;
+processes, hollow), `docker` (containers), `logs` (where each attempt's output is kept),
+`endpoint` and `workload_events` (events from workloads), `gpus` (NVML or declared).
 
 Limitations, on purpose for now:
 - It follows the whole stream (`fl.>`): see `group`.

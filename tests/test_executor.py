@@ -41,10 +41,11 @@ from events import (
     Replica,
 )
 from fairlane import workload
+from services.executor.docker import container_config
 from services.executor.endpoint import BURST, RATE, Budget
 from services.executor.gpus import GpuDiscoveryError, discover_gpus
 from services.executor.logs import attempt_logs
-from services.executor.runtime import load_records, proc_start_ticks
+from services.executor.runtime import Launch, load_records, proc_start_ticks
 from services.executor.service import Executor, ExecutorConfig, ExecutorGroup
 from services.runtime.eventlog import EventLog, connect
 from services.runtime.servers import NatsServer
@@ -664,3 +665,35 @@ def test_a_replica_gets_a_burst_of_events_then_a_steady_rate() -> None:
     assert budget.take("t", 1.0 / RATE)  # one more after a tenth of a second
     assert not budget.take("t", 1.0 / RATE)
     assert budget.take("other", 0.0)  # each replica has its own
+
+
+def test_a_container_asks_for_its_gpus_by_uuid() -> None:
+    launch = Launch(
+        job_id="j",
+        attempt=2,
+        replica=0,
+        gpus=(1, 3),
+        command=("python3", "train.py"),
+        image="trainer:1",
+        env={"FAIRLANE_ATTEMPT": "2"},
+        checkpoint_dir=Path("/data/checkpoints/j"),
+        run_dir=Path("/data/runs/j"),
+    )
+    uuids = ("GPU-a", "GPU-b", "GPU-c", "GPU-d")
+    config = container_config(launch, "n1", None, uuids, "host")
+    host = config["HostConfig"]
+    assert host["DeviceRequests"] == [{"DeviceIDs": ["GPU-b", "GPU-d"], "Capabilities": [["gpu"]]}]
+    assert host["Init"] is True and host["Binds"] == ["/data/checkpoints/j:/data/checkpoints/j"]
+    env = dict(item.split("=", 1) for item in config["Env"])
+    assert env["NVIDIA_VISIBLE_DEVICES"] == "GPU-b,GPU-d"
+    assert env["CUDA_VISIBLE_DEVICES"] == "0,1"  # only its own GPUs exist in the container
+    assert (config["Image"], config["Cmd"]) == ("trainer:1", ["python3", "train.py"])
+    labels = config["Labels"]
+    assert (labels["fairlane.job"], labels["fairlane.attempt"], labels["fairlane.node"]) == (
+        "j",
+        "2",
+        "n1",
+    )
+    # declared GPUs (no NVML): nothing to request, the indexes in the environment only
+    declared = container_config(launch, "n1", None, (), "host")
+    assert "DeviceRequests" not in declared["HostConfig"]

@@ -88,11 +88,8 @@ def container_config(
     }
     if launch.gpus and gpu_uuids:
         host["DeviceRequests"] = [
-            {
-                "Driver": "nvidia",
-                "DeviceIDs": [gpu_uuids[g] for g in launch.gpus],
-                "Capabilities": [["gpu"]],
-            }
+            # no Driver: the engine picks the one that offers `gpu`, as `docker run --gpus` does
+            {"DeviceIDs": [gpu_uuids[g] for g in launch.gpus], "Capabilities": [["gpu"]]}
         ]
     config: dict[str, Any] = {
         "Image": launch.image,

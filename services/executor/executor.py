@@ -38,7 +38,7 @@ from services.executor.runtime import (
     save_records,
 )
 from services.executor.stopping import begin_stop, sync_job, terminate, wait_all
-from services.runtime.eventlog import TRANSIENT, EventLog
+from services.runtime.eventlog import EventLog
 from services.runtime.heartbeats import heartbeat_bucket
 from services.runtime.tasks import cancel_and_wait
 
@@ -154,7 +154,7 @@ class Executor:
             try:
                 bucket = bucket or await heartbeat_bucket(self.log.js)
                 await bucket.put(self.node, beat)
-            except TRANSIENT as e:
+            except Exception as e:  # the server away, the bucket being made: next time
                 self.logger.warning("heartbeat not sent", error=str(e) or repr(e))
             await asyncio.sleep(every)
 

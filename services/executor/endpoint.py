@@ -102,6 +102,7 @@ class Endpoint:
             self._runner = None
         with contextlib.suppress(OSError):
             self.path.unlink()
+            self.path.parent.rmdir()  # only if nothing else is left in it
 
     def forget(self, token: str, key: AttemptKey) -> None:
         """The replica holding `token` is done: its requests are stale from now on."""

@@ -1,6 +1,6 @@
 """One node's executor: what runs here, and the log events that concern it.
 
-It registers the node, takes up what its earlier self left (`reconcile`), then reacts to each
+It takes up what its earlier self left (`reconcile`), registers the node, then reacts to each
 live event with the state as it is right after that event (`on_event`): starts replicas
 (`lifecycle`), stops them (`stopping`) and reports checkpoints (`checkpoints`). Every id it
 publishes is derived from the job, the attempt and what happened, so an executor that restarts
@@ -62,7 +62,7 @@ def runtime_for(config: ExecutorConfig) -> Runtime:
 
 
 class Executor:
-    """One node's executor. `run()` registers, replays, reconciles and follows the log until
+    """One node's executor. `run()` replays, reconciles, registers and follows the log until
     `stop()` (or cancelled), on an already connected `EventLog`, so many (hollow) executors
     can share a process and a connection; `ExecutorGroup` also shares one fold between them."""
 

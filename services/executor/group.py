@@ -45,7 +45,7 @@ class ExecutorGroup:
         self._stop.set()
 
     async def run(self, ready: asyncio.Event | None = None) -> None:
-        """Register, replay, reconcile, then follow the log until `stop()` or cancelled.
+        """Replay, reconcile, register, then follow the log until `stop()` or cancelled.
 
         The following runs in a task of its own that is cancelled from here: nats-py waits
         with `asyncio.wait_for`, which on Python 3.11 can swallow a cancellation that arrives
@@ -68,10 +68,11 @@ class ExecutorGroup:
 
     async def _follow(self, ready: asyncio.Event | None) -> None:
         await self.log.ensure_stream()
-        await asyncio.gather(*(ex.register() for ex in self.executors))
         await self.follower.catch_up(self._note)
         for ex in self.executors:
             await ex.reconcile(self.view)
+        # Only a node that knows what runs on it offers itself for work.
+        await asyncio.gather(*(ex.register() for ex in self.executors))
         logger.info(
             "replayed and reconciled",
             seq=self.follower.applied_seq,

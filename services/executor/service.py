@@ -1,9 +1,10 @@
 """The node executor: runs the replicas the log places on this node, and reports what happened.
 
-One executor per node. It registers the node, replays the log into a `ClusterState` (the same
-fold every service uses, so a placement the fold refused is refused here too), reconciles with
-what its earlier self left running, then follows the live tail and reacts to each event with
-the state as it is right after that event:
+One executor per node. It replays the log into a `ClusterState` (the same fold every service
+uses, so a placement the fold refused is refused here too), reconciles with what its earlier
+self left running, registers the node (only a node that knows what runs on it offers itself
+for work), then follows the live tail and reacts to each event with the state as it is right
+after that event:
 
 - `JobScheduled` for replicas on this node: start one workload per replica; the executor of the
   job's first replica reports `JobStarted`.

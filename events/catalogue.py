@@ -18,6 +18,7 @@ import msgspec
 
 from events.model import (
     ClusterSettings,
+    GpuDevice,
     JobSpec,
     PreemptionFacts,
     ProjectTerms,
@@ -77,6 +78,9 @@ class NodeRegistered(Event, frozen=True, kw_only=True):
     pool: str
     gpus: int
     gpu_uuids: tuple[str, ...] = ()
+    #: Where the GPU count came from: NVML, or declared by the operator (no NVML there).
+    gpu_source: Literal["nvml", "declared"] | None = None
+    gpu_devices: tuple[GpuDevice, ...] = ()
 
 
 class NodeLost(Event, frozen=True, kw_only=True):
@@ -189,12 +193,35 @@ class JobPreempted(Event, frozen=True, kw_only=True):
     reason: PreemptionReason
     replicas: int = 0
     checkpointed: bool = False
+    #: A replica did not exit within the grace period and was killed (SIGKILL).
+    killed: bool = False
 
 
 class JobCheckpointed(Event, frozen=True, kw_only=True):
     job_id: str
     attempt: int
     save_s: float = 0.0
+    #: Told by the workload itself (`fairlane.workload`): the step saved and its size.
+    step: int | None = None
+    size_bytes: int | None = None
+
+
+class JobProgress(Event, frozen=True, kw_only=True):
+    """A workload's own report of how far it got (through its executor)."""
+
+    job_id: str
+    attempt: int
+    step: int | None = None
+    epoch: int | None = None
+    metrics: dict[str, float] = {}
+
+
+class JobMessage(Event, frozen=True, kw_only=True):
+    """A line a workload put on its job's timeline (through its executor)."""
+
+    job_id: str
+    attempt: int
+    text: str
 
 
 class JobPaused(Event, frozen=True, kw_only=True):
@@ -246,6 +273,8 @@ AnyEvent = (
     | JobPreemptionRequested
     | JobPreempted
     | JobCheckpointed
+    | JobProgress
+    | JobMessage
     | JobPaused
     | JobResumed
     | JobCompleted

@@ -91,6 +91,15 @@ class Replica(msgspec.Struct, frozen=True, array_like=True):
     gpus: tuple[int, ...]
 
 
+class GpuDevice(msgspec.Struct, frozen=True, omit_defaults=True):
+    """One GPU of a node as NVML describes it."""
+
+    index: int
+    uuid: str
+    model: str = ""
+    memory_mb: int = 0
+
+
 class PreemptionFacts(msgspec.Struct, frozen=True, omit_defaults=True):
     """What the policy looked at when it chose a victim, so a person can read why."""
 

@@ -65,6 +65,7 @@ def up_command(
     nats: str | None = None,
     postgres: str | None = None,
     detach: bool = False,
+    runtime: Literal["process", "docker"] = "process",
 ) -> None:
     """Start an embedded cluster: nats-server, PostgreSQL, the services and one node executor.
 
@@ -81,9 +82,14 @@ def up_command(
     detach
         Return once everything runs (stop it with `fairlane down`); by default `up` stays in
         the foreground and Ctrl-C stops everything.
+    runtime
+        How the node executor runs jobs: local processes, or Docker containers of each job's
+        image (DOCKER_HOST names the engine).
     """
     try:
-        info = asyncio.run(up(data_dir, gpus=gpus, nats_url=nats, postgres_dsn=postgres))
+        info = asyncio.run(
+            up(data_dir, gpus=gpus, nats_url=nats, postgres_dsn=postgres, runtime=runtime)
+        )
     except EmbeddedError as e:
         err.print(f"[red]error:[/] {e}")
         sys.exit(1)
@@ -134,6 +140,7 @@ def submit(
     pool: list[str] | None = None,
     node: str | None = None,
     command: list[str] | None = None,
+    image: str | None = None,
     idempotency_key: str | None = None,
     data_dir: DataDir = DEFAULT_DATA_DIR,
     nats: NatsUrl = None,
@@ -163,6 +170,8 @@ def submit(
         Run only on this node.
     command
         The workload's command (repeat the flag per argument); default: the built-in workload.
+    image
+        The container image the command runs in (nodes whose executor runs `--runtime docker`).
     idempotency_key
         Submitting again with the same key returns the first answer instead of a second job.
     """
@@ -176,6 +185,7 @@ def submit(
         pools=tuple(pool or ()),
         node=node,
         command=tuple(command or ()),
+        image=image,
     )
     _send(
         SubmitJob(job_id=job_id, spec=spec, idempotency_key=idempotency_key), data_dir, nats, output

@@ -21,7 +21,7 @@ import msgspec
 
 from services.runtime.servers import NatsServer, Postgres, free_port
 
-SERVICES = ("admission", "ledger", "scheduler", "preemptor")
+SERVICES = ("admission", "ledger", "scheduler", "preemptor", "nodewatch")
 DEFAULT_DATA_DIR = Path(".fairlane")
 DEFAULT_NATS_PORT = 4222
 
@@ -71,6 +71,7 @@ async def up(
     gpus: int | None = None,
     nats_url: str | None = None,
     postgres_dsn: str | None = None,
+    runtime: str = "process",
 ) -> ClusterFile:
     """Start what is missing and return where everything listens."""
     data_dir = data_dir.resolve()
@@ -96,6 +97,7 @@ async def up(
     executor = ["-m", "services.executor", "--nats", nats_url, "--node", node]
     executor += ["--pool", "default", "--data-dir", str(data_dir / "executor")]
     executor += ["--stop-workloads-on-exit"]  # `fairlane down` stops the workloads too
+    executor += ["--runtime", runtime]
     if gpus is not None:
         executor += ["--gpus", str(gpus)]
     pids["executor"] = await _spawn("executor", executor, data_dir)

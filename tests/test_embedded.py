@@ -25,7 +25,14 @@ def test_up_submit_pause_delete_down(tmp_path: Path) -> None:
     assert "NATS (JetStream)" in up.stdout
     try:
         info = json.loads((data / "cluster.json").read_text())
-        assert set(info["pids"]) >= {"admission", "ledger", "scheduler", "preemptor", "executor"}
+        assert set(info["pids"]) >= {
+            "admission",
+            "ledger",
+            "scheduler",
+            "preemptor",
+            "nodewatch",
+            "executor",
+        }
         assert fairlane("project", "set", "team", "--quota", "2", data_dir=data).returncode == 0
         submitted = fairlane(
             "submit", "train-1", "--project", "team", "--gpus", "2", "-o", "json", data_dir=data

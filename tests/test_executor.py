@@ -25,12 +25,15 @@ from events import (
     ClusterConfigured,
     ClusterSettings,
     Event,
+    GpuDevice,
     JobAdmitted,
     JobCheckpointed,
     JobCompleted,
     JobFailed,
+    JobMessage,
     JobPreempted,
     JobPreemptionRequested,
+    JobProgress,
     JobScheduled,
     JobSpec,
     JobStarted,
@@ -38,11 +41,16 @@ from events import (
     NodeRegistered,
     Replica,
 )
+from fairlane import workload
+from services.executor.docker import container_config
+from services.executor.endpoint import BURST, RATE, Budget
 from services.executor.gpus import GpuDiscoveryError, discover_gpus
-from services.executor.runtime import load_records, proc_start_ticks
-from services.executor.service import Executor, ExecutorConfig, ExecutorGroup, cancel_and_wait
+from services.executor.logs import attempt_logs
+from services.executor.runtime import Launch, load_records, proc_start_ticks
+from services.executor.service import Executor, ExecutorConfig, ExecutorGroup
 from services.runtime.eventlog import JetStreamLog, connect
 from services.runtime.servers import NatsServer
+from services.runtime.tasks import cancel_and_wait
 
 pytestmark = pytest.mark.nats
 E = TypeVar("E", bound=Event)
@@ -135,7 +143,8 @@ class Cluster:
     def config(self, node: str, gpus: int = 2, **kw: Any) -> ExecutorConfig:
         kw.setdefault("data_dir", self.tmp / node)
         kw.setdefault("checkpoint_poll_s", 0.2)
-        return ExecutorConfig(node=node, pool=POOL, gpus=gpus, stop_workloads_on_exit=True, **kw)
+        kw.setdefault("stop_workloads_on_exit", True)
+        return ExecutorConfig(node=node, pool=POOL, gpus=gpus, **kw)
 
     async def executor(self, node: str, gpus: int = 2, **kw: Any) -> Executor:
         log = JetStreamLog(await connect(self.server.url, f"executor-{node}"))
@@ -162,13 +171,14 @@ class Cluster:
         command: tuple[str, ...] = (),
         attempt: int = 1,
         elastic_to: int | None = None,
+        image: str | None = None,
     ) -> None:
         """Submitted, admitted and placed on `replicas`, as the policy would (`elastic_to`:
         the job may grow to that many replicas)."""
         now = time.time()
         size = elastic_to or len(replicas)
         if attempt == 1:
-            spec = JobSpec(project="a", replicas=size, command=command)
+            spec = JobSpec(project="a", replicas=size, command=command, image=image)
             await self.publish(
                 JobSubmitted(
                     id=f"{job_id}/submitted", time=now, actor="t", job_id=job_id, spec=spec
@@ -228,8 +238,8 @@ class Cluster:
         await self.log.nc.close()
 
 
-@pytest.fixture
-async def cluster(nats_server: NatsServer, tmp_path: Path) -> AsyncIterator[Cluster]:
+@contextlib.asynccontextmanager
+async def open_cluster(nats_server: NatsServer, tmp_path: Path) -> AsyncIterator[Cluster]:
     c = Cluster(nats_server, tmp_path)
     await c.open()
     try:
@@ -237,6 +247,12 @@ async def cluster(nats_server: NatsServer, tmp_path: Path) -> AsyncIterator[Clus
     finally:
         await c.close()
         kill_recorded(tmp_path)
+
+
+@pytest.fixture
+async def cluster(nats_server: NatsServer, tmp_path: Path) -> AsyncIterator[Cluster]:
+    async with open_cluster(nats_server, tmp_path) as c:
+        yield c
 
 
 def kill_recorded(root: Path) -> None:
@@ -288,18 +304,38 @@ def fake_nvml(gpus: int | None) -> ModuleType:
     nvml.nvmlDeviceGetCount = lambda: gpus  # type: ignore[attr-defined]
     nvml.nvmlDeviceGetHandleByIndex = lambda i: i  # type: ignore[attr-defined]
     nvml.nvmlDeviceGetUUID = lambda h: f"GPU-{h}".encode()  # type: ignore[attr-defined]
+    nvml.nvmlDeviceGetName = lambda h: b"Test GPU"  # type: ignore[attr-defined]
+    memory = ModuleType("memory")
+    memory.total = 80 << 30  # type: ignore[attr-defined]
+    nvml.nvmlDeviceGetMemoryInfo = lambda h: memory  # type: ignore[attr-defined]
     return nvml
 
 
 def test_gpus_come_from_nvml_or_the_declared_count() -> None:
     found = discover_gpus(None, nvml=fake_nvml(2))
     assert (found.count, found.uuids, found.source) == (2, ("GPU-0", "GPU-1"), "nvml")
+    assert found.devices[1] == GpuDevice(index=1, uuid="GPU-1", model="Test GPU", memory_mb=81920)
     # a declared count overrides NVML, and is the fallback where there is no driver
     assert discover_gpus(4, nvml=fake_nvml(2)).count == 4
     declared = discover_gpus(2, nvml=fake_nvml(None))
     assert (declared.count, declared.uuids, declared.source) == (2, (), "declared")
     with pytest.raises(GpuDiscoveryError, match="NVMLError_LibraryNotFound"):
         discover_gpus(None, nvml=fake_nvml(None))
+
+
+def test_nvml_describes_this_machines_gpus() -> None:
+    """The real NVML, where there is an NVIDIA driver (skipped elsewhere: CI has no GPU)."""
+    import pynvml  # noqa: PLC0415
+
+    try:
+        pynvml.nvmlInit()
+        pynvml.nvmlShutdown()
+    except pynvml.NVMLError as e:
+        pytest.skip(f"no NVIDIA driver here ({type(e).__name__})")
+    found = discover_gpus(None)
+    assert found.source == "nvml" and found.count == len(found.devices) > 0
+    assert [d.index for d in found.devices] == list(range(found.count))
+    assert all(d.uuid.startswith("GPU-") and d.model and d.memory_mb > 0 for d in found.devices)
 
 
 # -- processes -----------------------------------------------------------------------------------
@@ -309,6 +345,7 @@ async def test_registers_and_runs_each_replica_with_its_environment(cluster: Clu
     ex = await cluster.executor("n1", gpus=2)
     registered = await cluster.recorder.wait(NodeRegistered)
     assert (registered.node, registered.pool, registered.gpus) == ("n1", POOL, 2)
+    assert registered.gpu_source == "declared" and not registered.gpu_devices
 
     out = '"$FAIRLANE_CHECKPOINT_DIR/env-$FAIRLANE_REPLICA.txt"'
     command = ("sh", "-c", f"env > {out}.tmp && mv {out}.tmp {out}; sleep 30")
@@ -550,3 +587,122 @@ async def test_hollow_executors_report_without_starting_anything(cluster: Cluste
 
     assert not any(cluster.tmp.glob("h*/processes.json"))
     assert not any(cluster.tmp.glob("h*/runs"))
+
+
+# -- the workload's own events -------------------------------------------------------------------
+
+TRAIN = (sys.executable, str(Path(__file__).resolve().parent.parent / "examples" / "train.py"))
+
+
+def post_event(socket_path: str, token: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    """What `fairlane.workload` does, with any token: (status, answer)."""
+    connection = workload._UnixConnection(socket_path)
+    try:
+        headers = {"Authorization": f"Bearer {token}"}
+        connection.request("POST", "/v1/events", body=json.dumps(body).encode(), headers=headers)
+        response = connection.getresponse()
+        answer: dict[str, Any] = json.loads(response.read())
+        return response.status, answer
+    finally:
+        connection.close()
+
+
+async def test_workload_events_reach_the_timeline_and_forged_ones_do_not(cluster: Cluster) -> None:
+    ex = await cluster.executor("n1", gpus=2)
+    train = (*TRAIN, "--steps", "100000", "--step-seconds", "0.002", "--checkpoint-every", "50")
+    await cluster.job("w", (Replica("n1", (0,)),), train)
+    await cluster.job("other", (Replica("n1", (1,)),), ("sh", "-c", "sleep 30"))
+    progress = await cluster.recorder.wait(JobProgress, "w")
+    assert (progress.actor, progress.attempt) == ("workload/w/1", 1)
+    assert progress.step is not None and progress.step > 0 and "loss" in progress.metrics
+    saved = await cluster.recorder.wait(JobCheckpointed, "w", lambda e: e.step is not None)
+    assert saved.step == 50 and saved.size_bytes and saved.actor == "workload/w/1"
+
+    assert ex.endpoint is not None
+    socket_path = str(ex.endpoint.path)
+    token = next(lr.token for lr in ex.local_replicas() if lr.job_id == "w")
+    forged = {"id": "forged-1", "kind": "message", "text": "not mine"}
+    status, answer = await asyncio.to_thread(post_event, socket_path, "x" * 32, forged)
+    assert status == 401 and "unknown token" in answer["error"]
+    bad = {"id": "bad-1", "kind": "progress", "step": -1}
+    status, answer = await asyncio.to_thread(post_event, socket_path, token, bad)
+    assert status == 400 and "step" in answer["error"]
+
+    # the job's own token, after its attempt ended: stale
+    await cluster.preempt("w")
+    preempted = await cluster.recorder.wait(JobPreempted, "w")
+    assert preempted.checkpointed  # it saved on SIGTERM and said so
+    stale = {"id": "stale-1", "kind": "message", "text": "too late"}
+    status, answer = await asyncio.to_thread(post_event, socket_path, token, stale)
+    assert status == 409 and "attempt 1 of job w has ended" in answer["error"]
+    await asyncio.sleep(0.3)
+    messages = [e.id for e in cluster.recorder.of(JobMessage)]
+    assert not any(i.endswith(("forged-1", "stale-1", "bad-1")) for i in messages)
+    assert not cluster.recorder.of(JobProgress, "other")
+
+    # its output is kept per attempt, readable after the attempt ended
+    logs = attempt_logs(ex.data_dir, "w")
+    assert [(entry.attempt, entry.replica) for entry in logs] == [(1, 0)]
+    output = logs[0].path.read_text()
+    assert "attempt 1: starting from step 0" in output and "stopping at step" in output
+
+
+async def test_the_pytorch_example_is_preempted_and_resumes(cluster: Cluster) -> None:
+    """Runs where PyTorch is installed (it is not a dependency); on a GPU where there is one."""
+    pytest.importorskip("torch")
+    ex = await cluster.executor("n1", gpus=1)
+    example = str(Path(__file__).resolve().parent.parent / "examples" / "train_torch.py")
+    command = (sys.executable, example, "--steps", "1000000", "--checkpoint-every", "50")
+    await cluster.job("t", (Replica("n1", (0,)),), command)
+    await cluster.recorder.wait(JobCheckpointed, "t", lambda e: e.step is not None, within=120)
+    await cluster.preempt("t")
+    preempted = await cluster.recorder.wait(JobPreempted, "t", within=30)
+    assert preempted.checkpointed and not preempted.killed
+    last = [e.step for e in cluster.recorder.of(JobCheckpointed, "t") if e.step is not None][-1]
+    await cluster.job("t", (Replica("n1", (0,)),), attempt=2)
+    said = await cluster.recorder.wait(JobMessage, "t", lambda e: e.attempt == 2, within=120)
+    assert said.text.startswith(f"resumed from step {last} on ")
+    later = await cluster.recorder.wait(JobProgress, "t", lambda e: e.attempt == 2, within=60)
+    assert later.step is not None and later.step > (last or 0)
+    assert "resumed from step" in attempt_logs(ex.data_dir, "t")[-1].path.read_text()
+
+
+def test_a_replica_gets_a_burst_of_events_then_a_steady_rate() -> None:
+    budget = Budget()
+    assert all(budget.take("t", 0.0) for _ in range(int(BURST)))
+    assert not budget.take("t", 0.0)
+    assert budget.take("t", 1.0 / RATE)  # one more after a tenth of a second
+    assert not budget.take("t", 1.0 / RATE)
+    assert budget.take("other", 0.0)  # each replica has its own
+
+
+def test_a_container_asks_for_its_gpus_by_uuid() -> None:
+    launch = Launch(
+        job_id="j",
+        attempt=2,
+        replica=0,
+        gpus=(1, 3),
+        command=("python3", "train.py"),
+        image="trainer:1",
+        env={"FAIRLANE_ATTEMPT": "2"},
+        checkpoint_dir=Path("/data/checkpoints/j"),
+        run_dir=Path("/data/runs/j"),
+    )
+    uuids = ("GPU-a", "GPU-b", "GPU-c", "GPU-d")
+    config = container_config(launch, "n1", None, uuids, "host")
+    host = config["HostConfig"]
+    assert host["DeviceRequests"] == [{"DeviceIDs": ["GPU-b", "GPU-d"], "Capabilities": [["gpu"]]}]
+    assert host["Init"] is True and host["Binds"] == ["/data/checkpoints/j:/data/checkpoints/j"]
+    env = dict(item.split("=", 1) for item in config["Env"])
+    assert env["NVIDIA_VISIBLE_DEVICES"] == "GPU-b,GPU-d"
+    assert env["CUDA_VISIBLE_DEVICES"] == "0,1"  # only its own GPUs exist in the container
+    assert (config["Image"], config["Cmd"]) == ("trainer:1", ["python3", "train.py"])
+    labels = config["Labels"]
+    assert (labels["fairlane.job"], labels["fairlane.attempt"], labels["fairlane.node"]) == (
+        "j",
+        "2",
+        "n1",
+    )
+    # declared GPUs (no NVML): nothing to request, the indexes in the environment only
+    declared = container_config(launch, "n1", None, (), "host")
+    assert "DeviceRequests" not in declared["HostConfig"]

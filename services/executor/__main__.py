@@ -1,7 +1,8 @@
 """`python -m services.executor`: run the node executor for this machine.
 
     python -m services.executor --nats URL --node NAME --pool POOL [--gpus N]
-        [--data-dir DIR] [--hollow [--hollow-runtime SECONDS]] [--stop-workloads-on-exit]
+        [--data-dir DIR] [--runtime process|docker [--docker-host URL]]
+        [--hollow [--hollow-runtime SECONDS]] [--stop-workloads-on-exit]
 
 SIGTERM or SIGINT stops the executor cleanly. Its workloads keep running (they are in sessions
 of their own) and the next executor on this node adopts them, unless
@@ -51,6 +52,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--hollow", action="store_true", help="start nothing: replicas run only in memory"
     )
     parser.add_argument(
+        "--runtime",
+        choices=("process", "docker"),
+        default="process",
+        help="run replicas as local processes or as Docker containers of the job's image",
+    )
+    parser.add_argument(
+        "--docker-host", default=None, help="Docker engine address (default: DOCKER_HOST)"
+    )
+    parser.add_argument(
+        "--docker-network", default="host", help="network mode of the containers (host)"
+    )
+    parser.add_argument(
         "--hollow-runtime",
         type=float,
         default=0.0,
@@ -63,6 +76,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=1.0,
         metavar="SECONDS",
         help="how often to look for a touched .checkpoint",
+    )
+    parser.add_argument(
+        "--heartbeat",
+        type=float,
+        default=2.0,
+        metavar="SECONDS",
+        help="how often to put the node's heartbeat in the heartbeat bucket",
     )
     parser.add_argument(
         "--stop-workloads-on-exit",
@@ -113,10 +133,16 @@ async def serve(args: argparse.Namespace) -> int:
         pool=args.pool,
         gpus=inventory.count,
         gpu_uuids=inventory.uuids,
+        gpu_devices=inventory.devices,
+        gpu_source=inventory.source,
         data_dir=args.data_dir or Path(".fairlane/executor") / args.node,
         hollow=args.hollow,
+        runtime=args.runtime,
+        docker_host=args.docker_host,
+        docker_network=args.docker_network,
         hollow_runtime_s=args.hollow_runtime,
         checkpoint_poll_s=args.checkpoint_poll,
+        heartbeat_s=args.heartbeat,
         stop_workloads_on_exit=args.stop_workloads_on_exit,
     )
     nc = await connect(args.nats, name=f"executor-{args.node}")

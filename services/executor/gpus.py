@@ -15,6 +15,8 @@ from typing import Literal
 
 import structlog
 
+from events.model import GpuDevice
+
 log = structlog.get_logger("fairlane.executor.gpus")
 
 
@@ -25,8 +27,12 @@ class GpuDiscoveryError(RuntimeError):
 @dataclass(frozen=True, slots=True)
 class GpuInventory:
     count: int
-    uuids: tuple[str, ...] = ()
+    devices: tuple[GpuDevice, ...] = ()
     source: Literal["nvml", "declared"] = "declared"
+
+    @property
+    def uuids(self) -> tuple[str, ...]:
+        return tuple(d.uuid for d in self.devices)
 
 
 def _load_nvml() -> ModuleType | None:
@@ -40,20 +46,30 @@ def _text(value: str | bytes) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
+def describe(nvml: ModuleType, index: int) -> GpuDevice:
+    """One GPU by NVML index: its UUID, model name and memory."""
+    handle = nvml.nvmlDeviceGetHandleByIndex(index)
+    memory = nvml.nvmlDeviceGetMemoryInfo(handle)
+    return GpuDevice(
+        index=index,
+        uuid=_text(nvml.nvmlDeviceGetUUID(handle)),
+        model=_text(nvml.nvmlDeviceGetName(handle)),
+        memory_mb=int(memory.total) // (1 << 20),
+    )
+
+
 def query_nvml(nvml: ModuleType) -> GpuInventory:
-    """Count the GPUs and read their UUIDs through NVML; raises `nvml.NVMLError`."""
+    """List the GPUs through NVML; raises `nvml.NVMLError`."""
     nvml.nvmlInit()
     try:
         count = int(nvml.nvmlDeviceGetCount())
-        uuids = tuple(
-            _text(nvml.nvmlDeviceGetUUID(nvml.nvmlDeviceGetHandleByIndex(i))) for i in range(count)
-        )
+        devices = tuple(describe(nvml, i) for i in range(count))
     finally:
         try:
             nvml.nvmlShutdown()
         except nvml.NVMLError as e:  # the answer is already read; a failed shutdown is harmless
             log.debug("nvmlShutdown failed", error=str(e))
-    return GpuInventory(count=count, uuids=uuids, source="nvml")
+    return GpuInventory(count=count, devices=devices, source="nvml")
 
 
 def discover_gpus(declared: int | None, nvml: ModuleType | None = None) -> GpuInventory:
@@ -73,5 +89,10 @@ def discover_gpus(declared: int | None, nvml: ModuleType | None = None) -> GpuIn
             f"NVML could not list GPUs ({type(e).__name__}: {e}); "
             "pass --gpus N to declare how many this node has"
         ) from e
-    log.info("GPUs found with NVML", count=inventory.count, uuids=list(inventory.uuids))
+    log.info(
+        "GPUs found with NVML",
+        count=inventory.count,
+        models=sorted({d.model for d in inventory.devices}),
+        uuids=list(inventory.uuids),
+    )
     return inventory

@@ -24,11 +24,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, Protocol
-from urllib.parse import quote
 
 import msgspec
 import structlog
 
+from services.executor.logs import job_dir_name
 from services.executor.shim import exit_code_of
 
 log = structlog.get_logger("fairlane.executor.runtime")
@@ -36,11 +36,13 @@ log = structlog.get_logger("fairlane.executor.runtime")
 POLL_S: Final = 0.2  # liveness polling where pidfd is not available
 SIGTERM_EXIT: Final = 128 + signal.SIGTERM
 SIGKILL_EXIT: Final = 128 + signal.SIGKILL
+#: The workload events endpoint's token in a replica's environment (see `endpoint`).
+TOKEN_ENV: Final = "FAIRLANE_EVENTS_TOKEN"
 
 
 def safe_name(name: str) -> str:
     """A job id as one path component (ordinary ids are unchanged)."""
-    return quote(name, safe="-_.@+=,") if name not in (".", "..") else quote(name, safe="")
+    return job_dir_name(name)
 
 
 def checkpoint_dir(data_dir: Path, job_id: str) -> Path:
@@ -66,6 +68,11 @@ class Launch:
     def name(self) -> str:
         return f"{self.attempt}.{self.replica}"
 
+    @property
+    def log_file(self) -> Path:
+        """Where the replica's output is kept (see `services.executor.logs`)."""
+        return self.run_dir / f"{self.name}.log"
+
 
 class ProcessRecord(msgspec.Struct, frozen=True, forbid_unknown_fields=False):
     """One started replica as written to `processes.json`, enough to find it again after the
@@ -82,6 +89,10 @@ class ProcessRecord(msgspec.Struct, frozen=True, forbid_unknown_fields=False):
     pid: int = 0
     start_ticks: int | None = None  # /proc/<pid>/stat starttime, against pid reuse
     exit_file: str = ""
+    container: str = ""  # the Docker runtime's container id
+    log_file: str = ""
+    #: The attempt's token for the workload events endpoint (see `endpoint`).
+    token: str = ""
 
 
 class Workload(Protocol):
@@ -91,6 +102,10 @@ class Workload(Protocol):
     def record(self) -> ProcessRecord | None:
         """What to persist for adoption; None for runtimes with nothing to find again."""
 
+    @property
+    def failure(self) -> str | None:
+        """Why it could not start, where the runtime knows (for `JobFailed`'s reason)."""
+
     def alive(self) -> bool: ...
 
     async def wait(self) -> int | None:
@@ -99,6 +114,10 @@ class Workload(Protocol):
 
     def signal(self, sig: int) -> None:
         """Send `sig` to the whole workload; a no-op once it ended."""
+
+    def discard(self) -> None:
+        """The executor is done with it (its end is reported): what the runtime kept to tell
+        how it ended (a stopped container) may go."""
 
 
 class Runtime(Protocol):
@@ -110,12 +129,19 @@ class Runtime(Protocol):
         """Start one replica. Failing to start is not an exception: the workload ends at once
         with an exit code (127 for a command that is not there)."""
 
+    async def found(self, records_path: Path, node: str) -> list[ProcessRecord]:
+        """What an earlier executor process on `node` started (alive or not): the process
+        runtime reads its record file, the Docker runtime asks for containers by label."""
+
     def adopt(self, record: ProcessRecord) -> Workload:
         """The handle of a replica an earlier executor process started (alive or not)."""
 
     def adopt_unrecorded(self, launch: Launch) -> Workload | None:
         """A replica the log says runs here but nothing was recorded for: None means it is
         lost (the process runtime); the hollow runtime pretends it runs."""
+
+    async def close(self) -> None:
+        """Let go of connections (workloads keep running)."""
 
 
 # -- processes ---------------------------------------------------------------------------------
@@ -198,6 +224,10 @@ class ProcessWorkload:
         return self._record
 
     @property
+    def failure(self) -> str | None:
+        return None
+
+    @property
     def pid(self) -> int:
         return self._record.pid
 
@@ -232,6 +262,9 @@ class ProcessWorkload:
         recorded = read_exit_file(Path(self._record.exit_file))
         self._code = recorded if recorded is not None else status
         return self._code
+
+    def discard(self) -> None:
+        Path(self._record.exit_file).unlink(missing_ok=True)
 
     def signal(self, sig: int) -> None:
         if not self.alive():
@@ -284,9 +317,7 @@ class ProcessRuntime:
         launch.checkpoint_dir.mkdir(parents=True, exist_ok=True)
         exit_file = self.exit_file(launch)
         exit_file.unlink(missing_ok=True)
-        output = os.open(
-            launch.run_dir / f"{launch.name}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644
-        )
+        output = os.open(launch.log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         try:
             # posix_spawn, not asyncio's subprocesses: those are killed when their transport
             # is closed (at the executor's exit), and these must outlive the executor.
@@ -319,17 +350,24 @@ class ProcessRuntime:
             pid=pid,
             start_ticks=proc_start_ticks(pid) if pid else None,
             exit_file=str(exit_file),
+            token=launch.env.get(TOKEN_ENV, ""),
         )
         workload = ProcessWorkload(record, child=pid != 0)
         if pid == 0:
             workload._ended, workload._code = True, 127
         return workload
 
+    async def found(self, records_path: Path, node: str) -> list[ProcessRecord]:
+        return [r for r in load_records(records_path) if r.node == node]
+
     def adopt(self, record: ProcessRecord) -> Workload:
         return ProcessWorkload(record, child=False)
 
     def adopt_unrecorded(self, launch: Launch) -> Workload | None:
         return None
+
+    async def close(self) -> None:
+        pass
 
 
 # -- hollow ------------------------------------------------------------------------------------
@@ -345,6 +383,10 @@ class HollowWorkload:
 
     @property
     def record(self) -> ProcessRecord | None:
+        return None
+
+    @property
+    def failure(self) -> str | None:
         return None
 
     def alive(self) -> bool:
@@ -370,6 +412,9 @@ class HollowWorkload:
         if sig in (signal.SIGTERM, signal.SIGINT, signal.SIGKILL):
             self._end(128 + sig)
 
+    def discard(self) -> None:
+        pass
+
 
 class HollowRuntime:
     """Starts nothing: a scheduled replica runs at once until it is stopped, or for
@@ -384,11 +429,17 @@ class HollowRuntime:
     async def start(self, launch: Launch, node: str, checkpoint_mtime: float | None) -> Workload:
         return HollowWorkload(self.runtime_s)
 
+    async def found(self, records_path: Path, node: str) -> list[ProcessRecord]:
+        return []
+
     def adopt(self, record: ProcessRecord) -> Workload:
         return HollowWorkload(self.runtime_s)
 
     def adopt_unrecorded(self, launch: Launch) -> Workload | None:
         return HollowWorkload(self.runtime_s)
+
+    async def close(self) -> None:
+        pass
 
 
 # -- the record file ---------------------------------------------------------------------------

@@ -1,0 +1,43 @@
+"""How one node executor is set up: its node, pool, GPUs, data folder and runtime choice."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from events.model import GpuDevice
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutorConfig:
+    node: str
+    pool: str
+    gpus: int
+    gpu_uuids: tuple[str, ...] = ()
+    #: NVML's description of the GPUs, and whether the count came from NVML or was declared.
+    gpu_devices: tuple[GpuDevice, ...] = ()
+    gpu_source: Literal["nvml", "declared"] = "declared"
+    data_dir: Path = Path(".fairlane/executor")
+    hollow: bool = False
+    #: How replicas run: local processes, or Docker containers (the job's image).
+    runtime: Literal["process", "docker"] = "process"
+    #: The Docker engine's address (None: aiodocker's default, DOCKER_HOST or the socket).
+    docker_host: str | None = None
+    #: The containers' network mode (`host`: training jobs talk to each other over the
+    #: node's network, as NCCL expects).
+    docker_network: str = "host"
+    #: Hollow replicas exit 0 after this long (0: they run until stopped).
+    hollow_runtime_s: float = 0.0
+    checkpoint_poll_s: float = 1.0
+    #: How often the node's heartbeat is put in the heartbeat bucket (None: never; hollow
+    #: nodes, for benchmarks that run no node watcher, never do either).
+    heartbeat_s: float | None = 2.0
+    stop_workloads_on_exit: bool = False
+    #: Names this run of the executor in its `NodeRegistered` id.
+    boot_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+
+    @property
+    def actor(self) -> str:
+        return f"executor/{self.node}"

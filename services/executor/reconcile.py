@@ -1,0 +1,102 @@
+"""Reconciling after a restart: the log's view of this node against what really runs here.
+
+After the replay, recorded workloads still alive are adopted; those that ended meanwhile are
+reported from the exit status they left; one that left none (a reboot) is reported as lost;
+what was placed here while the executor was down is started; and anything the log no longer
+wants here (the job completed or failed elsewhere, a preemption reported by another node, this
+node lost) is stopped without a report.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from events.model import Replica
+from policy.state import Job
+from services.executor.lifecycle import announce_started, launch_of, replica_ended, run_replica
+from services.executor.local import LocalReplica
+from services.executor.runtime import ProcessRecord
+from services.executor.stopping import begin_stop, sync_job
+
+if TYPE_CHECKING:
+    from services.executor.executor import Executor
+
+RecordKey = tuple[str, int, Replica]
+
+
+def reconcile(ex: Executor, records: list[ProcessRecord]) -> None:
+    """Adopt what an earlier run of this executor left (`records`: what the runtime found)
+    running and the log still wants, stop what it does not want, report what ended while
+    nobody watched, and start what was placed here but never started."""
+    recorded: dict[RecordKey, ProcessRecord] = {
+        (r.job_id, r.attempt, Replica(r.node, r.gpus)): r for r in records if r.node == ex.node
+    }
+    stops: list[Job] = []
+    lost: list[LocalReplica] = []
+    for job in list(ex.state.live.values()):
+        if any(r.node == ex.node for r in job.held):
+            lost += _reconcile_job(ex, job, recorded)
+            if job.stop_replicas > 0:
+                stops.append(job)
+    # Recorded but not wanted by the log any more: stop (or forget) without a report.
+    for record in recorded.values():
+        att = ex.attempt(record.job_id, record.attempt, None, False)
+        lr = ex.add(att, record.replica, Replica(record.node, record.gpus))
+        lr.workload = ex.runtime.adopt(record)
+        ex.spawn(run_replica(ex, lr, None))
+    for job in stops:
+        request = ex.view.requests.get(job.id)
+        if request is not None and request.attempt == job.attempt:
+            begin_stop(ex, job, request)
+    for lr in lost:
+        replica_ended(ex, lr)
+    for job_id in {key[0] for key in ex.attempts}:
+        sync_job(ex, job_id)
+    ex.save_records()
+
+
+def _reconcile_job(
+    ex: Executor, job: Job, recorded: dict[RecordKey, ProcessRecord]
+) -> list[LocalReplica]:
+    """Take up this node's replicas of one live job; returns those that are lost."""
+    announce = job.held[0].node == ex.node and job.phase == "starting"
+    att = ex.attempt(job.id, job.attempt, ex.view.scheduled.get(job.id), announce)
+    lost: list[LocalReplica] = []
+    for index, replica in enumerate(job.held):
+        if replica.node != ex.node:
+            continue
+        record = recorded.pop((job.id, job.attempt, replica), None)
+        launch = launch_of(ex, job, index, replica)
+        lr = ex.add(att, index, replica)
+        if record is not None:
+            att.baseline_mtime = record.checkpoint_mtime
+            lr.workload = ex.runtime.adopt(record)
+            lr.token = record.token
+            ex.logger.info(
+                "adopted",
+                job=job.id,
+                attempt=job.attempt,
+                replica=index,
+                pid=record.pid,
+                alive=lr.workload.alive(),
+            )
+            ex.spawn(run_replica(ex, lr, None))
+        elif (workload := ex.runtime.adopt_unrecorded(launch)) is not None:
+            lr.workload = workload
+            ex.spawn(run_replica(ex, lr, None))
+        elif job.phase == "starting":
+            ex.logger.info("starting what was placed while down", job=job.id)
+            ex.spawn(run_replica(ex, lr, launch))
+        else:
+            ex.logger.warning(
+                "no record of a replica the log says runs here: lost",
+                job=job.id,
+                attempt=job.attempt,
+                replica=index,
+            )
+            lr.end(None)
+            lost.append(lr)
+    att.checkpoints, att.last_checkpoint = ex.view.checkpoints_of(job.id, job.attempt)
+    if announce:
+        ex.spawn(announce_started(ex, att))
+    return lost

@@ -1,0 +1,145 @@
+"""Stopping replicas: SIGTERM, the grace period, SIGKILL, and the `JobPreempted` report.
+
+A preemption request stops the replicas it takes back (the whole job, or its newest
+`request.replicas`, as the fold does); the executor of the first of those replicas reports
+`JobPreempted` once its own are gone. Anything the log no longer wants here (the job ended
+elsewhere, this node was lost) is stopped without a report.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from collections.abc import Awaitable, Iterable
+from typing import TYPE_CHECKING, Final
+
+import structlog
+
+from events import JobPreempted, JobPreemptionRequested
+from policy.state import Job
+from services.executor.checkpoints import checkpointed
+from services.executor.local import LocalReplica
+from services.executor.logview import desired
+
+if TYPE_CHECKING:
+    from services.executor.executor import Executor
+
+logger = structlog.get_logger("fairlane.executor")
+
+KILL_WAIT_S: Final = 30.0  # after SIGKILL, how long to wait before reporting anyway
+
+
+def begin_stop(ex: Executor, job: Job, request: JobPreemptionRequested) -> None:
+    """Stop the replicas the request takes back that run here."""
+    whole = request.replicas == 0 or request.replicas >= len(job.held)
+    targets = job.held if whole else job.held[len(job.held) - request.replicas :]
+    if not targets:
+        return
+    reporter = targets[0].node == ex.node
+    att = ex.attempts.get((job.id, request.attempt))
+    local = [att.replicas[r] for r in targets if att is not None and r in att.replicas]
+    if not local and not reporter:
+        return
+    ex.logger.info(
+        "stopping",
+        job=job.id,
+        attempt=request.attempt,
+        reason=request.reason,
+        replicas=[lr.index for lr in local],
+        grace_s=ex.state.settings.preemption_grace_s,
+    )
+    ex.spawn(stop(ex, local, request if reporter else None))
+
+
+def stop(
+    ex: Executor, replicas: list[LocalReplica], request: JobPreemptionRequested | None
+) -> Awaitable[None]:
+    """Mark the replicas as being stopped (now, so that their end is not taken for a
+    failure) and return the work: SIGTERM, the grace period, SIGKILL, then the report."""
+    fresh = [lr for lr in replicas if not lr.stopping]
+    for lr in replicas:
+        lr.stopping = True
+    return _stopping(ex, replicas, fresh, request)
+
+
+async def _stopping(
+    ex: Executor,
+    replicas: list[LocalReplica],
+    fresh: list[LocalReplica],
+    request: JobPreemptionRequested | None,
+) -> None:
+    grace = ex.state.settings.preemption_grace_s
+    killed = await terminate(fresh, grace)
+    # Replicas that an earlier request is already stopping end on that one's schedule.
+    await wait_all((lr.finished for lr in replicas), grace + KILL_WAIT_S)
+    if request is not None:
+        att = ex.attempts.get((request.job_id, request.attempt))
+        if att is not None:
+            await att.started.wait()
+        await ex.publish(
+            JobPreempted(
+                id=f"{request.id}/done",
+                time=time.time(),
+                actor=ex.config.actor,
+                causation=request.id,
+                job_id=request.job_id,
+                attempt=request.attempt,
+                reason=request.reason,
+                replicas=request.replicas,
+                checkpointed=att is not None and checkpointed(ex, att),
+                killed=killed,
+            )
+        )
+    for lr in replicas:
+        if not desired(ex.state.jobs.get(lr.job_id), lr.attempt, lr.replica):
+            ex.drop(lr)
+
+
+def sync_job(ex: Executor, job_id: str) -> None:
+    """Stop or forget local replicas of `job_id` that the log no longer wants here."""
+    job = ex.state.jobs.get(job_id)
+    for att in [a for key, a in ex.attempts.items() if key[0] == job_id]:
+        for lr in list(att.replicas.values()):
+            if desired(job, lr.attempt, lr.replica):
+                continue
+            if lr.ended:
+                ex.drop(lr)
+            elif not lr.stopping:
+                ex.logger.info(
+                    "stopping what the log no longer wants here",
+                    job=job_id,
+                    attempt=lr.attempt,
+                    replica=lr.index,
+                )
+                ex.spawn(stop(ex, [lr], None))
+
+
+async def terminate(replicas: list[LocalReplica], grace_s: float) -> bool:
+    """SIGTERM, up to `grace_s` to exit, then SIGKILL; returns once they ended (or after
+    KILL_WAIT_S more, if even SIGKILL does not end one): whether SIGKILL was needed."""
+    await wait_all((lr.launched for lr in replicas), None)
+    live = [lr for lr in replicas if not lr.ended and lr.workload is not None]
+    for lr in live:
+        assert lr.workload is not None
+        lr.workload.signal(signal.SIGTERM)
+    if await wait_all((lr.finished for lr in live), grace_s):
+        return False
+    for lr in live:
+        if not lr.ended and lr.workload is not None:
+            logger.warning("grace period over: SIGKILL", job=lr.job_id, replica=lr.index)
+            lr.workload.signal(signal.SIGKILL)
+    if not await wait_all((lr.finished for lr in live), KILL_WAIT_S):
+        logger.error("workload did not end after SIGKILL", jobs=[lr.job_id for lr in live])
+    return True
+
+
+async def wait_all(events: Iterable[asyncio.Event], within: float | None) -> bool:
+    """Wait until every event is set, or `within` seconds; whether they all were."""
+    waits = [asyncio.ensure_future(e.wait()) for e in events]
+    if not waits:
+        return True
+    _, pending = await asyncio.wait(waits, timeout=within)
+    for task in pending:
+        task.cancel()
+    return not pending

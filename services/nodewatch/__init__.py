@@ -1,0 +1,1 @@
+"""The node watcher: declares nodes whose heartbeats lapsed lost (one fenced leader)."""

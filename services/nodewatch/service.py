@@ -1,0 +1,134 @@
+"""The node watcher: one fenced leader that declares nodes lost when their heartbeats lapse.
+
+It folds the log (which nodes are registered, and by which registration), watches the
+heartbeat bucket, and when a registered node's heartbeat has not changed for the timeout it
+publishes `NodeLost`: the fold then frees the node's GPUs and queues its jobs again, so they
+run elsewhere. Like the scheduler, it holds a lease and fences each `NodeLost` on its term, so
+a deposed watcher cannot declare anything. Its clock is its own: a node is lapsed when this
+watcher has not seen its heartbeat's revision change for the timeout; a watcher that just took
+the lead (or a node that just registered) gets a full timeout first. The `NodeLost` id names the
+registration it ends, so a repeat is dropped and a node that registers again can be lost again.
+
+It reads each registered node's key every poll (a node count in the hundreds; a thousand nodes
+would want a KV watch instead).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Callable
+
+import structlog
+from nats.js.errors import KeyNotFoundError, NotFoundError
+from nats.js.kv import KeyValue
+
+from events import LeaderElected, NodeLost, NodeRegistered
+from services.nodewatch.rule import lapsed
+from services.runtime.eventlog import TRANSIENT, Conflict, JetStreamLog, Stored
+from services.runtime.follower import Follower
+from services.runtime.heartbeats import TIMEOUT_S, heartbeat_bucket
+from services.runtime.lease import Lease
+from services.runtime.tasks import cancel_and_wait
+
+log = structlog.get_logger("fairlane.nodewatch")
+KIND = "nodewatch"
+
+
+class NodeWatch:
+    def __init__(
+        self,
+        event_log: JetStreamLog,
+        timeout_s: float = TIMEOUT_S,
+        lease_ttl_s: float = 3.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.log = event_log
+        self.timeout_s = timeout_s
+        self.poll_s = max(0.1, timeout_s / 10)
+        self.clock = clock
+        self.holder = f"{KIND}-{uuid.uuid4().hex[:8]}"
+        self.lease = Lease(KIND, self.holder, ttl_s=lease_ttl_s)
+        self.follower = Follower(event_log)
+        #: node -> the id of the registration the fold knows it by
+        self.registrations: dict[str, str] = {}
+        self.last_seen: dict[str, float] = {}
+        self.revisions: dict[str, int] = {}
+        self.declared = 0
+
+    async def run(self) -> None:
+        await self.log.ensure_stream()
+        await self.follower.catch_up(self._note)
+        following = asyncio.create_task(self.follower.run(self._note))
+        try:
+            while True:
+                try:
+                    await self.lease.acquire(self.log.js)
+                    await self._lead()
+                except TRANSIENT as e:
+                    log.warning("watch interrupted", error=str(e) or repr(e))
+                    await asyncio.sleep(0.5)
+        finally:
+            await cancel_and_wait(following)
+            await self.lease.release(self.log.js)
+
+    async def _note(self, stored: Stored) -> None:
+        event = stored.event
+        if isinstance(event, NodeRegistered):
+            self.registrations[event.node] = event.id
+            self.last_seen[event.node] = self.clock()  # a full timeout from (re)registering
+
+    async def _lead(self) -> None:
+        term = self.lease.revision or 0
+        elected = LeaderElected(
+            id=f"{KIND}/term/{self.holder}/{term}",
+            time=time.time(),
+            actor=self.holder,
+            kind=KIND,
+            holder=self.holder,
+            term=term,
+        )
+        fence = (f"fl.leader.{KIND}", await self.log.publish_durably(elected))
+        await self.follower.wait_for(fence[1])
+        lost = asyncio.Event()
+        keeping = asyncio.create_task(self.lease.keep(self.log.js, lost))
+        bucket = await heartbeat_bucket(self.log.js, self.timeout_s)
+        started = self.clock()
+        self.last_seen = {node: started for node in self.follower.state.nodes}
+        log.info("watching heartbeats", holder=self.holder, term=term, timeout_s=self.timeout_s)
+        try:
+            while not lost.is_set():
+                await self._look(bucket)
+                await self._declare(fence)
+                await asyncio.sleep(self.poll_s)
+        except Conflict:
+            log.warning("deposed: a newer term fenced our write")
+        finally:
+            await cancel_and_wait(keeping)
+
+    async def _look(self, bucket: KeyValue) -> None:
+        for node in list(self.follower.state.nodes):
+            try:
+                entry = await bucket.get(node)
+            except (KeyNotFoundError, NotFoundError):
+                continue  # expired, or never sent: not seen
+            if entry.revision != self.revisions.get(node):
+                self.revisions[node] = entry.revision or 0
+                self.last_seen[node] = self.clock()
+
+    async def _declare(self, fence: tuple[str, int]) -> None:
+        nodes = self.follower.state.nodes
+        for node in lapsed(nodes, self.last_seen, self.clock(), self.timeout_s):
+            registration = self.registrations.get(node, f"{node}/registered")
+            event = NodeLost(
+                id=f"{registration}/lost",
+                time=time.time(),
+                actor=self.holder,
+                node=node,
+                reason=f"no heartbeat for {self.timeout_s:g}s",
+            )
+            log.warning("node lost", node=node, id=event.id)
+            await self.log.publish_durably(event, fence=fence)
+            self.declared += 1
+            self.last_seen[node] = self.clock()  # until the fold has it, do not repeat

@@ -14,7 +14,17 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from events import JobCompleted, JobScheduled, JobSpec, JobStarted
+from events import (
+    Event,
+    JobCompleted,
+    JobFailed,
+    JobPreempted,
+    JobScheduled,
+    JobSpec,
+    JobStarted,
+    NodeLost,
+    Replica,
+)
 from events.commands import AnyCommand, Reply, SubmitJob
 from policy.state import ClusterState
 from services.runtime.client import send
@@ -128,38 +138,79 @@ async def wait_until_done(log: JetStreamLog, jobs: int, within: float) -> Cluste
 
 
 def audit(stored: list[Stored]) -> list[str]:
-    """What the log shows went wrong: placements that did not take effect (a conflicting or
-    stale decision), GPUs held twice, attempts started twice, jobs completed twice."""
+    """What the log shows went wrong: placements the fold refused (a conflicting or stale
+    decision), GPUs held by two running attempts at once, attempts started twice, jobs
+    completed twice. GPU holdings come from an independent ledger (`GpuLedger`): what the
+    executors started and gave back, not the fold, which refuses double takes by design."""
     problems: list[str] = []
     state = ClusterState()
+    ledger = GpuLedger()
     started: dict[tuple[str, int], int] = {}
     completed: dict[str, int] = {}
     for s in stored:
         e = s.event
-        if isinstance(e, JobScheduled):
-            job = state.jobs.get(e.job_id)
-            before = len(job.held) if job is not None else 0
-            state.apply(e)
-            after = state.jobs[e.job_id].held if e.job_id in state.jobs else []
-            took = (
-                len(after) == before + len(e.replicas) if e.scale_up else after == list(e.replicas)
-            )
-            if not took:
-                problems.append(f"seq {s.seq}: placement of {e.job_id} had no effect")
-            continue
-        state.apply(e)
+        verdict = state.apply(e, s.seq)
+        if isinstance(e, JobScheduled) and not verdict.applied:
+            problems.append(f"seq {s.seq}: placement of {e.job_id} had no effect")
+        problems += [f"seq {s.seq}: {p}" for p in ledger.apply(e)]
         if isinstance(e, JobStarted):
             key = (e.job_id, e.attempt)
             started[key] = started.get(key, 0) + 1
         elif isinstance(e, JobCompleted):
             completed[e.job_id] = completed.get(e.job_id, 0) + 1
-    seen: dict[tuple[str, int], str] = {}
-    for job in state.live.values():
-        for r in job.held:
-            for g in r.gpus:
-                other = seen.setdefault((r.node, g), job.id)
-                if other != job.id:
-                    problems.append(f"GPU {r.node}:{g} held by {other} and {job.id}")
     problems += [f"{k[0]} attempt {k[1]} started {n} times" for k, n in started.items() if n > 1]
     problems += [f"{j} completed {n} times" for j, n in completed.items() if n > 1]
     return problems
+
+
+class GpuLedger:
+    """Who runs on which GPU, from the executors' reports alone: an attempt holds the GPUs
+    of its placement from `JobStarted` until it is reported preempted, completed or failed, or
+    its node is lost. Two attempts on one GPU at once is a problem."""
+
+    def __init__(self) -> None:
+        self.placed: dict[tuple[str, int], list[Replica]] = {}
+        self.running: dict[str, tuple[int, list[Replica]]] = {}
+        self.owners: dict[tuple[str, int], str] = {}
+
+    def apply(self, e: Event) -> list[str]:
+        if isinstance(e, JobScheduled) and not e.scale_up:
+            self.placed[(e.job_id, e.attempt)] = list(e.replicas)
+        elif isinstance(e, JobScheduled):
+            attempt, replicas = self.running.get(e.job_id, (-1, []))
+            if attempt == e.attempt:
+                replicas.extend(e.replicas)
+                return self._take(e.job_id, list(e.replicas))
+        elif isinstance(e, JobStarted):
+            placement = self.placed.get((e.job_id, e.attempt))
+            if placement is None:
+                return [f"{e.job_id} attempt {e.attempt} started without a placement"]
+            self.running[e.job_id] = (e.attempt, list(placement))
+            return self._take(e.job_id, placement)
+        elif isinstance(e, JobPreempted):
+            self._give_back(e.job_id, e.attempt, e.replicas)
+        elif isinstance(e, JobCompleted | JobFailed):
+            self._give_back(e.job_id, e.attempt, 0)
+        elif isinstance(e, NodeLost):
+            self.owners = {k: j for k, j in self.owners.items() if k[0] != e.node}
+        return []
+
+    def _take(self, job_id: str, replicas: list[Replica]) -> list[str]:
+        problems = []
+        for r in replicas:
+            for g in r.gpus:
+                other = self.owners.setdefault((r.node, g), job_id)
+                if other != job_id:
+                    problems.append(f"GPU {r.node}:{g} held by {other} and {job_id}")
+        return problems
+
+    def _give_back(self, job_id: str, attempt: int, count: int) -> None:
+        held_attempt, replicas = self.running.get(job_id, (-1, []))
+        if held_attempt != attempt:
+            return
+        gone = replicas if count == 0 or count >= len(replicas) else replicas[-count:]
+        for r in gone:
+            for g in r.gpus:
+                if self.owners.get((r.node, g)) == job_id:
+                    del self.owners[(r.node, g)]
+        del replicas[len(replicas) - len(gone) :]

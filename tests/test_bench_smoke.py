@@ -14,11 +14,9 @@ from events.model import SchedulerType
 
 def test_bench_measures_a_tiny_cluster() -> None:
     burst, settled = policy_cycle.measure(1, runs=2, base=Size(nodes=8, running=30, pending=60))
-    assert (burst.cycle, settled.cycle) == ("burst", "settled")
-    assert (burst.nodes, burst.running, burst.pending) == (8, 30, 60)
     assert burst.decisions > 0  # the state as built is off its shares
     assert settled.decisions == 0  # settled means the policy has nothing more to do
-    assert burst.runs == 2 and burst.p50_ms <= burst.p99_ms
+    assert 0 < burst.p50_ms <= burst.p99_ms
 
 
 @pytest.mark.parametrize("scheduler", ["priority", "round_robin"])
@@ -26,7 +24,7 @@ def test_bench_builds_for_every_scheduler(scheduler: SchedulerType) -> None:
     (burst,) = policy_cycle.measure(
         1, runs=1, base=Size(nodes=4, running=10, pending=20), settled=False, scheduler=scheduler
     )
-    assert burst.running == 10
+    assert burst.decisions > 0 and burst.p50_ms > 0  # the scheduler ran and decided
 
 
 def test_bench_command_line_writes_json(
@@ -52,7 +50,6 @@ def test_bench_command_line_writes_json(
 @pytest.mark.nats
 async def test_replay_bench_runs_on_a_small_log() -> None:
     figures = await replay.run(3000, 1000, Console(quiet=True))
-    assert figures.events == 3000 and figures.tail_events == 1000
     assert figures.snapshot_bytes > 0 and figures.events_per_s > 0
 
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from policy.fair_share import Claim, divide
 
 
@@ -44,7 +47,83 @@ def test_largest_remainder_beats_age() -> None:
     assert shares == {"a": 2, "b": 2, "c": 3}
 
 
-def test_never_more_than_the_pool() -> None:
+def test_oversubscribed_quotas_never_more_than_the_pool() -> None:
+    # quotas 4 + 4 on 5 GPUs: 2.5 / 2.5 -> 2 / 2, the leftover to the older project
     shares = divide(5, [claim("a", 0, quota=4), claim("b", 1, quota=4)])
-    assert sum(shares.values()) <= 8
-    assert shares == {"a": 4, "b": 4}
+    assert shares == {"a": 3, "b": 2}
+
+
+def test_oversubscribed_quotas_go_by_project_priority() -> None:
+    shares = divide(
+        6, [claim("lo", 0, quota=4), claim("hi", 1, quota=4, prio=200), claim("mid", 2, quota=4)]
+    )
+    assert shares == {"hi": 4, "lo": 1, "mid": 1}
+
+
+def test_rounding_is_settled_inside_each_level_capping_first() -> None:
+    # level 200: 9 GPUs between hi1 (wants 2) and hi2 (wants 20), equal weights: 4.5 each
+    # covers hi1's demand, so hi1 is capped at 2 before anyone is rounded down and hi2 gets 7;
+    # the level's rounding leaves nothing for level 100
+    shares = divide(
+        9,
+        [claim("hi1", 0, prio=200, demand=2), claim("hi2", 1, prio=200, demand=20), claim("lo", 2)],
+    )
+    assert shares == {"hi1": 2, "hi2": 7, "lo": 0}
+    # 3 GPUs, weights 1:1:1 inside level 200 -> 1 each; 7 GPUs -> 2.33 each: 2/2/2 and the
+    # leftover GPU to the older project of that level, before level 100 sees any
+    shares = divide(
+        7,
+        [
+            claim("x", 3, prio=200, demand=9),
+            claim("y", 1, prio=200, demand=9),
+            claim("z", 2, prio=200, demand=9),
+            claim("lo", 0),
+        ],
+    )
+    assert shares == {"x": 2, "y": 3, "z": 2, "lo": 0}
+
+
+claims_strategy = st.lists(
+    st.builds(
+        lambda quota, weight, prio, demand: (quota, weight, prio, demand),
+        st.integers(0, 8),
+        st.integers(0, 3),
+        st.sampled_from([50, 100, 200]),
+        st.integers(0, 16),
+    ),
+    min_size=1,
+    max_size=6,
+)
+
+
+@given(capacity=st.integers(0, 40), drawn=claims_strategy)
+def test_division_properties(capacity: int, drawn: list[tuple[int, int, int, int]]) -> None:
+    claims = [
+        claim(f"p{i}", i, quota=q, weight=w, prio=p, demand=d)
+        for i, (q, w, p, d) in enumerate(drawn)
+    ]
+    shares = divide(capacity, claims)
+    assert set(shares) == {c.project for c in claims}
+    assert all(0 <= shares[c.project] <= c.demand for c in claims), "share above demand"
+    assert sum(shares.values()) <= capacity, "more than the pool"
+    owed = {c.project: min(c.quota, c.demand) for c in claims}
+    if sum(owed.values()) <= capacity:
+        # quota first; weight 0 gets nothing above it; the pool is used while anyone with a
+        # weight wants more
+        assert all(shares[c.project] >= owed[c.project] for c in claims), "quota not first"
+        for c in claims:
+            if c.weight == 0:
+                assert shares[c.project] == owed[c.project], "weight 0 above quota"
+        hungry = [c for c in claims if c.weight > 0 and shares[c.project] < c.demand]
+        if hungry:
+            assert sum(shares.values()) == capacity, "GPUs left while someone wants them"
+        # strict priority buckets: above quota at a lower priority only once every project
+        # with a weight at a higher priority has all it wants
+        for low in claims:
+            if shares[low.project] > owed[low.project]:
+                for high in claims:
+                    if high.priority > low.priority and high.weight > 0:
+                        assert shares[high.project] == high.demand, "priority not strict"
+    else:
+        assert all(shares[c.project] <= owed[c.project] for c in claims), "above quota"
+        assert sum(shares.values()) == capacity, "an oversubscribed pool not all shared"

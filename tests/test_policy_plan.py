@@ -1,0 +1,92 @@
+"""The plan one cycle returns: decisions with their basis, and why each pending job waits."""
+
+from __future__ import annotations
+
+from events import (
+    JobAdmitted,
+    JobNominated,
+    JobScheduled,
+    JobSpec,
+    JobSubmitted,
+    NodeRegistered,
+    ProjectConfigured,
+    ProjectTerms,
+    Replica,
+    SchedulingHeld,
+)
+from policy.cycle import decide
+from policy.state import ClusterState
+
+
+def cluster(gpus: int = 4, quota: int = 4, limit: int | None = None) -> ClusterState:
+    state = ClusterState()
+    state.apply(NodeRegistered(id="n0", time=0, actor="t", node="n0", pool="p", gpus=gpus))
+    terms = {"p": ProjectTerms(quota=quota, limit=limit)}
+    state.apply(ProjectConfigured(id="a", time=0, actor="t", project="a", terms=terms))
+    return state
+
+
+def admit(state: ClusterState, job: str, gpus: int, replicas: int = 1, **kw: object) -> None:
+    minimum = int(kw.pop("min_replicas", replicas))  # type: ignore[call-overload]
+    state.apply(JobSubmitted(id=f"{job}/s", time=0, actor="t", job_id=job, spec=JobSpec("a")))
+    state.apply(
+        JobAdmitted(
+            id=f"{job}/a",
+            time=0,
+            actor="t",
+            job_id=job,
+            project="a",
+            priority=50,
+            preemptible=True,
+            gpus=gpus,
+            replicas=replicas,
+            min_replicas=minimum,
+            pools=("p",),
+            **kw,  # type: ignore[arg-type]
+        )
+    )
+
+
+def test_every_decision_carries_the_position_it_was_decided_on() -> None:
+    state = cluster()
+    admit(state, "j", 2)
+    plan = decide(state, 1.0)
+    assert plan.basis_seq == state.position == state.events_applied
+    assert [(e.job_id, e.basis_seq) for e in plan.placements] == [("j", state.position)]
+
+
+def test_a_nominee_that_starts_takes_its_turn_for_extras_in_the_same_cycle() -> None:
+    """Rule 6: an elastic job starting on the GPUs held for it is granted its extras on idle
+    GPUs in that very cycle, not one cycle later."""
+    state = cluster()
+    admit(state, "e", 1, replicas=3, min_replicas=1)
+    nominated = (Replica("n0", (0,)),)
+    state.apply(
+        JobNominated(
+            id="e/nominate/1",
+            time=0,
+            actor="t",
+            job_id="e",
+            pool="p",
+            replicas=nominated,
+            victims=(),
+            reason="reclaim",
+        )
+    )
+    plan = decide(state, 1.0)
+    placed = [(e.replicas, e.scale_up) for e in plan.events if isinstance(e, JobScheduled)]
+    assert placed[0] == (nominated, False)
+    assert [scale_up for _, scale_up in placed[1:]] == [True, True]
+    assert plan.waiting == {}
+
+
+def test_why_pending_jobs_wait() -> None:
+    state = cluster(gpus=4, quota=0, limit=5)
+    admit(state, "huge", 8)  # no pool could hold it (a hand-made log: admission refuses it)
+    admit(state, "first", 2)
+    admit(state, "capped", 4)  # 2 + 4 > the limit of 5
+    admit(state, "second", 3)  # within the limit, but only 2 GPUs are left
+    plan = decide(state, 1.0)
+    assert plan.waiting == {"huge": "no_pool", "capped": "limit", "second": "no_fit"}
+    state.apply(SchedulingHeld(id="hold", time=1, actor="t", held=True))
+    assert set(decide(state, 2.0).waiting.values()) == {"held"}

@@ -90,3 +90,42 @@ def test_why_pending_jobs_wait() -> None:
     assert plan.waiting == {"huge": "no_pool", "capped": "limit", "second": "no_fit"}
     state.apply(SchedulingHeld(id="hold", time=1, actor="t", held=True))
     assert set(decide(state, 2.0).waiting.values()) == {"held"}
+
+
+def test_a_project_is_ranked_with_its_next_job_even_if_it_does_not_fit() -> None:
+    """Rule 2: a's next job in job order is `big` (priority 75, 4 GPUs), which does not fit the
+    2 idle GPUs; a is still ranked with it: 0 + 4 > quota 1, not within quota, so b (0 + 2 >
+    quota 1 too, but 2/1 < 4/1 of its share) goes first and takes the 2 GPUs. Ranking a with
+    `small` instead (within quota) would have served a first."""
+    state = cluster(gpus=4, quota=1)
+    terms = {"p": ProjectTerms(quota=1)}
+    state.apply(ProjectConfigured(id="b", time=0, actor="t", project="b", terms=terms))
+    terms = {"p": ProjectTerms(quota=2)}
+    state.apply(ProjectConfigured(id="c", time=0, actor="t", project="c", terms=terms))
+    for job, project, gpus, priority in (
+        ("held", "c", 2, 125),
+        ("big", "a", 4, 75),
+        ("small", "a", 1, 50),
+        ("bjob", "b", 2, 50),
+    ):
+        state.apply(
+            JobSubmitted(id=f"{job}/s", time=0, actor="t", job_id=job, spec=JobSpec(project))
+        )
+        state.apply(
+            JobAdmitted(
+                id=f"{job}/a",
+                time=0,
+                actor="t",
+                job_id=job,
+                project=project,
+                priority=priority,
+                preemptible=priority < 100,
+                gpus=gpus,
+                replicas=1,
+                min_replicas=1,
+                pools=("p",),
+            )
+        )
+        if job == "held":
+            state.apply_all(decide(state, 0.0).events)
+    assert [e.job_id for e in decide(state, 1.0).placements] == ["bjob"]

@@ -78,6 +78,7 @@ class _Clock:
     queued_s: float = 0.0
     running_s: float = 0.0
     gpu_s: float = 0.0
+    first_started_at: float | None = None
 
     def advance(self, to: float) -> None:
         elapsed = max(0.0, to - self.since)
@@ -198,6 +199,8 @@ class Projection:
         clock.advance(time)
         if clock.phase != job.phase:
             clock.phase, clock.state_since = job.phase, max(clock.since, time)
+            if job.phase == "running" and clock.first_started_at is None:
+                clock.first_started_at = clock.state_since
         clock.gpus_held = job.gpus_held()
         self._job_seq[job.id] = seq
         self._dirty_jobs.add(job.id)
@@ -394,6 +397,7 @@ class Projection:
             running_s=clock.running_s,
             gpu_s=clock.gpu_s,
             accounted_at=clock.since,
+            first_started_at=clock.first_started_at,
             preemptions=job.preemptions,
             nominated=bool(job.nomination),
             stop_reason=job.stop_reason,

@@ -50,6 +50,7 @@ class JobRow(msgspec.Struct, frozen=True):
     running_s: float
     gpu_s: float
     accounted_at: float
+    first_started_at: float | None  # submit to first start: the wait people feel
     preemptions: int
     nominated: bool
     stop_reason: str

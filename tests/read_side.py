@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+import contextlib
+from collections.abc import AsyncIterator, Iterable
 
 import asyncpg
+import uvicorn
+from litestar import Litestar
 
 from events import Event, encode_event, subject_for
 from services.projector.store import TABLES
 from services.runtime.eventlog import EventLog
 from services.runtime.postgres import PG_TRANSIENT
+from services.runtime.servers import free_port
 
 
 async def publish_all(log: EventLog, events: Iterable[Event], chunk: int = 2000) -> int:
@@ -68,3 +72,25 @@ async def dump(dsn: str) -> dict[str, list[tuple[object, ...]]]:
         return tables
     finally:
         await conn.close()
+
+
+@contextlib.asynccontextmanager
+async def serve(app: Litestar) -> AsyncIterator[str]:
+    """The app served by uvicorn on a free loopback port, as `python -m services.api` serves
+    it (a real server: the live stream needs one that streams); yields its base URL."""
+    port = free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+    )
+    task = asyncio.create_task(server.serve())
+    try:
+        while not server.started:
+            if task.done():
+                task.result()
+                raise RuntimeError("the API server stopped while starting")
+            await asyncio.sleep(0.02)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        server.force_exit = True  # open live streams would otherwise hold it
+        await task

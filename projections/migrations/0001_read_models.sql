@@ -50,6 +50,7 @@ CREATE TABLE jobs (
     running_s double precision NOT NULL,
     gpu_s double precision NOT NULL,
     accounted_at double precision NOT NULL,
+    first_started_at double precision,
     preemptions integer NOT NULL,
     nominated boolean NOT NULL,
     stop_reason text NOT NULL,

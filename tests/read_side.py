@@ -92,5 +92,7 @@ async def serve(app: Litestar) -> AsyncIterator[str]:
         yield f"http://127.0.0.1:{port}"
     finally:
         server.should_exit = True
-        server.force_exit = True  # open live streams would otherwise hold it
-        await task
+        done, _ = await asyncio.wait({task}, timeout=5.0)
+        if not done:
+            server.force_exit = True  # a live stream still open would hold it
+            await task

@@ -5,6 +5,7 @@ the live stream and the metrics."""
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +29,7 @@ class Api:
     admin: dict[str, str]
     last_seq: int
     token_file: Path
+    base_url: str
 
 
 @pytest.fixture
@@ -42,7 +44,7 @@ async def api(
     app = create_app(Settings(nats_server.url, postgres_server.uri, token_file))
     async with serve(app) as base_url, httpx.AsyncClient(base_url=base_url) as client:
         admin = {"Authorization": f"Bearer {token_file.read_text().strip()}"}
-        yield Api(client, admin, last, token_file)
+        yield Api(client, admin, last, token_file, base_url)
     await log.nc.close()
 
 
@@ -150,3 +152,38 @@ async def test_live_stream_resumes_after_last_event_id(api: Api) -> None:
         ("id", str(api.last_seq - 1)), ("event", "JobScheduled"),
         ("id", str(api.last_seq)), ("event", "JobStarted"),
     ])  # fmt: skip
+
+
+@pytest.mark.slow
+async def test_schemathesis_finds_no_server_error(
+    api: Api, nats_server: NatsServer, tmp_path: Path
+) -> None:
+    """Generated requests for every documented operation (the live stream aside: it never
+    ends) against the API with admission and the ledger running: no 500, every status and
+    body as documented."""
+    services = [
+        await asyncio.create_subprocess_exec(
+            sys.executable, "-m", f"services.{name}", "--nats", nats_server.url,
+            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+        )
+        for name in ("admission", "ledger")
+    ]  # fmt: skip
+    try:
+        run = await asyncio.create_subprocess_exec(
+            str(Path(sys.executable).parent / "schemathesis"), "run",
+            f"{api.base_url}/docs/openapi.json",
+            "--header", f"Authorization: {api.admin['Authorization']}",
+            "--checks", "not_a_server_error,status_code_conformance,"
+            "content_type_conformance,response_schema_conformance",
+            "--exclude-path", "/v1/events",
+            "--max-examples", "25", "--seed", "7", "--request-timeout", "30",
+            "--suppress-health-check", "all",
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        )  # fmt: skip
+        out, _ = await run.communicate()
+    finally:
+        for process in services:
+            process.terminate()
+            await process.wait()
+    report = out.decode(errors="replace")
+    assert run.returncode == 0, report[-6000:]

@@ -472,7 +472,12 @@ async def list_preemptions(
     return items
 
 
-@post("/v1/tokens", status_code=201, responses=ADMIN_ERRORS, tags=["access"])
+@post(
+    "/v1/tokens",
+    status_code=201,
+    responses={**ADMIN_ERRORS, 409: ResponseSpec(Error, description="the name is taken")},
+    tags=["access"],
+)
 async def create_token(ctx: Ctx, caller: Who, data: JSONBody[TokenRequest]) -> TokenCreated:
     """A new API token for some projects (admin). The token is shown only here."""
     _admin(caller, "create tokens")

@@ -176,8 +176,10 @@ class Projection:
 
     def _job_nodes(self, job_id: str) -> tuple[str, ...]:
         job = self.state.jobs.get(job_id)
-        if job is None:
+        if job is None or not (job.held or job.nomination):
             return ()
+        if len(job.held) == 1 and not job.nomination:  # the common case, said quickly
+            return (job.held[0].node,)
         return tuple(dict.fromkeys(r.node for r in (*job.held, *job.nomination)))
 
     def _work_lost(self, event: JobPreempted) -> float | None:

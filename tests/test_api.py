@@ -114,6 +114,11 @@ async def test_jobs_timeline_projects_and_metrics(api: Api) -> None:
     assert kinds[kinds.index("JobPreemptionRequested") :] == [
         "JobPreemptionRequested", "JobPreempted", "JobScheduled", "JobStarted",
     ]  # fmt: skip
+    preempted_at = timeline[kinds.index("JobPreempted")]["seq"]
+    then = (await c.get(f"/v1/jobs/large-training-job/as-of/{preempted_at}", headers=h)).json()
+    assert (then["state"], then["attempt"], then["gpus_held"]) == ("pending", 1, 0)
+    early = await c.get("/v1/jobs/large-training-job/as-of/2", headers=h)
+    assert early.status_code == 404
     only = await c.get("/v1/timeline", params={"type": ["JobPreempted"]}, headers=h)
     assert {e["job_id"] for e in only.json()["items"]} == {"large-training-job",
                                                            "jupyter-workspace"}  # fmt: skip

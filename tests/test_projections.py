@@ -135,3 +135,21 @@ def test_clocks_queued_running_gpu_seconds_and_refused_decisions() -> None:
     assert refused.type == "JobScheduled" and refused.job_id == "k" and not refused.applied
     assert tables["jobs"]["k"].state == "pending"
     assert tables["nodes"]["n1"].free == 2
+
+
+def test_a_job_as_of_any_position_equals_the_projection_then() -> None:
+    from projections.as_of import job_as_of  # noqa: PLC0415
+
+    events = exercise_log()
+    for cut in range(6, len(events) + 1):
+        projection = Projection()
+        for seq, event in enumerate(events[:cut], start=1):
+            projection.apply(seq, event)
+        timeline = projection.take().timeline
+        mine = [
+            (row.seq, events[row.seq - 1])
+            for row in timeline
+            if row.job_id == "large-training-job" and row.applied
+        ]
+        again = job_as_of("large-training-job", mine)
+        assert again == projection.job_row("large-training-job"), cut

@@ -56,6 +56,7 @@ from services.api.types import (
     Accepted,
     Error,
     Health,
+    Job,
     JobDetail,
     JobPage,
     Node,
@@ -355,6 +356,21 @@ async def job_detail(ctx: Ctx, caller: Who, job_id: PathName) -> JobDetail:
     return found
 
 
+@get("/v1/jobs/{job_id:str}/as-of/{seq:int}", responses=FOUND_ERRORS, tags=["timeline"])
+async def job_as_of(
+    ctx: Ctx,
+    caller: Who,
+    job_id: PathName,
+    seq: Annotated[int, PathParameter(ge=1, le=1 << 62)],
+) -> Job:
+    """The job as it stood once the event at log position `seq` was applied."""
+    async with ctx.db.acquire() as conn:
+        found = await queries.job_as_of(conn, job_id, seq)
+    if found is None:
+        raise _fail(404, f"job {job_id!r} did not exist at position {seq}", "job_id")
+    return found
+
+
 async def _timeline(ctx: Context, **filters: Any) -> TimelinePage:
     async with ctx.db.acquire() as conn:
         items, next_after = await queries.timeline(conn, **filters)
@@ -587,6 +603,7 @@ def create_app(settings: Settings) -> Litestar:
             set_pool,
             list_jobs,
             job_detail,
+            job_as_of,
             job_timeline,
             project_timeline,
             node_timeline,

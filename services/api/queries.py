@@ -8,6 +8,8 @@ from typing import Any, Final
 import asyncpg
 import msgspec
 
+from events import decode_event
+from projections import as_of
 from services.api.types import (
     Job,
     JobDetail,
@@ -30,7 +32,7 @@ _JOB_COLUMNS: Final = (
 )
 
 
-def job_from(row: asyncpg.Record, now: float) -> Job:
+def job_from(row: asyncpg.Record | dict[str, Any], now: float) -> Job:
     """A job row with its clocks brought up to `now` (they are stored as of its last event)."""
     since = max(0.0, now - row["accounted_at"])
     state = row["state"]
@@ -301,3 +303,17 @@ async def preemptions(
 async def projected_seq(conn: asyncpg.Connection) -> int:
     seq = await conn.fetchval("SELECT max(seq) FROM projector_position")
     return int(seq or 0)
+
+
+async def job_as_of(conn: asyncpg.Connection, job_id: str, seq: int) -> Job | None:
+    """The job as it stood once the event at `seq` was applied (see projections/as_of.py)."""
+    rows = await conn.fetch(
+        "SELECT seq, data::text AS data FROM timeline"
+        " WHERE job_id = $1 AND applied AND seq <= $2 ORDER BY seq",
+        job_id,
+        seq,
+    )
+    row = as_of.job_as_of(job_id, [(r["seq"], decode_event(r["data"].encode())) for r in rows])
+    if row is None:
+        return None
+    return job_from(msgspec.structs.asdict(row), row.accounted_at)

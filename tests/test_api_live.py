@@ -37,7 +37,7 @@ async def until(
     while True:
         try:
             seen = await read()
-        except (httpx.TransportError, KeyError, IndexError, ValueError):
+        except (httpx.HTTPError, KeyError, IndexError, ValueError):  # not projected yet
             seen = None
         if seen is not None and holds(seen):
             return seen
@@ -93,7 +93,9 @@ async def test_runai_exercise_through_the_api(cluster: ClusterFile) -> None:
         waiting = await until(
             job("large-training-job"), lambda j: j["state"] == "pending", "training waits"
         )
-        assert waiting["preemptions"] == 1 and waiting["pending_reason"] is not None
+        assert waiting["preemptions"] == 1
+        assert waiting["pending_reason"]["code"] == "fair_share_reached"
+        assert "jupyter-workspace" in waiting["pending_reason"]["message"]
         assert await until(usage("project-b"), lambda u: u[0] == 4, "4/4") == (4, 4, 4)
         assert await until(usage("project-a"), lambda u: u[0] == 0, "a gave back") == (0, 4, 4)
 

@@ -267,13 +267,27 @@ async def submit_job(ctx: Ctx, caller: Who, data: JSONBody[SubmitRequest]) -> Ac
     return await _command(ctx, command)
 
 
-async def _job_command(ctx: Ctx, caller: Who, job_id: str, command: AnyCommand) -> Accepted:
+async def _job_command(ctx: Context, caller: Caller, job_id: str, command: AnyCommand) -> Accepted:
     async with ctx.db.acquire() as conn:
         project = await queries.job_project(conn, job_id)
+        if project is None and await _caught_up(ctx, conn):  # submitted a moment ago?
+            project = await queries.job_project(conn, job_id)
     if project is None:
         raise _fail(404, f"unknown job id {job_id!r}", "job_id")
     _may_act(caller, project)
     return await _command(ctx, command)
+
+
+async def _caught_up(ctx: Context, conn: asyncpg.Connection, within: float = 3.0) -> bool:
+    """Wait (a little) until the read models hold everything the log holds now, so a job
+    submitted a moment ago can be acted on; False if they are not there in time."""
+    target = await EventLog(ctx.nc).last_seq()
+    deadline = asyncio.get_running_loop().time() + within
+    while await queries.projected_seq(conn) < target:
+        if asyncio.get_running_loop().time() > deadline:
+            return False
+        await asyncio.sleep(0.02)
+    return True
 
 
 @delete("/v1/jobs/{job_id:str}", status_code=200, responses=ACT_ERRORS, tags=["jobs"])

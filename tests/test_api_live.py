@@ -5,6 +5,7 @@ projector and the API)."""
 from __future__ import annotations
 
 import asyncio
+import sys
 import tempfile
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -118,3 +119,14 @@ async def test_runai_exercise_through_the_api(cluster: ClusterFile) -> None:
         assert rest[:3] == ["JobPreempted", "JobScheduled", "JobStarted"]
         (preemption,) = await get("/v1/preemptions?victim=large-training-job")
         assert preemption["beneficiary"] == "jupyter-workspace"
+
+        # the read models made again from the whole log, beside the running projector
+        rebuild = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "fairlane.cli", "projections", "rebuild",
+            "--data-dir", cluster.data_dir,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        )  # fmt: skip
+        out, _ = await rebuild.communicate()
+        assert rebuild.returncode == 0 and b"rebuilt the read models" in out, out
+        again = (await get("/v1/jobs/large-training-job/timeline"))["items"]
+        assert again[: len(timeline)] == timeline

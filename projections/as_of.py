@@ -1,9 +1,11 @@
-"""A job as it stood at a log position, made again from its own timeline.
+"""A job or a project as it stood at a log position, made again from its own timeline.
 
 The timeline keeps, for every event, whether the fold applied it. A job's applied events alone,
 folded in order on nodes just large enough for the GPUs they name, give the job's state,
 attempt, GPUs and clocks at any position: the fold's refusals, which depended on other jobs,
-are already settled by the `applied` flag.
+are already settled by the `applied` flag. A project's applied events (its configurations,
+its quota crossings and its jobs' events) give its terms and usage per pool the same way; its
+fair share needs every other project's demand too, so it is not given.
 """
 
 from __future__ import annotations
@@ -12,12 +14,26 @@ from collections.abc import Iterable
 
 from events import Event, JobNominated, JobScheduled, NodeRegistered
 from projections.projection import Projection
-from projections.rows import JobRow
+from projections.rows import JobRow, ProjectPoolRow
 
 
 def job_as_of(job_id: str, applied: Iterable[tuple[int, Event]]) -> JobRow | None:
     """`applied`: the job's applied events up to the position, with their sequences."""
-    events = list(applied)
+    projection = _replayed(list(applied))
+    if job_id not in projection.state.jobs:
+        return None
+    return projection.job_row(job_id)
+
+
+def project_as_of(project: str, applied: Iterable[tuple[int, Event]]) -> list[ProjectPoolRow]:
+    """`applied`: the project's applied events up to the position (its own and its jobs'), with
+    their sequences. One row per pool it had terms or usage in; `fair_share` is left at 0."""
+    projection = _replayed(list(applied))
+    return [projection.project_pool_row((project, pool)) for pool in projection.pools_of(project)]
+
+
+def _replayed(events: list[tuple[int, Event]]) -> Projection:
+    """The events folded on nodes just large enough for the GPUs they name."""
     sizes: dict[str, tuple[str, int]] = {}
     for _, event in events:
         if isinstance(event, JobScheduled | JobNominated):
@@ -33,6 +49,4 @@ def job_as_of(job_id: str, applied: Iterable[tuple[int, Event]]) -> JobRow | Non
         )  # fmt: skip
     for seq, event in events:
         projection.apply(seq, event)
-    if job_id not in projection.state.jobs:
-        return None
-    return projection.job_row(job_id)
+    return projection  # never taken: no fair share is computed from one project's events

@@ -415,6 +415,10 @@ class Projection:
         busy = set(self.state.owners.get(name, {})) | set(self.state.reserved.get(name, {}))
         return msgspec.structs.replace(row, free=max(0, node.gpus - len(busy)))
 
+    def pools_of(self, project: str) -> list[str]:
+        """The pools a project has had terms or usage in, by name."""
+        return sorted(pool for (name, pool) in self._project_pools if name == project)
+
     def project_pool_row(self, key: ProjectPool) -> ProjectPoolRow:
         project, pool = key
         known = self.state.projects.get(project)

@@ -124,6 +124,14 @@ async def test_jobs_timeline_projects_and_metrics(api: Api) -> None:
                                                            "jupyter-workspace"}  # fmt: skip
     node = (await c.get("/v1/nodes/node-1/timeline", params={"limit": 3}, headers=h)).json()
     assert node["items"][0]["type"] == "NodeRegistered" and node["next"] is not None
+    then = await c.get(f"/v1/projects/project-a/as-of/{preempted_at}", headers=h)
+    assert [(p["pool"], p["usage"], p["quota"]) for p in then.json()] == [
+        ("single-node-pool", 0, 4)
+    ]
+    # replicas asked to stop no longer count (as the ledger counts): 8 until the request
+    asked_at = request["seq"]
+    before = (await c.get(f"/v1/projects/project-a/as-of/{asked_at - 1}", headers=h)).json()
+    assert before[0]["usage"] == 8 and before[0]["over_quota"] is False  # no ledger here
     project = (await c.get("/v1/projects/project-a", headers=h)).json()
     (terms,) = project["pools"]
     assert (terms["usage"], terms["quota"], terms["fair_share"]) == (8, 4, 8)

@@ -64,6 +64,7 @@ from services.api.types import (
     Preemption,
     Project,
     ProjectRequest,
+    ProjectThen,
     SubmitRequest,
     TimelinePage,
     TokenCreated,
@@ -472,6 +473,28 @@ async def get_project(ctx: Ctx, caller: Who, name: PathName) -> Project:
     return found[0]
 
 
+@get(
+    "/v1/projects/{name:str}/as-of/{seq:int}",
+    responses={**FOUND_ERRORS, 422: ResponseSpec(Error, description="too long a history")},
+    tags=["timeline"],
+)
+async def project_as_of(
+    ctx: Ctx,
+    caller: Who,
+    name: PathName,
+    seq: Annotated[int, PathParameter(ge=1, le=1 << 62)],
+) -> list[ProjectThen]:
+    """A project's terms and usage per pool once the event at log position `seq` was applied."""
+    async with ctx.db.acquire() as conn:
+        try:
+            found = await queries.project_as_of(conn, name, seq)
+        except queries.TooLong as e:
+            raise _fail(422, str(e), "seq") from None
+    if not found:
+        raise _fail(404, f"project {name!r} had no terms or usage by position {seq}", "name")
+    return found
+
+
 @get("/v1/pools", responses=ERRORS, tags=["pools"])
 async def list_pools(ctx: Ctx, caller: Who) -> list[PoolView]:
     """Pools with their GPUs, free and allocated, and their queue."""
@@ -546,7 +569,6 @@ async def event_stream(
         after = int(last_event_id)
     if ctx.streams.locked():
         raise ServiceUnavailableException(detail="too many live streams open; try again later")
-    await ctx.streams.acquire()
     log_ = EventLog(ctx.nc)
     start = (after + 1) if after is not None else (await log_.last_seq()) + 1
     subject = f"fl.job.{job}.*" if job is not None else None
@@ -557,19 +579,19 @@ async def _stream(
     ctx: Context, log_: EventLog, start: int, subject: str | None
 ) -> AsyncGenerator[ServerSentEventMessage, None]:
     source = log_.follow(start, batch=500, subject=subject)
-    try:
-        async for stored in source:
-            yield ServerSentEventMessage(
-                data=encode_event(stored.event).decode(),
-                event=type(stored.event).__name__,
-                id=stored.seq,
-            )
-    finally:
-        close = getattr(source, "aclose", None)
-        if close is not None:
-            with contextlib.suppress(Exception):
-                await close()
-        ctx.streams.release()
+    async with ctx.streams:  # held only while the stream is being sent
+        try:
+            async for stored in source:
+                yield ServerSentEventMessage(
+                    data=encode_event(stored.event).decode(),
+                    event=type(stored.event).__name__,
+                    id=stored.seq,
+                )
+        finally:
+            close = getattr(source, "aclose", None)
+            if close is not None:
+                with contextlib.suppress(Exception):
+                    await close()
 
 
 @get("/v1/health", tags=["health"])
@@ -624,6 +646,7 @@ def create_app(settings: Settings) -> Litestar:
             whole_timeline,
             list_projects,
             get_project,
+            project_as_of,
             list_pools,
             list_nodes,
             list_preemptions,

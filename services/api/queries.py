@@ -19,6 +19,7 @@ from services.api.types import (
     Preemption,
     Project,
     ProjectPool,
+    ProjectThen,
     TimelineEntry,
 )
 from services.api.why import Standing, pending_reason
@@ -317,3 +318,36 @@ async def job_as_of(conn: asyncpg.Connection, job_id: str, seq: int) -> Job | No
     if row is None:
         return None
     return job_from(msgspec.structs.asdict(row), row.accounted_at)
+
+
+#: The most events a project's state as of a position is made again from.
+PROJECT_HISTORY_MAX: Final = 200_000
+
+
+class TooLong(Exception):
+    pass
+
+
+async def project_as_of(conn: asyncpg.Connection, project: str, seq: int) -> list[ProjectThen]:
+    rows = await conn.fetch(
+        "SELECT seq, data::text AS data FROM timeline"
+        " WHERE project = $1 AND applied AND seq <= $2 ORDER BY seq LIMIT $3",
+        project,
+        seq,
+        PROJECT_HISTORY_MAX + 1,
+    )
+    if len(rows) > PROJECT_HISTORY_MAX:
+        raise TooLong(f"project {project!r} has more than {PROJECT_HISTORY_MAX} events by then")
+    events = [(r["seq"], decode_event(r["data"].encode())) for r in rows]
+    return [
+        ProjectThen(
+            pool=row.pool,
+            quota=row.quota,
+            over_quota_weight=row.over_quota_weight,
+            limit=row.limit,
+            priority=row.priority,
+            usage=row.usage,
+            over_quota=row.over_quota,
+        )
+        for row in as_of.project_as_of(project, events)
+    ]

@@ -157,6 +157,19 @@ class ProjectPool(msgspec.Struct):
     over_quota: bool
 
 
+class ProjectThen(msgspec.Struct):
+    """A project's terms and usage in one pool as they stood at a log position (without its
+    fair share, which depends on every other project too)."""
+
+    pool: str
+    quota: int
+    over_quota_weight: int
+    limit: int | None
+    priority: int
+    usage: int
+    over_quota: bool
+
+
 class OverQuotaPeriod(msgspec.Struct):
     pool: str
     started_at: float

@@ -189,7 +189,7 @@ async def test_schemathesis_finds_no_server_error(
             "--checks", "not_a_server_error,status_code_conformance,"
             "content_type_conformance,response_schema_conformance",
             "--exclude-path", "/v1/events",
-            "--max-examples", "25", "--seed", "7", "--request-timeout", "30",
+            "--max-examples", "15", "--seed", "7", "--request-timeout", "30",
             "--suppress-health-check", "all",
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
         )  # fmt: skip

@@ -93,13 +93,15 @@ class Projector:
                 batch = await _next_items(queue, reader, self.batch_max)
                 if not batch:
                     break  # the log as it was (a rebuild) is all read
-                for stored in batch:
+                stored_already = [s for s in batch if s.seq <= written]
+                for stored in stored_already:  # folded again, not written again
                     projection.apply(stored.seq, stored.event)
-                    if stored.seq == written:  # folded again up to what is stored
-                        projection.take()
-                if projection.last_seq <= written:
+                if stored_already:
                     projection.take()
+                if len(stored_already) == len(batch):
                     continue
+                for stored in batch[len(stored_already) :]:
+                    projection.apply(stored.seq, stored.event)
                 rows = projection.take()
                 async with pool.acquire() as conn:
                     await store.write(conn, self.name, self.position, rows)

@@ -75,12 +75,15 @@ from services.api.types import (
     Pool as PoolView,
 )
 from services.runtime.client import send
-from services.runtime.eventlog import EventLog, connect
+from services.runtime.eventlog import EventLog, Stored, connect
 from services.runtime.postgres import PG_TRANSIENT, connect_pool, migrate
+from services.runtime.tasks import cancel_and_wait
 
 log = structlog.get_logger("fairlane.api")
 NAME_PATTERN: Final = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$"
 PAGE_MAX: Final = 500
+#: A live stream quiet this long gets a comment line.
+KEEP_ALIVE_S: Final = 15.0
 JobState = Literal[
     "submitted", "pending", "starting", "running", "stopping", "paused",
     "completed", "failed", "cancelled", "rejected",
@@ -578,20 +581,40 @@ async def event_stream(
 async def _stream(
     ctx: Context, log_: EventLog, start: int, subject: str | None
 ) -> AsyncGenerator[ServerSentEventMessage, None]:
-    source = log_.follow(start, batch=500, subject=subject)
+    """The log from `start`, with a comment whenever it has been quiet for KEEP_ALIVE_S: it
+    keeps proxies from closing the stream, and a client that has gone is noticed (the write
+    fails) and its consumer closed, quiet log or not."""
+    queue: asyncio.Queue[Stored] = asyncio.Queue(1000)
+    reader = asyncio.create_task(_read_into(log_.follow(start, batch=500, subject=subject), queue))
     async with ctx.streams:  # held only while the stream is being sent
         try:
-            async for stored in source:
+            while True:
+                try:
+                    async with asyncio.timeout(KEEP_ALIVE_S):
+                        stored = await queue.get()
+                except TimeoutError:
+                    if reader.done():
+                        reader.result()  # its failure ends the stream
+                    yield ServerSentEventMessage(comment="keep-alive")
+                    continue
                 yield ServerSentEventMessage(
                     data=encode_event(stored.event).decode(),
                     event=type(stored.event).__name__,
                     id=stored.seq,
                 )
         finally:
-            close = getattr(source, "aclose", None)
-            if close is not None:
-                with contextlib.suppress(Exception):
-                    await close()
+            await cancel_and_wait(reader)
+
+
+async def _read_into(source: AsyncIterator[Stored], queue: asyncio.Queue[Stored]) -> None:
+    try:
+        async for stored in source:
+            await queue.put(stored)
+    finally:  # close the reader now (its consumer with it), not when it is collected
+        close = getattr(source, "aclose", None)
+        if close is not None:
+            with contextlib.suppress(Exception):
+                await close()
 
 
 @get("/v1/health", tags=["health"])

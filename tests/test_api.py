@@ -92,6 +92,9 @@ async def test_bad_input_names_the_field(api: Api) -> None:
     gpus = await c.post("/v1/jobs", json={"job_id": "j", "project": "p", "gpus": -1},
                         headers=api.admin)  # fmt: skip
     assert gpus.status_code == 400 and gpus.json()["field"] == "gpus"
+    kind = await c.get("/v1/timeline", params={"type": ["JobStarted", "Jb\x00"]},
+                       headers=api.admin)  # fmt: skip
+    assert kind.status_code == 400 and kind.json()["field"] == "type"
     missing = await c.get("/v1/jobs/ghost", headers=api.admin)
     assert missing.status_code == 404 and missing.json()["field"] == "job_id"
     resume = await c.get("/v1/events", headers={**api.admin, "Last-Event-ID": "x1"})
@@ -204,3 +207,9 @@ async def test_schemathesis_finds_no_server_error(
             await process.wait()
     report = out.decode(errors="replace")
     assert run.returncode == 0, report[-6000:]
+
+
+async def test_read_models_unreachable_is_503(api: Api, postgres_server: Postgres) -> None:
+    await postgres_server.stop()
+    answer = await api.client.get("/v1/jobs", headers=api.admin)
+    assert answer.status_code == 503 and "unavailable" in answer.json()["error"]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import typing
 from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +42,7 @@ from litestar.response.sse import ServerSentEvent, ServerSentEventMessage
 from nats.aio.client import Client
 
 from events import JobSpec, SchedulerSettings, encode_event
+from events.catalogue import AnyEvent
 from events.commands import (
     AnyCommand,
     CancelJob,
@@ -147,7 +149,7 @@ def on_http_error(_: Request[Any, Any, Any], exc: HTTPException) -> Response[Err
 
 
 def on_other_error(request: Request[Any, Any, Any], exc: Exception) -> Response[Error]:
-    if isinstance(exc, PG_TRANSIENT | asyncpg.exceptions.CannotConnectNowError):
+    if isinstance(exc, PG_TRANSIENT):
         return _error(503, f"the read models are unavailable just now: {exc}")
     log.exception("request failed", path=request.url.path)
     return _error(500, f"internal error: {type(exc).__name__}")
@@ -389,7 +391,14 @@ async def job_as_of(
     return found
 
 
+#: The event types a timeline may be filtered by.
+EVENT_TYPES: Final = frozenset(t.__name__ for t in typing.get_args(AnyEvent))
+
+
 async def _timeline(ctx: Context, **filters: Any) -> TimelinePage:
+    for name in filters.get("types") or ():
+        if name not in EVENT_TYPES:
+            raise _fail(400, f"unknown event type {name!r}", "type")
     async with ctx.db.acquire() as conn:
         items, next_after = await queries.timeline(conn, **filters)
     return TimelinePage(items=items, next=next_after)

@@ -66,7 +66,7 @@ class Projector:
                 await migrate(conn)
                 await store.reset(conn, self.name)
         finally:
-            await pool.close()
+            await _close(pool)
         await self._project(until=await self.log.last_seq())
         return self.position
 
@@ -111,7 +111,17 @@ class Projector:
         finally:
             if reader is not None:
                 await cancel_and_wait(reader)
+            await _close(pool)
+
+
+async def _close(pool: asyncpg.Pool) -> None:
+    """Close gracefully if the server answers; a pool whose server went away can wait on its
+    connections for ever (seen when PostgreSQL stopped mid-write), so then just drop them."""
+    try:
+        async with asyncio.timeout(5.0):
             await pool.close()
+    except (TimeoutError, asyncpg.PostgresError, *PG_TRANSIENT):
+        pool.terminate()
 
 
 async def _pump(source: AsyncIterator[Stored], queue: asyncio.Queue[Stored]) -> None:

@@ -31,6 +31,10 @@ TABLES: Final[dict[str, tuple[type[msgspec.Struct], tuple[str, ...]]]] = {
 }
 
 
+#: Longest a write may take before the projector gives up on the connection and starts over.
+WRITE_TIMEOUT_S: Final = 60.0
+
+
 class PositionMoved(Exception):
     """The read models are not where this projector left them: someone else wrote (a rebuild,
     or a second projector). The writer starts again from what is stored."""
@@ -69,6 +73,7 @@ async def write(conn: asyncpg.Connection, name: str, expected: int, batch: Batch
                 "timeline",
                 records=[msgspec.structs.astuple(r) for r in batch.timeline],
                 columns=list(TimelineRow.__struct_fields__),
+                timeout=WRITE_TIMEOUT_S,
             )
         await _upsert(conn, "jobs", batch.jobs)
         await _upsert(conn, "nodes", batch.nodes)
@@ -85,7 +90,9 @@ async def write(conn: asyncpg.Connection, name: str, expected: int, batch: Batch
 
 async def _upsert(conn: asyncpg.Connection, table: str, rows: Sequence[msgspec.Struct]) -> None:
     if rows:
-        await conn.executemany(_UPSERTS[table], [msgspec.structs.astuple(r) for r in rows])
+        await conn.executemany(
+            _UPSERTS[table], [msgspec.structs.astuple(r) for r in rows], timeout=WRITE_TIMEOUT_S
+        )
 
 
 async def reset(conn: asyncpg.Connection, name: str) -> None:

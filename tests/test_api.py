@@ -199,6 +199,7 @@ async def test_schemathesis_finds_no_server_error(
             "--max-examples", "15", "--seed", "7", "--request-timeout", "30",
             "--suppress-health-check", "all",
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+            cwd=tmp_path,  # its cache of crashes stays out of the repository
         )  # fmt: skip
         out, _ = await run.communicate()
     finally:

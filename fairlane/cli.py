@@ -9,6 +9,7 @@ from rich.console import Console
 
 from fairlane.cluster_cli import register
 from fairlane.demo import run_demo
+from fairlane.projections_cli import projections_app
 from fairlane.scenario.command import scenario_app
 from fairlane.simulator.command import simulate
 from services.runtime.main import configure_logging
@@ -19,6 +20,7 @@ app = cyclopts.App(
 )
 app.command(scenario_app, name="scenario")
 app.command(simulate, name="simulate")
+app.command(projections_app, name="projections")
 register(app)
 
 

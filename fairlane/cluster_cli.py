@@ -99,6 +99,9 @@ def up_command(
     table.add_row("NATS (JetStream)", info.nats_url)
     table.add_row("PostgreSQL", info.postgres_uri)
     table.add_row("node executor", f"node {info.node}, pool default")
+    if info.api_url:
+        table.add_row("HTTP API", f"{info.api_url} (docs: {info.api_url}/docs)")
+        table.add_row("admin token", f"in {info.admin_token_file} (mode 0600)")
     for name, pid in info.pids.items():
         table.add_row(name, f"pid {pid}, log {info.data_dir}/logs/{name}.log")
     console.print(table)

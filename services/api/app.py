@@ -1,0 +1,707 @@
+"""The HTTP API (Litestar).
+
+Commands (submit, delete, pause, resume; projects and pools) go to admission and the quota
+ledger by NATS request/reply, as the CLI sends them; the answer is the event they led to.
+Queries read the projector's tables. The live stream follows the log itself, so it is never
+behind the events it shows and resumes from any sequence (`Last-Event-ID`).
+
+Every route but /v1/health, /metrics and the docs needs `Authorization: Bearer <token>`. Any
+token may read; acting on a job needs a token for its project (403 naming the project);
+projects, pools and tokens need an admin token.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import typing
+from collections.abc import AsyncGenerator, AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Final, Literal
+
+import asyncpg
+import msgspec
+import nats.errors
+import structlog
+from litestar import Litestar, Request, Response, delete, get, post, put
+from litestar.datastructures import State
+from litestar.di import NamedDependency, Provide
+from litestar.exceptions import (
+    HTTPException,
+    NotAuthorizedException,
+    PermissionDeniedException,
+    ServiceUnavailableException,
+    ValidationException,
+)
+from litestar.openapi.config import OpenAPIConfig
+from litestar.openapi.datastructures import ResponseSpec
+from litestar.openapi.spec import Components, SecurityScheme
+from litestar.params import HeaderParameter, JSONBody, PathParameter, QueryParameter
+from litestar.response.sse import ServerSentEvent, ServerSentEventMessage
+from nats.aio.client import Client
+
+from events import JobSpec, SchedulerSettings, encode_event
+from events.catalogue import AnyEvent
+from events.commands import (
+    AnyCommand,
+    CancelJob,
+    PauseJob,
+    ResumeJob,
+    SetPool,
+    SetProject,
+    SubmitJob,
+)
+from services.api import metrics, queries, tokens
+from services.api.tokens import Caller
+from services.api.types import (
+    Accepted,
+    Error,
+    Health,
+    Job,
+    JobDetail,
+    JobPage,
+    Node,
+    PoolRequest,
+    Preemption,
+    Project,
+    ProjectRequest,
+    ProjectThen,
+    SubmitRequest,
+    TimelinePage,
+    TokenCreated,
+    TokenInfo,
+    TokenRequest,
+)
+from services.api.types import (
+    Pool as PoolView,
+)
+from services.runtime.client import send
+from services.runtime.eventlog import EventLog, Stored, connect
+from services.runtime.postgres import PG_TRANSIENT, connect_pool, migrate
+from services.runtime.tasks import cancel_and_wait
+
+log = structlog.get_logger("fairlane.api")
+NAME_PATTERN: Final = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$"
+PAGE_MAX: Final = 500
+#: A live stream quiet this long gets a comment line.
+KEEP_ALIVE_S: Final = 15.0
+JobState = Literal[
+    "submitted", "pending", "starting", "running", "stopping", "paused",
+    "completed", "failed", "cancelled", "rejected",
+]  # fmt: skip
+
+PathName = Annotated[str, PathParameter(pattern=NAME_PATTERN, max_length=128)]
+QueryName = Annotated[str | None, QueryParameter(pattern=NAME_PATTERN, max_length=128)]
+After = Annotated[
+    int | None, QueryParameter(ge=0, le=1 << 62, description="the `next` of the page before")
+]
+Limit = Annotated[int, QueryParameter(ge=1, le=PAGE_MAX)]
+Types = Annotated[
+    list[str] | None,
+    QueryParameter(name="type", max_items=30, description="event types (repeat for several)"),
+]
+Since = Annotated[float | None, QueryParameter(ge=0, le=1e12, description="from this time")]
+Until = Annotated[float | None, QueryParameter(ge=0, le=1e12, description="before this time")]
+
+
+@dataclass(frozen=True)
+class Settings:
+    nats_url: str
+    postgres_dsn: str
+    admin_token_file: Path | None = None
+    #: Live streams served at once (each holds a consumer on the log).
+    max_streams: int = 64
+
+
+@dataclass
+class Context:
+    db: asyncpg.Pool
+    nc: Client
+    streams: asyncio.Semaphore
+
+
+Ctx = NamedDependency[Context]
+Who = NamedDependency[Caller]
+
+
+# -- errors -----------------------------------------------------------------------------------
+
+
+def _error(status: int, message: str, field: str | None = None) -> Response[Error]:
+    return Response(Error(error=message, status=status, field=field), status_code=status)
+
+
+#: Parameters whose Python name is not the one on the wire.
+_ALIASES: Final = {"job_state": "state", "types": "type", "last_event_id": "Last-Event-ID"}
+
+
+def on_http_error(_: Request[Any, Any, Any], exc: HTTPException) -> Response[Error]:
+    field, message = None, exc.detail
+    if isinstance(exc, ValidationException) and isinstance(exc.extra, list) and exc.extra:
+        first = exc.extra[0]
+        if isinstance(first, dict):
+            field = _ALIASES.get(first.get("key", ""), first.get("key"))
+            message = f"{first.get('message', exc.detail)} (in {first.get('source', 'request')})"
+    elif isinstance(exc.extra, dict):
+        field = exc.extra.get("field")
+    return _error(exc.status_code, message, field)
+
+
+def on_other_error(request: Request[Any, Any, Any], exc: Exception) -> Response[Error]:
+    if isinstance(exc, PG_TRANSIENT):
+        return _error(503, f"the read models are unavailable just now: {exc}")
+    log.exception("request failed", path=request.url.path)
+    return _error(500, f"internal error: {type(exc).__name__}")
+
+
+def _fail(status: int, message: str, field: str | None = None) -> HTTPException:
+    return HTTPException(status_code=status, detail=message, extra={"field": field})
+
+
+ERRORS: Final = {
+    400: ResponseSpec(Error, description="a value is malformed (`field` names it)"),
+    401: ResponseSpec(Error, description="no token, or an unknown one"),
+    503: ResponseSpec(Error, description="the cluster or the read models are unavailable"),
+}
+ACT_ERRORS: Final = {
+    **ERRORS,
+    403: ResponseSpec(Error, description="the token may not act on this project"),
+    404: ResponseSpec(Error, description="no such job"),
+    422: ResponseSpec(Error, description="refused by admission or the ledger (says why)"),
+}
+ADMIN_ERRORS: Final = {
+    **ERRORS,
+    403: ResponseSpec(Error, description="an admin token is needed"),
+    422: ResponseSpec(Error, description="refused by the ledger (says why)"),
+}
+FOUND_ERRORS: Final = {**ERRORS, 404: ResponseSpec(Error, description="not found")}
+
+
+# -- dependencies -----------------------------------------------------------------------------
+
+
+def get_context(state: State) -> Context:
+    context: Context = state.ctx
+    return context
+
+
+async def get_caller(request: Request[Any, Any, Any], ctx: Ctx) -> Caller:
+    header = request.headers.get("authorization", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise NotAuthorizedException(
+            detail="an API token is needed: Authorization: Bearer <token>",
+            extra={"field": "Authorization"},
+        )
+    async with ctx.db.acquire() as conn:
+        caller = await tokens.lookup(conn, token.strip())
+    if caller is None:
+        raise NotAuthorizedException(detail="unknown API token", extra={"field": "Authorization"})
+    return caller
+
+
+def _may_act(caller: Caller, project: str) -> None:
+    if not caller.may_act_on(project):
+        raise PermissionDeniedException(
+            detail=f"token {caller.name!r} may not act on project {project!r}",
+            extra={"field": "project"},
+        )
+
+
+def _admin(caller: Caller, what: str) -> None:
+    if not caller.admin:
+        raise PermissionDeniedException(
+            detail=f"an admin token is needed to {what}", extra={"field": "Authorization"}
+        )
+
+
+# -- commands ---------------------------------------------------------------------------------
+
+#: Words in a refusal and the request field they are about, most specific first.
+_REFUSAL_FIELDS: Final = (
+    ("unknown project", "project"),
+    ("project", "project"),
+    ("unknown pool", "pool"),
+    ("pool", "pool"),
+    ("class", "class"),
+    ("node", "node"),
+    ("replica", "replicas"),
+    ("limit", "limit"),
+    ("quota", "quota"),
+    ("job id", "job_id"),
+)
+
+
+async def _command(ctx: Context, command: AnyCommand) -> Accepted:
+    try:
+        reply = await send(ctx.nc, command, wait_s=10.0)
+    except (nats.errors.NoRespondersError, nats.errors.TimeoutError, TimeoutError) as e:
+        raise ServiceUnavailableException(
+            detail=f"no answer to {type(command).__name__} from the cluster ({e!r})"
+        ) from None
+    if reply.ok and reply.event is not None:
+        event = msgspec.json.decode(encode_event(reply.event), type=dict[str, Any])
+        return Accepted(type=type(reply.event).__name__, event=event)
+    if reply.retryable:
+        raise ServiceUnavailableException(detail=reply.error)
+    lowered = reply.error.lower()
+    field = next((f for words, f in _REFUSAL_FIELDS if words in lowered), None)
+    status = 404 if "unknown job id" in lowered else 422
+    raise _fail(status, reply.error or "refused", field)
+
+
+@post("/v1/jobs", status_code=201, responses=ACT_ERRORS, tags=["jobs"])
+async def submit_job(ctx: Ctx, caller: Who, data: JSONBody[SubmitRequest]) -> Accepted:
+    """Submit a job; answers with the event admission recorded (`JobAdmitted`)."""
+    _may_act(caller, data.project)
+    spec = JobSpec(
+        project=data.project,
+        priority_class=data.job_class,
+        priority=data.priority,
+        gpus=data.gpus,
+        replicas=data.replicas,
+        min_replicas=data.min_replicas,
+        pools=tuple(data.pools),
+        node=data.node,
+        command=tuple(data.command),
+        image=data.image,
+    )
+    command = SubmitJob(
+        actor=caller.name, job_id=data.job_id, spec=spec, idempotency_key=data.idempotency_key
+    )
+    return await _command(ctx, command)
+
+
+async def _job_command(ctx: Context, caller: Caller, job_id: str, command: AnyCommand) -> Accepted:
+    async with ctx.db.acquire() as conn:
+        project = await queries.job_project(conn, job_id)
+        if project is None and await _caught_up(ctx, conn):  # submitted a moment ago?
+            project = await queries.job_project(conn, job_id)
+    if project is None:
+        raise _fail(404, f"unknown job id {job_id!r}", "job_id")
+    _may_act(caller, project)
+    return await _command(ctx, command)
+
+
+async def _caught_up(ctx: Context, conn: asyncpg.Connection, within: float = 3.0) -> bool:
+    """Wait (a little) until the read models hold everything the log holds now, so a job
+    submitted a moment ago can be acted on; False if they are not there in time."""
+    target = await EventLog(ctx.nc).last_seq()
+    deadline = asyncio.get_running_loop().time() + within
+    while await queries.projected_seq(conn) < target:
+        if asyncio.get_running_loop().time() > deadline:
+            return False
+        await asyncio.sleep(0.02)
+    return True
+
+
+@delete("/v1/jobs/{job_id:str}", status_code=200, responses=ACT_ERRORS, tags=["jobs"])
+async def delete_job(ctx: Ctx, caller: Who, job_id: PathName) -> Accepted:
+    """Delete (cancel) a job; a running one is stopped."""
+    return await _job_command(ctx, caller, job_id, CancelJob(actor=caller.name, job_id=job_id))
+
+
+@post("/v1/jobs/{job_id:str}/pause", status_code=200, responses=ACT_ERRORS, tags=["jobs"])
+async def pause_job(ctx: Ctx, caller: Who, job_id: PathName) -> Accepted:
+    """Pause a job: it checkpoints, gives its GPUs back and waits until resumed."""
+    return await _job_command(ctx, caller, job_id, PauseJob(actor=caller.name, job_id=job_id))
+
+
+@post("/v1/jobs/{job_id:str}/resume", status_code=200, responses=ACT_ERRORS, tags=["jobs"])
+async def resume_job(ctx: Ctx, caller: Who, job_id: PathName) -> Accepted:
+    """Resume a paused job: it queues again."""
+    return await _job_command(ctx, caller, job_id, ResumeJob(actor=caller.name, job_id=job_id))
+
+
+@put("/v1/projects/{name:str}", responses=ADMIN_ERRORS, tags=["projects"])
+async def set_project(
+    ctx: Ctx, caller: Who, name: PathName, data: JSONBody[ProjectRequest]
+) -> Accepted:
+    """Create or change a project's terms in one pool (admin)."""
+    _admin(caller, "change projects")
+    command = SetProject(
+        actor=caller.name,
+        project=name,
+        pool=data.pool,
+        quota=data.quota,
+        over_quota_weight=data.over_quota_weight,
+        limit=data.limit,
+        no_limit=data.no_limit,
+        priority=data.priority,
+    )
+    return await _command(ctx, command)
+
+
+@put("/v1/pools/{name:str}", responses=ADMIN_ERRORS, tags=["pools"])
+async def set_pool(ctx: Ctx, caller: Who, name: PathName, data: JSONBody[PoolRequest]) -> Accepted:
+    """Create a pool or set its own scheduler settings (admin)."""
+    _admin(caller, "change pools")
+    settings = (
+        SchedulerSettings(type=data.scheduler, fitting=data.fitting, victim_order=data.victim_order)
+        if data.scheduler is not None
+        else None
+    )
+    return await _command(ctx, SetPool(actor=caller.name, pool=name, scheduler=settings))
+
+
+# -- queries ----------------------------------------------------------------------------------
+
+
+@get("/v1/jobs", responses=ERRORS, tags=["jobs"])
+async def list_jobs(
+    ctx: Ctx,
+    caller: Who,
+    project: QueryName = None,
+    job_state: Annotated[JobState | None, QueryParameter(name="state")] = None,
+    pool: QueryName = None,
+    after: After = None,
+    limit: Limit = 50,
+) -> JobPage:
+    """Jobs in submission order, filtered by project, state and pool."""
+    async with ctx.db.acquire() as conn:
+        items, next_after = await queries.jobs_page(
+            conn, project=project, state=job_state, pool=pool, after=after, limit=limit
+        )
+    return JobPage(items=items, next=next_after)
+
+
+@get("/v1/jobs/{job_id:str}", responses=FOUND_ERRORS, tags=["jobs"])
+async def job_detail(ctx: Ctx, caller: Who, job_id: PathName) -> JobDetail:
+    """A job, with why it is waiting if it is."""
+    async with ctx.db.acquire() as conn:
+        found = await queries.job_detail(conn, job_id)
+    if found is None:
+        raise _fail(404, f"unknown job id {job_id!r}", "job_id")
+    return found
+
+
+@get("/v1/jobs/{job_id:str}/as-of/{seq:int}", responses=FOUND_ERRORS, tags=["timeline"])
+async def job_as_of(
+    ctx: Ctx,
+    caller: Who,
+    job_id: PathName,
+    seq: Annotated[int, PathParameter(ge=1, le=1 << 62)],
+) -> Job:
+    """The job as it stood once the event at log position `seq` was applied."""
+    async with ctx.db.acquire() as conn:
+        found = await queries.job_as_of(conn, job_id, seq)
+    if found is None:
+        raise _fail(404, f"job {job_id!r} did not exist at position {seq}", "job_id")
+    return found
+
+
+#: The event types a timeline may be filtered by.
+EVENT_TYPES: Final = frozenset(t.__name__ for t in typing.get_args(AnyEvent))
+
+
+async def _timeline(ctx: Context, **filters: Any) -> TimelinePage:
+    for name in filters.get("types") or ():
+        if name not in EVENT_TYPES:
+            raise _fail(400, f"unknown event type {name!r}", "type")
+    async with ctx.db.acquire() as conn:
+        items, next_after = await queries.timeline(conn, **filters)
+    return TimelinePage(items=items, next=next_after)
+
+
+@get("/v1/jobs/{job_id:str}/timeline", responses=ERRORS, tags=["timeline"])
+async def job_timeline(
+    ctx: Ctx,
+    caller: Who,
+    job_id: PathName,
+    types: Types = None,
+    since: Since = None,
+    until: Until = None,
+    after: After = None,
+    limit: Limit = 100,
+) -> TimelinePage:
+    """A job's events in log order, each with its reason and the facts the policy used."""
+    return await _timeline(
+        ctx, job=job_id, types=types, since=since, until=until, after=after, limit=limit
+    )
+
+
+@get("/v1/projects/{name:str}/timeline", responses=ERRORS, tags=["timeline"])
+async def project_timeline(
+    ctx: Ctx,
+    caller: Who,
+    name: PathName,
+    types: Types = None,
+    since: Since = None,
+    until: Until = None,
+    after: After = None,
+    limit: Limit = 100,
+) -> TimelinePage:
+    """The events of a project and of its jobs."""
+    return await _timeline(
+        ctx, project=name, types=types, since=since, until=until, after=after, limit=limit
+    )
+
+
+@get("/v1/nodes/{name:str}/timeline", responses=ERRORS, tags=["timeline"])
+async def node_timeline(
+    ctx: Ctx,
+    caller: Who,
+    name: PathName,
+    types: Types = None,
+    since: Since = None,
+    until: Until = None,
+    after: After = None,
+    limit: Limit = 100,
+) -> TimelinePage:
+    """The events of a node and of the jobs placed on it."""
+    return await _timeline(
+        ctx, node=name, types=types, since=since, until=until, after=after, limit=limit
+    )
+
+
+@get("/v1/timeline", responses=ERRORS, tags=["timeline"])
+async def whole_timeline(
+    ctx: Ctx,
+    caller: Who,
+    types: Types = None,
+    since: Since = None,
+    until: Until = None,
+    after: After = None,
+    limit: Limit = 100,
+) -> TimelinePage:
+    """Every event, by type and between times."""
+    return await _timeline(ctx, types=types, since=since, until=until, after=after, limit=limit)
+
+
+@get("/v1/projects", responses=ERRORS, tags=["projects"])
+async def list_projects(ctx: Ctx, caller: Who) -> list[Project]:
+    """Projects with their quota, fair share and usage per pool, and over-quota periods."""
+    async with ctx.db.acquire() as conn:
+        return await queries.projects(conn)
+
+
+@get("/v1/projects/{name:str}", responses=FOUND_ERRORS, tags=["projects"])
+async def get_project(ctx: Ctx, caller: Who, name: PathName) -> Project:
+    async with ctx.db.acquire() as conn:
+        found = await queries.projects(conn, name)
+    if not found:
+        raise _fail(404, f"unknown project {name!r}", "name")
+    return found[0]
+
+
+@get(
+    "/v1/projects/{name:str}/as-of/{seq:int}",
+    responses={**FOUND_ERRORS, 422: ResponseSpec(Error, description="too long a history")},
+    tags=["timeline"],
+)
+async def project_as_of(
+    ctx: Ctx,
+    caller: Who,
+    name: PathName,
+    seq: Annotated[int, PathParameter(ge=1, le=1 << 62)],
+) -> list[ProjectThen]:
+    """A project's terms and usage per pool once the event at log position `seq` was applied."""
+    async with ctx.db.acquire() as conn:
+        try:
+            found = await queries.project_as_of(conn, name, seq)
+        except queries.TooLong as e:
+            raise _fail(422, str(e), "seq") from None
+    if not found:
+        raise _fail(404, f"project {name!r} had no terms or usage by position {seq}", "name")
+    return found
+
+
+@get("/v1/pools", responses=ERRORS, tags=["pools"])
+async def list_pools(ctx: Ctx, caller: Who) -> list[PoolView]:
+    """Pools with their GPUs, free and allocated, and their queue."""
+    async with ctx.db.acquire() as conn:
+        return await queries.pools(conn)
+
+
+@get("/v1/nodes", responses=ERRORS, tags=["nodes"])
+async def list_nodes(ctx: Ctx, caller: Who) -> list[Node]:
+    async with ctx.db.acquire() as conn:
+        return await queries.nodes(conn)
+
+
+@get("/v1/preemptions", responses=ERRORS, tags=["timeline"])
+async def list_preemptions(
+    ctx: Ctx,
+    caller: Who,
+    victim: QueryName = None,
+    beneficiary: QueryName = None,
+    after: After = None,
+    limit: Limit = 100,
+) -> list[Preemption]:
+    """Preemptions that made room: victim, for whom, why, and the work lost."""
+    async with ctx.db.acquire() as conn:
+        items, _ = await queries.preemptions(
+            conn, victim=victim, beneficiary=beneficiary, after=after, limit=limit
+        )
+    return items
+
+
+@post(
+    "/v1/tokens",
+    status_code=201,
+    responses={**ADMIN_ERRORS, 409: ResponseSpec(Error, description="the name is taken")},
+    tags=["access"],
+)
+async def create_token(ctx: Ctx, caller: Who, data: JSONBody[TokenRequest]) -> TokenCreated:
+    """A new API token for some projects (admin). The token is shown only here."""
+    _admin(caller, "create tokens")
+    async with ctx.db.acquire() as conn:
+        try:
+            token = await tokens.create(conn, data.name, data.projects, data.admin)
+        except asyncpg.UniqueViolationError:
+            raise _fail(409, f"a token named {data.name!r} exists", "name") from None
+    return TokenCreated(data.name, token, sorted(set(data.projects)), data.admin)
+
+
+@get("/v1/tokens", responses=ADMIN_ERRORS, tags=["access"])
+async def list_tokens(ctx: Ctx, caller: Who) -> list[TokenInfo]:
+    _admin(caller, "list tokens")
+    async with ctx.db.acquire() as conn:
+        rows = await conn.fetch("SELECT name, projects, admin FROM api_tokens ORDER BY name")
+    return [TokenInfo(r["name"], list(r["projects"]), r["admin"]) for r in rows]
+
+
+@get("/v1/events", responses=ERRORS, tags=["timeline"])
+async def event_stream(
+    ctx: Ctx,
+    caller: Who,
+    last_event_id: Annotated[
+        str | None, HeaderParameter(name="Last-Event-ID", max_length=24)
+    ] = None,
+    after: After = None,
+    job: QueryName = None,
+) -> ServerSentEvent:
+    """The live log as server-sent events (id: the stream sequence; event: the type). Resumes
+    after `Last-Event-ID` (or `after`); without either, starts at the next event."""
+    if last_event_id is not None:
+        if not last_event_id.isdigit():
+            raise _fail(400, f"Last-Event-ID must be a sequence number, got {last_event_id!r}",
+                        "Last-Event-ID")  # fmt: skip
+        after = int(last_event_id)
+    if ctx.streams.locked():
+        raise ServiceUnavailableException(detail="too many live streams open; try again later")
+    log_ = EventLog(ctx.nc)
+    start = (after + 1) if after is not None else (await log_.last_seq()) + 1
+    subject = f"fl.job.{job}.*" if job is not None else None
+    return ServerSentEvent(_stream(ctx, log_, start, subject))
+
+
+async def _stream(
+    ctx: Context, log_: EventLog, start: int, subject: str | None
+) -> AsyncGenerator[ServerSentEventMessage, None]:
+    """The log from `start`, with a comment whenever it has been quiet for KEEP_ALIVE_S: it
+    keeps proxies from closing the stream, and a client that has gone is noticed (the write
+    fails) and its consumer closed, quiet log or not."""
+    queue: asyncio.Queue[Stored] = asyncio.Queue(1000)
+    reader = asyncio.create_task(_read_into(log_.follow(start, batch=500, subject=subject), queue))
+    async with ctx.streams:  # held only while the stream is being sent
+        try:
+            while True:
+                try:
+                    async with asyncio.timeout(KEEP_ALIVE_S):
+                        stored = await queue.get()
+                except TimeoutError:
+                    if reader.done():
+                        reader.result()  # its failure ends the stream
+                    yield ServerSentEventMessage(comment="keep-alive")
+                    continue
+                yield ServerSentEventMessage(
+                    data=encode_event(stored.event).decode(),
+                    event=type(stored.event).__name__,
+                    id=stored.seq,
+                )
+        finally:
+            await cancel_and_wait(reader)
+
+
+async def _read_into(source: AsyncIterator[Stored], queue: asyncio.Queue[Stored]) -> None:
+    try:
+        async for stored in source:
+            await queue.put(stored)
+    finally:  # close the reader now (its consumer with it), not when it is collected
+        close = getattr(source, "aclose", None)
+        if close is not None:
+            with contextlib.suppress(Exception):
+                await close()
+
+
+@get("/v1/health", tags=["health"])
+async def health(ctx: Ctx) -> Health:
+    """How far the read models are: the last event projected, and the log's last."""
+    async with ctx.db.acquire() as conn:
+        projected = await queries.projected_seq(conn)
+    return Health(projected_seq=projected, log_seq=await EventLog(ctx.nc).last_seq())
+
+
+@get("/metrics", media_type="text/plain; version=0.0.4", include_in_schema=False)
+async def prometheus(ctx: Ctx) -> bytes:
+    async with ctx.db.acquire() as conn:
+        return await metrics.render(conn)
+
+
+# -- the app ----------------------------------------------------------------------------------
+
+
+def create_app(settings: Settings) -> Litestar:
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Litestar) -> AsyncIterator[None]:
+        db = await connect_pool(settings.postgres_dsn, retry_for=60.0, max_size=8)
+        async with db.acquire() as conn:
+            await migrate(conn)
+            if settings.admin_token_file is not None:
+                token = tokens.admin_token_file(settings.admin_token_file)
+                await tokens.install_admin(conn, token)
+        nc = await connect(settings.nats_url, "api")
+        app.state.ctx = Context(db=db, nc=nc, streams=asyncio.Semaphore(settings.max_streams))
+        try:
+            yield
+        finally:
+            with contextlib.suppress(Exception):
+                await nc.drain()
+            await db.close()
+
+    return Litestar(
+        route_handlers=[
+            submit_job,
+            delete_job,
+            pause_job,
+            resume_job,
+            set_project,
+            set_pool,
+            list_jobs,
+            job_detail,
+            job_as_of,
+            job_timeline,
+            project_timeline,
+            node_timeline,
+            whole_timeline,
+            list_projects,
+            get_project,
+            project_as_of,
+            list_pools,
+            list_nodes,
+            list_preemptions,
+            create_token,
+            list_tokens,
+            event_stream,
+            health,
+            prometheus,
+        ],
+        dependencies={
+            "ctx": Provide(get_context, sync_to_thread=False),
+            "caller": Provide(get_caller),
+        },
+        exception_handlers={HTTPException: on_http_error, Exception: on_other_error},
+        lifespan=[lifespan],
+        openapi_config=OpenAPIConfig(
+            title="Fairlane",
+            version="1",
+            description=__doc__,
+            path="/docs",
+            components=Components(
+                security_schemes={"BearerToken": SecurityScheme(type="http", scheme="bearer")}
+            ),
+            security=[{"BearerToken": []}],
+        ),
+    )

@@ -1,0 +1,218 @@
+"""What the API takes and gives, as msgspec structs (its OpenAPI schema is made from these).
+
+Every input is bounded: names by the same pattern the services accept, counts and pages by
+ranges, lists by length.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+import msgspec
+
+Name = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")]
+Count = Annotated[int, msgspec.Meta(ge=0, le=100_000)]
+Arg = Annotated[str, msgspec.Meta(max_length=4096)]
+
+
+class Error(msgspec.Struct):
+    """Every error: what went wrong, and the field it is about where there is one."""
+
+    error: str
+    status: int
+    field: str | None = None
+
+
+class SubmitRequest(msgspec.Struct, forbid_unknown_fields=True):
+    job_id: Name
+    project: Name
+    gpus: Annotated[int, msgspec.Meta(ge=0, le=1024)] = 1
+    replicas: Annotated[int, msgspec.Meta(ge=1, le=1024)] = 1
+    min_replicas: Annotated[int, msgspec.Meta(ge=1, le=1024)] | None = None
+    job_class: Name | None = msgspec.field(default=None, name="class")
+    priority: Annotated[int, msgspec.Meta(ge=-1_000_000, le=1_000_000)] | None = None
+    pools: Annotated[list[Name], msgspec.Meta(max_length=16)] = []
+    node: Name | None = None
+    command: Annotated[list[Arg], msgspec.Meta(max_length=256)] = []
+    image: Annotated[str, msgspec.Meta(max_length=512)] | None = None
+    idempotency_key: Annotated[str, msgspec.Meta(max_length=256)] | None = None
+
+
+class ProjectRequest(msgspec.Struct, forbid_unknown_fields=True):
+    """A project's terms in one pool; what is left out keeps its value."""
+
+    pool: Name | None = None
+    quota: Count | None = None
+    over_quota_weight: Count | None = None
+    limit: Count | None = None
+    no_limit: bool = False
+    priority: Annotated[int, msgspec.Meta(ge=-1_000_000, le=1_000_000)] | None = None
+
+
+class PoolRequest(msgspec.Struct, forbid_unknown_fields=True):
+    """The pool's own scheduler settings (replacing the cluster's), or none to follow them."""
+
+    scheduler: Literal["fair_share", "priority", "round_robin"] | None = None
+    fitting: Literal["best", "worst"] = "best"
+    victim_order: Literal["newest", "cost"] = "newest"
+
+
+class TokenRequest(msgspec.Struct, forbid_unknown_fields=True):
+    name: Name
+    projects: Annotated[list[Name], msgspec.Meta(max_length=1000)] = []
+    admin: bool = False
+
+
+class TokenCreated(msgspec.Struct):
+    name: str
+    token: str  # shown once; only its hash is kept
+    projects: list[str]
+    admin: bool
+
+
+class TokenInfo(msgspec.Struct):
+    name: str
+    projects: list[str]
+    admin: bool
+
+
+class Accepted(msgspec.Struct):
+    """A command's result: the event it led to (see the event catalogue)."""
+
+    type: str
+    event: dict[str, Any]
+
+
+class PendingReason(msgspec.Struct):
+    code: str
+    message: str
+
+
+class Job(msgspec.Struct):
+    job_id: str
+    project: str
+    pool: str | None
+    pools: list[str]
+    state: str
+    priority: int
+    preemptible: bool
+    gpus: int
+    replicas: int
+    min_replicas: int
+    attempt: int
+    gpus_held: int
+    nodes: list[str]
+    submitted_at: float
+    state_since: float
+    queued_s: float
+    running_s: float
+    gpu_hours: float
+    preemptions: int
+    first_started_at: float | None
+    last_seq: int
+
+
+class JobDetail(Job, kw_only=True):
+    pending_reason: PendingReason | None = None
+    reject_reason: str | None = None
+
+
+class JobPage(msgspec.Struct):
+    items: list[Job]
+    #: Pass as `after` for the next page; None on the last page.
+    next: int | None
+
+
+class TimelineEntry(msgspec.Struct):
+    seq: int
+    time: float
+    type: str
+    actor: str
+    job_id: str | None
+    project: str | None
+    pool: str | None
+    nodes: list[str]
+    reason: str | None
+    for_job: str | None
+    #: False for a decision that had no effect: the log had moved past the state it was
+    #: made on.
+    applied: bool
+    event: dict[str, Any]
+
+
+class TimelinePage(msgspec.Struct):
+    items: list[TimelineEntry]
+    next: int | None
+
+
+class ProjectPool(msgspec.Struct):
+    project: str
+    pool: str
+    quota: int
+    over_quota_weight: int
+    limit: int | None
+    priority: int
+    usage: int
+    fair_share: int
+    over_quota: bool
+
+
+class ProjectThen(msgspec.Struct):
+    """A project's terms and usage in one pool as they stood at a log position (without its
+    fair share, which depends on every other project too)."""
+
+    pool: str
+    quota: int
+    over_quota_weight: int
+    limit: int | None
+    priority: int
+    usage: int
+    over_quota: bool
+
+
+class OverQuotaPeriod(msgspec.Struct):
+    pool: str
+    started_at: float
+    ended_at: float | None
+
+
+class Project(msgspec.Struct):
+    name: str
+    pools: list[ProjectPool]
+    over_quota_periods: list[OverQuotaPeriod]
+
+
+class Node(msgspec.Struct):
+    node: str
+    pool: str
+    gpus: int
+    free: int
+    lost: bool
+
+
+class Pool(msgspec.Struct):
+    pool: str
+    nodes: int
+    gpus: int
+    free: int
+    allocated: int
+    queued_jobs: int
+
+
+class Preemption(msgspec.Struct):
+    seq: int
+    victim: str
+    attempt: int
+    reason: str
+    beneficiary: str | None
+    pool: str | None
+    gpus: int
+    requested_at: float
+    preempted_at: float | None
+    checkpointed: bool | None
+    work_lost_gpu_s: float | None
+
+
+class Health(msgspec.Struct):
+    projected_seq: int
+    log_seq: int

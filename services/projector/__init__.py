@@ -1,0 +1,1 @@
+"""The projector: follows the log and keeps the PostgreSQL read models (see projections/)."""

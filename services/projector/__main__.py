@@ -1,0 +1,44 @@
+"""`python -m services.projector --nats URL --postgres DSN`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+
+from services.projector.service import DEFAULT_NAME, Projector
+from services.runtime.eventlog import EventLog, connect, durable_name
+from services.runtime.main import configure_logging
+from services.runtime.tasks import cancel_and_wait
+
+
+async def main(nats_url: str, dsn: str, name: str) -> None:
+    durable = durable_name("projector", name, socket.gethostname(), str(os.getpid()))
+    log = EventLog(await connect(nats_url, "projector"), durable=durable)
+    task = asyncio.create_task(Projector(log, dsn, name=name).run())
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    stopping = asyncio.create_task(stop.wait())
+    await asyncio.wait({task, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    await cancel_and_wait(task)
+    stopping.cancel()
+    with contextlib.suppress(Exception):
+        await log.nc.drain()
+    if not task.cancelled() and task.exception() is not None:
+        raise task.exception()  # type: ignore[misc]
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(prog="python -m services.projector")
+    parser.add_argument("--nats", default="nats://127.0.0.1:4222", help="NATS server URL")
+    parser.add_argument("--postgres", required=True, help="PostgreSQL DSN")
+    parser.add_argument("--name", default=DEFAULT_NAME, help="the read models' position name")
+    parser.add_argument("--log-level", default="info")
+    args = parser.parse_args()
+    configure_logging(args.log_level)
+    asyncio.run(main(args.nats, args.postgres, args.name))

@@ -1,0 +1,216 @@
+"""The HTTP API on real nats-server and PostgreSQL: the read models of the Run:AI exercise
+(played on the core engine, its log written to the stream and projected), access, errors,
+the live stream and the metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from services.api import app as app_module
+from services.api.app import Settings, create_app
+from services.projector.service import Projector
+from services.runtime.eventlog import EventLog, connect
+from services.runtime.servers import NatsServer, Postgres
+from tests.read_side import publish_all, serve
+from tests.test_projections import exercise_log
+
+pytestmark = [pytest.mark.nats]
+
+
+@dataclass
+class Api:
+    client: httpx.AsyncClient
+    admin: dict[str, str]
+    last_seq: int
+    token_file: Path
+    base_url: str
+
+
+@pytest.fixture
+async def api(
+    nats_server: NatsServer, postgres_server: Postgres, tmp_path: Path
+) -> AsyncIterator[Api]:
+    log = EventLog(await connect(nats_server.url, "test"))
+    await log.ensure_stream()
+    last = await publish_all(log, exercise_log())
+    await Projector(log, postgres_server.uri).rebuild()
+    token_file = tmp_path / "admin-token"
+    app = create_app(Settings(nats_server.url, postgres_server.uri, token_file))
+    async with serve(app) as base_url, httpx.AsyncClient(base_url=base_url) as client:
+        admin = {"Authorization": f"Bearer {token_file.read_text().strip()}"}
+        yield Api(client, admin, last, token_file, base_url)
+    await log.nc.close()
+
+
+async def test_docs_and_schema_are_served(api: Api) -> None:
+    schema = (await api.client.get("/docs/openapi.json")).json()
+    assert "/v1/jobs" in schema["paths"] and "/v1/jobs/{job_id}/timeline" in schema["paths"]
+    assert (await api.client.get("/docs")).status_code == 200
+    assert api.token_file.stat().st_mode & 0o777 == 0o600
+
+
+async def test_tokens_are_needed_and_scoped(api: Api) -> None:
+    c = api.client
+    missing = await c.get("/v1/jobs")
+    assert missing.status_code == 401 and missing.json()["field"] == "Authorization"
+    wrong = await c.get("/v1/jobs", headers={"Authorization": "Bearer fl_nope"})
+    assert wrong.status_code == 401
+    made = await c.post("/v1/tokens", json={"name": "team-b", "projects": ["project-b"]},
+                        headers=api.admin)  # fmt: skip
+    assert made.status_code == 201
+    team_b = {"Authorization": f"Bearer {made.json()['token']}"}
+    assert (await c.get("/v1/jobs", headers=team_b)).status_code == 200  # anyone may read
+    refused = await c.delete("/v1/jobs/large-training-job", headers=team_b)
+    assert refused.status_code == 403 and "'project-a'" in refused.json()["error"]
+    refused = await c.post("/v1/jobs", json={"job_id": "x", "project": "project-a"},
+                           headers=team_b)  # fmt: skip
+    assert refused.status_code == 403 and refused.json()["field"] == "project"
+    not_admin = await c.put("/v1/projects/project-b", json={"quota": 8}, headers=team_b)
+    assert not_admin.status_code == 403
+    again = await c.post("/v1/tokens", json={"name": "team-b"}, headers=api.admin)
+    assert again.status_code == 409 and again.json()["field"] == "name"
+    listed = (await c.get("/v1/tokens", headers=api.admin)).json()
+    assert {t["name"] for t in listed} == {"admin", "team-b"}
+    assert all("token" not in t for t in listed)
+
+
+async def test_bad_input_names_the_field(api: Api) -> None:
+    c = api.client
+    page = await c.get("/v1/jobs", params={"limit": 0}, headers=api.admin)
+    assert page.status_code == 400 and page.json()["field"] == "limit"
+    state = await c.get("/v1/jobs", params={"state": "sleeping"}, headers=api.admin)
+    assert state.status_code == 400 and state.json()["field"] == "state"
+    body = await c.post("/v1/jobs", json={"job_id": "a b", "project": "p"}, headers=api.admin)
+    assert body.status_code == 400 and body.json()["field"] == "job_id"
+    gpus = await c.post("/v1/jobs", json={"job_id": "j", "project": "p", "gpus": -1},
+                        headers=api.admin)  # fmt: skip
+    assert gpus.status_code == 400 and gpus.json()["field"] == "gpus"
+    kind = await c.get("/v1/timeline", params={"type": ["JobStarted", "Jb\x00"]},
+                       headers=api.admin)  # fmt: skip
+    assert kind.status_code == 400 and kind.json()["field"] == "type"
+    missing = await c.get("/v1/jobs/ghost", headers=api.admin)
+    assert missing.status_code == 404 and missing.json()["field"] == "job_id"
+    resume = await c.get("/v1/events", headers={**api.admin, "Last-Event-ID": "x1"})
+    assert resume.status_code == 400 and resume.json()["field"] == "Last-Event-ID"
+
+
+async def test_jobs_timeline_projects_and_metrics(api: Api) -> None:
+    c, h = api.client, api.admin
+    jobs = (await c.get("/v1/jobs", params={"project": "project-a"}, headers=h)).json()
+    assert [j["job_id"] for j in jobs["items"]] == ["large-training-job"]
+    assert jobs["items"][0]["state"] == "running" and jobs["items"][0]["preemptions"] == 1
+    page = (await c.get("/v1/jobs", params={"limit": 1}, headers=h)).json()
+    second = await c.get("/v1/jobs", params={"limit": 1, "after": page["next"]}, headers=h)
+    assert [j["job_id"] for j in second.json()["items"]] == ["jupyter-workspace"]
+    assert second.json()["next"] is None
+    timeline = (await c.get("/v1/jobs/large-training-job/timeline", headers=h)).json()["items"]
+    kinds = [e["type"] for e in timeline]
+    request = timeline[kinds.index("JobPreemptionRequested")]
+    assert request["reason"] == "reclaim" and request["for_job"] == "jupyter-workspace"
+    assert request["event"]["facts"]["fair_share"] == {"project-a": 4, "project-b": 4}
+    assert kinds[kinds.index("JobPreemptionRequested") :] == [
+        "JobPreemptionRequested", "JobPreempted", "JobScheduled", "JobStarted",
+    ]  # fmt: skip
+    preempted_at = timeline[kinds.index("JobPreempted")]["seq"]
+    then = (await c.get(f"/v1/jobs/large-training-job/as-of/{preempted_at}", headers=h)).json()
+    assert (then["state"], then["attempt"], then["gpus_held"]) == ("pending", 1, 0)
+    early = await c.get("/v1/jobs/large-training-job/as-of/2", headers=h)
+    assert early.status_code == 404
+    only = await c.get("/v1/timeline", params={"type": ["JobPreempted"]}, headers=h)
+    assert {e["job_id"] for e in only.json()["items"]} == {"large-training-job",
+                                                           "jupyter-workspace"}  # fmt: skip
+    node = (await c.get("/v1/nodes/node-1/timeline", params={"limit": 3}, headers=h)).json()
+    assert node["items"][0]["type"] == "NodeRegistered" and node["next"] is not None
+    then = await c.get(f"/v1/projects/project-a/as-of/{preempted_at}", headers=h)
+    assert [(p["pool"], p["usage"], p["quota"]) for p in then.json()] == [
+        ("single-node-pool", 0, 4)
+    ]
+    # replicas asked to stop no longer count (as the ledger counts): 8 until the request
+    asked_at = request["seq"]
+    before = (await c.get(f"/v1/projects/project-a/as-of/{asked_at - 1}", headers=h)).json()
+    assert before[0]["usage"] == 8 and before[0]["over_quota"] is False  # no ledger here
+    project = (await c.get("/v1/projects/project-a", headers=h)).json()
+    (terms,) = project["pools"]
+    assert (terms["usage"], terms["quota"], terms["fair_share"]) == (8, 4, 8)
+    (victim,) = (await c.get("/v1/preemptions", headers=h)).json()
+    assert victim["victim"] == "large-training-job" and victim["beneficiary"] == "jupyter-workspace"
+    pools = (await c.get("/v1/pools", headers=h)).json()
+    assert pools == [{"pool": "single-node-pool", "nodes": 1, "gpus": 8, "free": 0,
+                      "allocated": 8, "queued_jobs": 0}]  # fmt: skip
+    text = (await c.get("/metrics")).text
+    assert 'fairlane_pool_gpus_allocated{pool="single-node-pool"} 8.0' in text
+    assert 'fairlane_project_gpus_used{pool="single-node-pool",project="project-a"} 8.0' in text
+    assert 'fairlane_preemptions_total{reason="reclaim"} 1.0' in text
+    assert "fairlane_submit_to_start_seconds_bucket" in text
+    health = (await c.get("/v1/health")).json()
+    assert health == {"projected_seq": api.last_seq, "log_seq": api.last_seq}
+
+
+async def test_live_stream_resumes_after_last_event_id(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(app_module, "KEEP_ALIVE_S", 0.3)
+    headers = {**api.admin, "Last-Event-ID": str(api.last_seq - 2)}
+    seen: list[tuple[str, str]] = []
+    async with api.client.stream("GET", "/v1/events", headers=headers) as response:
+        assert response.status_code == 200
+        async with asyncio.timeout(10):
+            async for line in response.aiter_lines():
+                if line.startswith(("id:", "event:")):
+                    key, _, value = line.partition(":")
+                    seen.append((key, value.strip()))
+                if line.startswith(":"):  # the log is quiet now: a keep-alive comment
+                    break
+    assert sorted(seen) == sorted([
+        ("id", str(api.last_seq - 1)), ("event", "JobScheduled"),
+        ("id", str(api.last_seq)), ("event", "JobStarted"),
+    ])  # fmt: skip
+
+
+@pytest.mark.slow
+async def test_schemathesis_finds_no_server_error(
+    api: Api, nats_server: NatsServer, tmp_path: Path
+) -> None:
+    """Generated requests for every documented operation (the live stream aside: it never
+    ends) against the API with admission and the ledger running: no 500, every status and
+    body as documented."""
+    services = [
+        await asyncio.create_subprocess_exec(
+            sys.executable, "-m", f"services.{name}", "--nats", nats_server.url,
+            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+        )
+        for name in ("admission", "ledger")
+    ]  # fmt: skip
+    try:
+        run = await asyncio.create_subprocess_exec(
+            str(Path(sys.executable).parent / "schemathesis"), "run",
+            f"{api.base_url}/docs/openapi.json",
+            "--header", f"Authorization: {api.admin['Authorization']}",
+            "--checks", "not_a_server_error,status_code_conformance,"
+            "content_type_conformance,response_schema_conformance",
+            "--exclude-path", "/v1/events",
+            "--max-examples", "15", "--seed", "7", "--request-timeout", "30",
+            "--suppress-health-check", "all",
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+            cwd=tmp_path,  # its cache of crashes stays out of the repository
+        )  # fmt: skip
+        out, _ = await run.communicate()
+    finally:
+        for process in services:
+            process.terminate()
+            await process.wait()
+    report = out.decode(errors="replace")
+    assert run.returncode == 0, report[-6000:]
+
+
+async def test_read_models_unreachable_is_503(api: Api, postgres_server: Postgres) -> None:
+    await postgres_server.stop()
+    answer = await api.client.get("/v1/jobs", headers=api.admin)
+    assert answer.status_code == 503 and "unavailable" in answer.json()["error"]

@@ -1,0 +1,155 @@
+"""The projection as pure code: the Run:AI exercise on the core engine, projected."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from events import (
+    Event,
+    JobAdmitted,
+    JobCompleted,
+    JobScheduled,
+    JobSpec,
+    JobStarted,
+    JobSubmitted,
+    NodeRegistered,
+    Replica,
+)
+from fairlane.scenario.core_engine import CoreEngine
+from fairlane.scenario.spec import load_scenario
+from projections import Batch, Projection
+
+EXERCISE = Path(__file__).resolve().parent.parent / "scenarios" / "runai-preemption-exercise.yaml"
+
+
+def exercise_log() -> list[Event]:
+    scenario = load_scenario(EXERCISE)
+    engine = CoreEngine(scenario)
+    for step in scenario.steps:
+        if step.kind != "expect":
+            engine.step(step)
+    return list(engine.vc.log)
+
+
+def project(events: list[Event], batch_every: int) -> list[Batch]:
+    projection = Projection()
+    batches = []
+    for seq, event in enumerate(events, start=1):
+        projection.apply(seq, event)
+        if seq % batch_every == 0:
+            batches.append(projection.take())
+    batches.append(projection.take())
+    return batches
+
+
+def final_rows(batches: list[Batch]) -> dict[str, dict[object, object]]:
+    """What a table holds after the batches are written in order (later rows replace)."""
+    tables: dict[str, dict[object, object]] = {}
+    for batch in batches:
+        for row in batch.timeline:
+            tables.setdefault("timeline", {})[row.seq] = row
+        for job in batch.jobs:
+            tables.setdefault("jobs", {})[job.job_id] = job
+        for node in batch.nodes:
+            tables.setdefault("nodes", {})[node.node] = node
+        for pp in batch.project_pools:
+            tables.setdefault("project_pools", {})[(pp.project, pp.pool)] = pp
+        for p in batch.preemptions:
+            tables.setdefault("preemptions", {})[p.seq] = p
+        for o in batch.over_quota:
+            tables.setdefault("over_quota", {})[(o.project, o.pool, o.started_seq)] = o
+    return tables
+
+
+def test_exercise_timeline_preemption_and_usage() -> None:
+    events = exercise_log()
+    tables = final_rows(project(events, batch_every=1000))
+    timeline = [r for r in tables["timeline"].values() if r.job_id == "large-training-job"]
+    assert all(r.applied for r in timeline)
+    request = next(r for r in timeline if r.type == "JobPreemptionRequested")
+    assert request.reason == "reclaim" and request.for_job == "jupyter-workspace"
+    assert request.project == "project-a" and request.nodes == ("node-1",)
+    after = [r.type for r in timeline if r.seq > request.seq]
+    assert after == ["JobPreempted", "JobScheduled", "JobStarted"]
+    (preemption,) = tables["preemptions"].values()
+    assert preemption.victim == "large-training-job"
+    assert preemption.beneficiary == "jupyter-workspace" and preemption.gpus == 8
+    assert preemption.preempted_at is not None and preemption.work_lost_gpu_s is not None
+    job = tables["jobs"]["large-training-job"]
+    assert (job.state, job.attempt, job.gpus_held, job.preemptions) == ("running", 2, 8, 1)
+    assert job.nodes == ("node-1",)
+    workspace = tables["jobs"]["jupyter-workspace"]
+    assert workspace.state == "cancelled" and workspace.gpus_held == 0
+    usage = {(p.project, p.pool): (p.usage, p.quota) for p in tables["project_pools"].values()}
+    assert usage[("project-a", "single-node-pool")] == (8, 4)
+    assert usage[("project-b", "single-node-pool")] == (0, 4)
+    assert tables["nodes"]["node-1"].free == 0
+
+
+def test_usage_and_fair_share_while_reclaimed() -> None:
+    events = exercise_log()
+    cut = next(
+        i for i, e in enumerate(events) if type(e).__name__ == "JobStarted"
+        and getattr(e, "job_id", "") == "jupyter-workspace"
+    )  # fmt: skip
+    tables = final_rows(project(events[: cut + 1], batch_every=3))
+    pp = {p.project: p for p in tables["project_pools"].values()}
+    assert (pp["project-a"].usage, pp["project-b"].usage) == (0, 4)
+    assert (pp["project-a"].fair_share, pp["project-b"].fair_share) == (4, 4)
+
+
+def test_batching_does_not_change_the_rows() -> None:
+    events = exercise_log()
+    whole = final_rows(project(events, batch_every=len(events) + 1))
+    for every in (1, 2, 7):
+        assert final_rows(project(events, batch_every=every)) == whole
+
+
+def test_clocks_queued_running_gpu_seconds_and_refused_decisions() -> None:
+    def admitted(job: str, t: float) -> JobAdmitted:
+        return JobAdmitted(
+            id=f"{job}/a", time=t, actor="admission", job_id=job, project="p", priority=50,
+            preemptible=True, gpus=2, replicas=1, min_replicas=1, pools=("default",),
+        )  # fmt: skip
+
+    where = (Replica("n1", (0, 1)),)
+    events = [
+        NodeRegistered(id="n", time=0.0, actor="x", node="n1", pool="default", gpus=2),
+        JobSubmitted(id="j/s", time=10.0, actor="u", job_id="j", spec=JobSpec(project="p")),
+        admitted("j", 11.0),
+        JobScheduled(id="j/1", time=40.0, actor="s", job_id="j", attempt=1, pool="default",
+                     replicas=where),
+        JobStarted(id="j/1/s", time=50.0, actor="e", job_id="j", attempt=1),
+        JobSubmitted(id="k/s", time=60.0, actor="u", job_id="k", spec=JobSpec(project="p")),
+        admitted("k", 60.0),
+        # GPUs 0 and 1 are j's: the fold refuses this placement
+        JobScheduled(id="k/1", time=61.0, actor="s", job_id="k", attempt=1, pool="default",
+                     replicas=where),
+        JobCompleted(id="j/1/c", time=150.0, actor="e", job_id="j", attempt=1),
+    ]  # fmt: skip
+    tables = final_rows(project(events, batch_every=2))
+    job = tables["jobs"]["j"]
+    assert (job.state, job.queued_s, job.running_s, job.gpu_s) == ("completed", 30.0, 100.0, 220.0)
+    assert job.accounted_at == 150.0 and job.state_since == 150.0
+    refused = tables["timeline"][8]
+    assert refused.type == "JobScheduled" and refused.job_id == "k" and not refused.applied
+    assert tables["jobs"]["k"].state == "pending"
+    assert tables["nodes"]["n1"].free == 2
+
+
+def test_a_job_as_of_any_position_equals_the_projection_then() -> None:
+    from projections.as_of import job_as_of  # noqa: PLC0415
+
+    events = exercise_log()
+    for cut in range(6, len(events) + 1):
+        projection = Projection()
+        for seq, event in enumerate(events[:cut], start=1):
+            projection.apply(seq, event)
+        timeline = projection.take().timeline
+        mine = [
+            (row.seq, events[row.seq - 1])
+            for row in timeline
+            if row.job_id == "large-training-job" and row.applied
+        ]
+        again = job_as_of("large-training-job", mine)
+        assert again == projection.job_row("large-training-job"), cut

@@ -51,7 +51,7 @@ from events import (
 from services.api.app import Settings, create_app
 from services.api.tokens import admin_token_file
 from services.projector.service import Projector
-from services.runtime.eventlog import EventLog, connect
+from services.runtime.eventlog import JetStreamLog, connect
 from services.runtime.main import configure_logging
 from services.runtime.servers import NatsServer, Postgres, free_port
 
@@ -156,7 +156,7 @@ class Figures:
     job_list_page_p99_ms: float
 
 
-async def _publish(log: EventLog, total: int, acked: int) -> tuple[float, float]:
+async def _publish(log: JetStreamLog, total: int, acked: int) -> tuple[float, float]:
     """The first `acked` events as the services publish them (each ack awaited), the rest as
     plain publishes with a flush per chunk (as bench.replay); returns both rates."""
     events = synthetic_log(total)
@@ -197,7 +197,7 @@ async def run(total: int, samples: int, console: Console) -> Figures:
         await nats_server.start()
         await postgres.start()
         try:
-            log = EventLog(await connect(nats_server.url, "bench"))
+            log = JetStreamLog(await connect(nats_server.url, "bench"))
             await log.ensure_stream()
             with console.status(f"publishing {total:,} events"):
                 acked_rate, raw_rate = await _publish(log, total, min(20_000, total // 5))

@@ -13,7 +13,7 @@ from rich.console import Console
 
 from fairlane.embedded import DEFAULT_DATA_DIR, read_cluster
 from services.projector.service import DEFAULT_NAME, Projector
-from services.runtime.eventlog import EventLog, connect
+from services.runtime.eventlog import JetStreamLog, connect
 from services.runtime.main import configure_logging
 
 projections_app = cyclopts.App(name="projections", help="The PostgreSQL read models.")
@@ -49,7 +49,7 @@ def rebuild(
         sys.exit(1)
 
     async def go(nats_url: str, dsn: str) -> int:
-        log = EventLog(await connect(nats_url, "fairlane-rebuild", retry_for=5))
+        log = JetStreamLog(await connect(nats_url, "fairlane-rebuild", retry_for=5))
         try:
             return await Projector(log, dsn, name=name).rebuild()
         finally:

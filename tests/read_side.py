@@ -12,12 +12,12 @@ from litestar import Litestar
 
 from events import Event, encode_event, subject_for
 from services.projector.store import TABLES
-from services.runtime.eventlog import EventLog
+from services.runtime.eventlog import JetStreamLog
 from services.runtime.postgres import PG_TRANSIENT
 from services.runtime.servers import free_port
 
 
-async def publish_all(log: EventLog, events: Iterable[Event], chunk: int = 2000) -> int:
+async def publish_all(log: JetStreamLog, events: Iterable[Event], chunk: int = 2000) -> int:
     """Store events as the services would (ids as `Nats-Msg-Id`), a chunk at a time; returns
     the stream's last sequence once all are stored (the events are new: none is a repeat)."""
     pending, sent = 0, 0

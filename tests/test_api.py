@@ -16,7 +16,7 @@ import pytest
 from services.api import app as app_module
 from services.api.app import Settings, create_app
 from services.projector.service import Projector
-from services.runtime.eventlog import EventLog, connect
+from services.runtime.eventlog import JetStreamLog, connect
 from services.runtime.servers import NatsServer, Postgres
 from tests.read_side import publish_all, serve
 from tests.test_projections import exercise_log
@@ -37,7 +37,7 @@ class Api:
 async def api(
     nats_server: NatsServer, postgres_server: Postgres, tmp_path: Path
 ) -> AsyncIterator[Api]:
-    log = EventLog(await connect(nats_server.url, "test"))
+    log = JetStreamLog(await connect(nats_server.url, "test"))
     await log.ensure_stream()
     last = await publish_all(log, exercise_log())
     await Projector(log, postgres_server.uri).rebuild()

@@ -16,7 +16,7 @@ import pytest
 
 from bench.projector import synthetic_log
 from services.projector.service import Projector
-from services.runtime.eventlog import EventLog, connect
+from services.runtime.eventlog import JetStreamLog, connect
 from services.runtime.servers import NatsServer, Postgres
 from services.runtime.tasks import cancel_and_wait
 from tests.read_side import dump, publish_all, wait_position
@@ -24,7 +24,7 @@ from tests.read_side import dump, publish_all, wait_position
 pytestmark = [pytest.mark.nats, pytest.mark.slow]
 
 
-async def rebuilt(log: EventLog, dsn: str) -> dict[str, list[tuple[object, ...]]]:
+async def rebuilt(log: JetStreamLog, dsn: str) -> dict[str, list[tuple[object, ...]]]:
     last = await Projector(log, dsn).rebuild()
     assert last == await log.last_seq()
     return await dump(dsn)
@@ -33,7 +33,7 @@ async def rebuilt(log: EventLog, dsn: str) -> dict[str, list[tuple[object, ...]]
 async def test_incremental_equals_rebuild(
     nats_server: NatsServer, postgres_server: Postgres
 ) -> None:
-    log = EventLog(await connect(nats_server.url, "test"))
+    log = JetStreamLog(await connect(nats_server.url, "test"))
     await log.ensure_stream()
     events = list(synthetic_log(6000, nodes=10))
     await publish_all(log, events[:2500])
@@ -74,7 +74,7 @@ async def _position(dsn: str) -> int:
 async def test_killed_mid_batch_loses_and_doubles_nothing(
     nats_server: NatsServer, postgres_server: Postgres, tmp_path: Path
 ) -> None:
-    log = EventLog(await connect(nats_server.url, "test"))
+    log = JetStreamLog(await connect(nats_server.url, "test"))
     await log.ensure_stream()
     dsn = postgres_server.uri
     events = list(synthetic_log(30_000, nodes=20))
@@ -108,7 +108,7 @@ async def test_postgres_restart_is_caught_up(
     nats_server: NatsServer, postgres_server: Postgres
 ) -> None:
     postgres = postgres_server
-    log = EventLog(await connect(nats_server.url, "test"))
+    log = JetStreamLog(await connect(nats_server.url, "test"))
     await log.ensure_stream()
     events = list(synthetic_log(8000, nodes=10))
     projector = Projector(log, postgres.uri, batch_max=200)

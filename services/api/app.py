@@ -77,7 +77,7 @@ from services.api.types import (
     Pool as PoolView,
 )
 from services.runtime.client import send
-from services.runtime.eventlog import EventLog, Stored, connect
+from services.runtime.eventlog import JetStreamLog, Stored, connect
 from services.runtime.postgres import PG_TRANSIENT, connect_pool, migrate
 from services.runtime.tasks import cancel_and_wait
 
@@ -287,7 +287,7 @@ async def _job_command(ctx: Context, caller: Caller, job_id: str, command: AnyCo
 async def _caught_up(ctx: Context, conn: asyncpg.Connection, within: float = 3.0) -> bool:
     """Wait (a little) until the read models hold everything the log holds now, so a job
     submitted a moment ago can be acted on; False if they are not there in time."""
-    target = await EventLog(ctx.nc).last_seq()
+    target = await JetStreamLog(ctx.nc).last_seq()
     deadline = asyncio.get_running_loop().time() + within
     while await queries.projected_seq(conn) < target:
         if asyncio.get_running_loop().time() > deadline:
@@ -581,14 +581,14 @@ async def event_stream(
         after = int(last_event_id)
     if ctx.streams.locked():
         raise ServiceUnavailableException(detail="too many live streams open; try again later")
-    log_ = EventLog(ctx.nc)
+    log_ = JetStreamLog(ctx.nc)
     start = (after + 1) if after is not None else (await log_.last_seq()) + 1
     subject = f"fl.job.{job}.*" if job is not None else None
     return ServerSentEvent(_stream(ctx, log_, start, subject))
 
 
 async def _stream(
-    ctx: Context, log_: EventLog, start: int, subject: str | None
+    ctx: Context, log_: JetStreamLog, start: int, subject: str | None
 ) -> AsyncGenerator[ServerSentEventMessage, None]:
     """The log from `start`, with a comment whenever it has been quiet for KEEP_ALIVE_S: it
     keeps proxies from closing the stream, and a client that has gone is noticed (the write
@@ -631,7 +631,7 @@ async def health(ctx: Ctx) -> Health:
     """How far the read models are: the last event projected, and the log's last."""
     async with ctx.db.acquire() as conn:
         projected = await queries.projected_seq(conn)
-    return Health(projected_seq=projected, log_seq=await EventLog(ctx.nc).last_seq())
+    return Health(projected_seq=projected, log_seq=await JetStreamLog(ctx.nc).last_seq())
 
 
 @get("/metrics", media_type="text/plain; version=0.0.4", include_in_schema=False)

@@ -10,14 +10,14 @@ import signal
 import socket
 
 from services.projector.service import DEFAULT_NAME, Projector
-from services.runtime.eventlog import EventLog, connect, durable_name
+from services.runtime.eventlog import JetStreamLog, connect, durable_name
 from services.runtime.main import configure_logging
 from services.runtime.tasks import cancel_and_wait
 
 
 async def main(nats_url: str, dsn: str, name: str) -> None:
     durable = durable_name("projector", name, socket.gethostname(), str(os.getpid()))
-    log = EventLog(await connect(nats_url, "projector"), durable=durable)
+    log = JetStreamLog(await connect(nats_url, "projector"), durable=durable)
     task = asyncio.create_task(Projector(log, dsn, name=name).run())
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -21,7 +21,7 @@ import structlog
 
 from projections import Projection
 from services.projector import store
-from services.runtime.eventlog import EventLog, Stored
+from services.runtime.eventlog import JetStreamLog, Stored
 from services.runtime.postgres import PG_TRANSIENT, connect_pool, migrate
 from services.runtime.tasks import cancel_and_wait
 
@@ -33,7 +33,7 @@ log = structlog.get_logger("fairlane.projector")
 
 class Projector:
     def __init__(
-        self, log: EventLog, dsn: str, *, name: str = DEFAULT_NAME, batch_max: int = BATCH_MAX
+        self, log: JetStreamLog, dsn: str, *, name: str = DEFAULT_NAME, batch_max: int = BATCH_MAX
     ) -> None:
         self.log = log
         self.dsn = dsn

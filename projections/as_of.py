@@ -12,7 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from events import Event, JobNominated, JobScheduled, NodeRegistered
+import msgspec
+
+from events import Event, JobNominated, JobPreemptionRequested, JobScheduled, NodeRegistered
 from projections.projection import Projection
 from projections.rows import JobRow, ProjectPoolRow
 
@@ -48,5 +50,13 @@ def _replayed(events: list[tuple[int, Event]]) -> Projection:
                               pool=pool, gpus=gpus)
         )  # fmt: skip
     for seq, event in events:
-        projection.apply(seq, event)
+        projection.apply(seq, _alone(event))
     return projection  # never taken: no fair share is computed from one project's events
+
+
+def _alone(event: Event) -> Event:
+    """A stop request was applied on the log after the nomination it served (its causation, on
+    another job's timeline); that job is not part of this replay, so the request stands alone."""
+    if isinstance(event, JobPreemptionRequested) and event.causation is not None:
+        return msgspec.structs.replace(event, causation=None)
+    return event

@@ -115,8 +115,10 @@ async def test_jobs_timeline_projects_and_metrics(api: Api) -> None:
     request = timeline[kinds.index("JobPreemptionRequested")]
     assert request["reason"] == "reclaim" and request["for_job"] == "jupyter-workspace"
     assert request["event"]["facts"]["fair_share"] == {"project-a": 4, "project-b": 4}
+    # when the workspace is deleted, its GPUs are on their way back: the training job waits for
+    # them, nominated (rule 7), then starts on them
     assert kinds[kinds.index("JobPreemptionRequested") :] == [
-        "JobPreemptionRequested", "JobPreempted", "JobScheduled", "JobStarted",
+        "JobPreemptionRequested", "JobPreempted", "JobNominated", "JobScheduled", "JobStarted",
     ]  # fmt: skip
     preempted_at = timeline[kinds.index("JobPreempted")]["seq"]
     then = (await c.get(f"/v1/jobs/large-training-job/as-of/{preempted_at}", headers=h)).json()

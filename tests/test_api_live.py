@@ -115,7 +115,9 @@ async def test_runai_exercise_through_the_api(cluster: ClusterFile) -> None:
         request = [e for e in timeline if e["applied"]][at]
         assert request["reason"] == "reclaim" and request["for_job"] == "jupyter-workspace"
         assert request["event"]["facts"]["fair_share"] == {"project-a": 4, "project-b": 4}
-        rest = [k for k in kinds[at + 1 :] if k != "JobCheckpointed"]
+        # (JobNominated: the workspace's GPUs may still be on their way back when the next
+        # cycle runs; the training job then waits for them, nominated, by rule 7)
+        rest = [k for k in kinds[at + 1 :] if k not in ("JobCheckpointed", "JobNominated")]
         assert rest[:3] == ["JobPreempted", "JobScheduled", "JobStarted"]
         (preemption,) = await get("/v1/preemptions?victim=large-training-job")
         assert preemption["beneficiary"] == "jupyter-workspace"

@@ -70,7 +70,7 @@ def test_exercise_timeline_preemption_and_usage() -> None:
     assert request.reason == "reclaim" and request.for_job == "jupyter-workspace"
     assert request.project == "project-a" and request.nodes == ("node-1",)
     after = [r.type for r in timeline if r.seq > request.seq]
-    assert after == ["JobPreempted", "JobScheduled", "JobStarted"]
+    assert after == ["JobPreempted", "JobNominated", "JobScheduled", "JobStarted"]  # rule 7
     (preemption,) = tables["preemptions"].values()
     assert preemption.victim == "large-training-job"
     assert preemption.beneficiary == "jupyter-workspace" and preemption.gpus == 8

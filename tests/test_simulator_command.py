@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from fairlane.cli import app
-from fairlane.simulator.metrics import Series
-from fairlane.simulator.plots import binned, write_plots
+from simulation.trace.metrics import Series
+from simulation.trace.plots import binned, write_plots
 
 JSON_KEYS = {
     "jobs_completed",

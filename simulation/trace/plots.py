@@ -14,7 +14,7 @@ from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from fairlane.simulator.metrics import Series
+from simulation.trace.metrics import Series
 
 BINS = 800
 

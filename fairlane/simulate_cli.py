@@ -168,13 +168,12 @@ def simulate(
     plots: list[Path] = []
     if plots_to is not None:
         # imported here: matplotlib adds over a second to every start of the fairlane command
-        from simulation.trace.plots import write_plots  # noqa: PLC0415
+        from simulation.trace.plots import Curves, write_plots  # noqa: PLC0415
 
         end = outcome.summary.makespan_s
         title = f"{setup['trace']} - {setup['policy']} ({setup['victim_order']} victims)"
-        plots = write_plots(
-            outcome.series, outcome.jct_s, sim.recorder.capacity, end, plots_to, title
-        )
+        curves = Curves(outcome.series, outcome.jct_s, sim.recorder.capacity, end)
+        plots = write_plots(curves, plots_to, title)
     if output == "json":
         sys.stdout.write(json.dumps(result_dict(outcome, setup), indent=2) + "\n")
         return

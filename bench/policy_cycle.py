@@ -58,10 +58,10 @@ from events import (
 )
 from events.model import DEFAULT_PRIORITY_CLASSES, Fitting, SchedulerType, VictimOrder
 from events.units import percentile
-from fairlane.virtual_cluster import VirtualCluster
 from policy.capacity import Capacity, NodeSlots
 from policy.cycle import decide
 from policy.state import ClusterState
+from simulation.virtual_cluster import VirtualCluster
 
 GPUS_PER_NODE = 8
 PROJECTS = 50

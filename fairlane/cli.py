@@ -10,8 +10,8 @@ from rich.console import Console
 from fairlane.cluster_cli import register
 from fairlane.demo import run_demo
 from fairlane.projections_cli import projections_app
-from fairlane.scenario.command import scenario_app
-from fairlane.simulator.command import simulate
+from fairlane.scenario_cli import scenario_app
+from fairlane.simulate_cli import simulate
 from services.runtime.main import configure_logging
 
 app = cyclopts.App(

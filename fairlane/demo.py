@@ -14,11 +14,11 @@ from rich.console import Console
 from rich.table import Table
 
 from events import Event, JobNominated, JobPreempted, JobPreemptionRequested, JobScheduled
-from fairlane.scenario.core_engine import CoreEngine
-from fairlane.scenario.live_engine import LiveEngine, LiveError, start_process_executor
-from fairlane.scenario.observe import check
-from fairlane.scenario.runner import run_file
-from fairlane.scenario.spec import Scenario, load_scenario
+from simulation.scenario.core_engine import CoreEngine
+from simulation.scenario.live_engine import LiveEngine, LiveError, start_process_executor
+from simulation.scenario.observe import check
+from simulation.scenario.runner import run_file
+from simulation.spec import Scenario, load_scenario
 
 SUITE = Path(__file__).resolve().parent.parent / "scenarios"
 EXERCISE = SUITE / "runai-preemption-exercise.yaml"

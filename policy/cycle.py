@@ -249,19 +249,8 @@ def _account_and_collect(
                 target.append(cand)
         elif phase in _PLACED:
             cycle = cycles.get(job.pool or "")
-            if cycle is None:
-                continue
-            cycle.ledger.count_holding(job)
-            cycle.running.append(job)
-            if job.nomination:
-                cycle.ledger.count_nominated(job)
-                if _start_if_free(cycle, job, held, scale_up=True):
-                    _queue_extra(cycle, rounds, job, len(job.held) + len(job.nomination))
-            elif job.elastic and not job.stop_replicas and not job.lost_node:
-                if job.active_replicas < job.replicas:
-                    rounds[0].setdefault(cycle.pool, []).append(
-                        Candidate(job, 1, extra=True, before=job.active_replicas)
-                    )
+            if cycle is not None:
+                _account_placed(cycle, job, held, rounds)
         elif phase == "stopping":
             cycle = cycles.get(job.pool or "")
             if cycle is not None:
@@ -269,13 +258,42 @@ def _account_and_collect(
         elif phase == "pending":  # nominated
             cycle = cycles.get(job.nomination_pool or "")
             if cycle is not None:
-                cycle.ledger.count_waiting(job)
-                cycle.ledger.count_nominated(job)
-                if _start_if_free(cycle, job, held, scale_up=False):
-                    _queue_extra(cycle, rounds, job, len(job.nomination))
-                else:
-                    waiting[job.id] = "nominated"
+                _account_nominated(cycle, job, held, rounds, waiting)
     return rounds
+
+
+def _account_placed(
+    cycle: PoolCycle, job: Job, held: dict[str, set[int]], rounds: list[dict[str, list[Candidate]]]
+) -> None:
+    """A starting or running job: it holds GPUs, may start replicas held for it, and an elastic
+    one short of its replicas asks for more."""
+    cycle.ledger.count_holding(job)
+    cycle.running.append(job)
+    if job.nomination:
+        cycle.ledger.count_nominated(job)
+        if _start_if_free(cycle, job, held, scale_up=True):
+            _queue_extra(cycle, rounds, job, len(job.held) + len(job.nomination))
+    elif job.elastic and not job.stop_replicas and not job.lost_node:
+        if job.active_replicas < job.replicas:
+            rounds[0].setdefault(cycle.pool, []).append(
+                Candidate(job, 1, extra=True, before=job.active_replicas)
+            )
+
+
+def _account_nominated(
+    cycle: PoolCycle,
+    job: Job,
+    held: dict[str, set[int]],
+    rounds: list[dict[str, list[Candidate]]],
+    waiting: dict[str, WaitReason],
+) -> None:
+    """A pending job with GPUs held for it: it starts once they are free, else waits."""
+    cycle.ledger.count_waiting(job)
+    cycle.ledger.count_nominated(job)
+    if _start_if_free(cycle, job, held, scale_up=False):
+        _queue_extra(cycle, rounds, job, len(job.nomination))
+    else:
+        waiting[job.id] = "nominated"
 
 
 def _queue_extra(

@@ -406,14 +406,9 @@ def _job_nominated(state: ClusterState, e: JobNominated) -> Refusal:
     job = state.jobs.get(e.job_id)
     if job is None:
         return _UNKNOWN_JOB
-    if job.phase not in ("pending", "starting", "running"):
-        return f"job is {job.phase}"
-    if job.nomination:
-        return "job already has GPUs held for it"
-    if e.id == job.last_nomination_id:
-        return "refused already"
-    if job.phase != "pending" and len(job.held) + len(e.replicas) > job.replicas:
-        return "decided before the job was placed some other way"
+    refusal = _nomination_refusal(job, e)
+    if refusal is not None:
+        return refusal
     job.nominations += 1  # counted even when refused: the next nomination gets a fresh id
     job.last_nomination_id = e.id
     if not state._reserve(job, e.replicas, e.victims):
@@ -422,20 +417,25 @@ def _job_nominated(state: ClusterState, e: JobNominated) -> Refusal:
     return None
 
 
+def _nomination_refusal(job: Job, e: JobNominated) -> Refusal:
+    """Why a nomination cannot hold GPUs for `job`, checked before anything is counted."""
+    if job.phase not in ("pending", "starting", "running"):
+        return f"job is {job.phase}"
+    if job.nomination:
+        return "job already has GPUs held for it"
+    if e.id == job.last_nomination_id:
+        return "refused already"
+    if job.phase != "pending" and len(job.held) + len(e.replicas) > job.replicas:
+        return "decided before the job was placed some other way"
+    return None
+
+
 def _job_scheduled(state: ClusterState, e: JobScheduled) -> Refusal:
     job = state.jobs.get(e.job_id)
     if job is None:
         return _UNKNOWN_JOB
     if e.scale_up:
-        if job.phase not in ("starting", "running") or e.attempt != job.attempt:
-            return "not the job's running attempt"
-        if len(job.held) + len(e.replicas) > job.replicas:
-            return "more replicas than the job has"
-        taken = state._take(job, e.replicas)
-        if taken:
-            job.held.extend(e.replicas)
-        state._drop_nomination(job)
-        return None if taken else _GPUS_TAKEN
+        return _job_scaled_up(state, job, e)
     if job.phase != "pending":
         return f"job is {job.phase}, not pending"
     if not state._take(job, e.replicas):
@@ -445,6 +445,19 @@ def _job_scheduled(state: ClusterState, e: JobScheduled) -> Refusal:
     state._drop_nomination(job)
     job.stop_replicas, job.stop_reason, job.lost_node = 0, "", False
     return None
+
+
+def _job_scaled_up(state: ClusterState, job: Job, e: JobScheduled) -> Refusal:
+    """More replicas for a running elastic job: they join its running attempt."""
+    if job.phase not in ("starting", "running") or e.attempt != job.attempt:
+        return "not the job's running attempt"
+    if len(job.held) + len(e.replicas) > job.replicas:
+        return "more replicas than the job has"
+    taken = state._take(job, e.replicas)
+    if taken:
+        job.held.extend(e.replicas)
+    state._drop_nomination(job)
+    return None if taken else _GPUS_TAKEN
 
 
 def _job_started(state: ClusterState, e: JobStarted) -> Refusal:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from events import JobAdmitted, JobRejected, JobSpec, ProjectTerms
-from fairlane.virtual_cluster import VirtualCluster
 from policy.commands import Refused
+from simulation.virtual_cluster import VirtualCluster
 
 
 @pytest.fixture

@@ -42,7 +42,7 @@ from events import (
     Replica,
 )
 from fairlane import workload
-from services.executor.docker import container_config
+from services.executor.docker import ContainerHost, container_config
 from services.executor.endpoint import BURST, RATE, Budget
 from services.executor.gpus import GpuDiscoveryError, discover_gpus
 from services.executor.logs import attempt_logs
@@ -689,7 +689,7 @@ def test_a_container_asks_for_its_gpus_by_uuid() -> None:
         run_dir=Path("/data/runs/j"),
     )
     uuids = ("GPU-a", "GPU-b", "GPU-c", "GPU-d")
-    config = container_config(launch, "n1", None, uuids, "host")
+    config = container_config(launch, "n1", None, ContainerHost(uuids, "host"))
     host = config["HostConfig"]
     assert host["DeviceRequests"] == [{"DeviceIDs": ["GPU-b", "GPU-d"], "Capabilities": [["gpu"]]}]
     assert host["Init"] is True and host["Binds"] == ["/data/checkpoints/j:/data/checkpoints/j"]
@@ -704,5 +704,5 @@ def test_a_container_asks_for_its_gpus_by_uuid() -> None:
         "n1",
     )
     # declared GPUs (no NVML): nothing to request, the indexes in the environment only
-    declared = container_config(launch, "n1", None, (), "host")
+    declared = container_config(launch, "n1", None, ContainerHost((), "host"))
     assert "DeviceRequests" not in declared["HostConfig"]

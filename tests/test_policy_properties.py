@@ -61,9 +61,9 @@ from events import (
     SchedulerSettings,
 )
 from events.catalogue import MAKES_ROOM
-from fairlane.virtual_cluster import VirtualCluster
 from policy.cycle import decide, next_wakeup
 from policy.state import HOLDING_PHASES, ClusterState, Job
+from simulation.virtual_cluster import VirtualCluster
 
 POOLS = ("p0", "p1", "p2", "p3")
 PROJECTS = ("a", "b", "c", "d", "e")

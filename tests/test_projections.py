@@ -15,9 +15,9 @@ from events import (
     NodeRegistered,
     Replica,
 )
-from fairlane.scenario.core_engine import CoreEngine
-from fairlane.scenario.spec import load_scenario
 from projections import Batch, Projection
+from simulation.scenario.core_engine import CoreEngine
+from simulation.spec import load_scenario
 
 EXERCISE = Path(__file__).resolve().parent.parent / "scenarios" / "runai-preemption-exercise.yaml"
 

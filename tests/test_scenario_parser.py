@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from fairlane.scenario.runner import run_file
-from fairlane.scenario.spec import ScenarioError, load_scenario
+from simulation.scenario.runner import run_file
+from simulation.spec import ScenarioError, load_scenario
 
 HEADER = """
 name: t

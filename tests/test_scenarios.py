@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from fairlane.scenario.runner import run_file
+from simulation.scenario.runner import run_file
 
 SUITE = Path(__file__).resolve().parent.parent / "scenarios"
 FILES = sorted(SUITE.glob("*.yaml"))

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from fairlane.scenario.runner import run_file
-from fairlane.scenario.spec import load_scenario
+from simulation.scenario.runner import run_file
+from simulation.spec import load_scenario
 
 SUITE = Path(__file__).resolve().parent.parent / "scenarios"
 LIVE = [p for p in sorted(SUITE.glob("*.yaml")) if load_scenario(p).needs_virtual_clock is None]

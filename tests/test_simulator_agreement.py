@@ -33,14 +33,14 @@ from events import (
     SchedulerSettings,
 )
 from events.model import VictimOrder
-from fairlane.simulator.cluster import uniform_cluster
-from fairlane.simulator.policies import PolicyName, make_policy
-from fairlane.simulator.run import Options, Simulation
-from fairlane.simulator.traces import TraceJob
-from fairlane.simulator.workload import SimJob
 from policy.commands.admission import admit
 from policy.cycle import decide
 from policy.state import ClusterState
+from simulation.trace.cluster import uniform_cluster
+from simulation.trace.policies import PolicyName, make_policy
+from simulation.trace.run import Options, Simulation
+from simulation.trace.traces import TraceJob
+from simulation.trace.workload import SimJob
 
 DECISIONS = (JobScheduled, JobPreemptionRequested, JobNominated)
 NODES, GPUS = 3, 4

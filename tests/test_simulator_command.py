@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from fairlane.cli import app
-from fairlane.simulator.metrics import Series
-from fairlane.simulator.plots import binned, write_plots
+from simulation.trace.metrics import Series
+from simulation.trace.plots import Curves, binned, write_plots
 
 JSON_KEYS = {
     "jobs_completed",
@@ -74,7 +74,7 @@ def test_text_report_and_plots(
 
 
 def test_plots_of_an_empty_run(tmp_path: Path) -> None:
-    paths = write_plots(Series(), [], 8, 0.0, tmp_path, "nothing")
+    paths = write_plots(Curves(Series(), [], 8, 0.0), tmp_path, "nothing")
     assert all(p.stat().st_size > 0 for p in paths)
 
 

@@ -9,11 +9,11 @@ import pytest
 from events import CheckpointModel, JobPreempted
 from events.model import VictimOrder
 from events.units import percentile
-from fairlane.simulator.cluster import uniform_cluster
-from fairlane.simulator.policies import PolicyName, make_policy
-from fairlane.simulator.run import CycleMode, Options, Outcome, Simulation
-from fairlane.simulator.traces import TraceJob
-from fairlane.simulator.workload import largest_remainder, shape
+from simulation.trace.cluster import uniform_cluster
+from simulation.trace.policies import PolicyName, make_policy
+from simulation.trace.run import CycleMode, Options, Outcome, Simulation
+from simulation.trace.traces import TraceJob
+from simulation.trace.workload import largest_remainder, shape
 
 
 def run(

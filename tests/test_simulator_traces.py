@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from fairlane.simulator.errors import SimulationError
-from fairlane.simulator.traces import (
+from simulation.trace.errors import SimulationError
+from simulation.trace.traces import (
     Slice,
     Trace,
     TraceJob,

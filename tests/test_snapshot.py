@@ -14,8 +14,6 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from fairlane.scenario.core_engine import CoreEngine
-from fairlane.scenario.spec import load_scenario
 from policy.cycle import decide
 from policy.snapshot import (
     FOLD_VERSION,
@@ -26,6 +24,8 @@ from policy.snapshot import (
     snapshot_seq,
 )
 from policy.state import ClusterState
+from simulation.scenario.core_engine import CoreEngine
+from simulation.spec import load_scenario
 
 SCENARIOS = sorted((Path(__file__).parent.parent / "scenarios").glob("*.yaml"))
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from events import JobScheduled, JobSpec, NodeLost, ProjectTerms, Replica, SchedulingHeld
-from fairlane.virtual_cluster import VirtualCluster
 from policy.cycle import decide
+from simulation.virtual_cluster import VirtualCluster
 
 
 def cluster() -> VirtualCluster:

@@ -10,7 +10,7 @@ from events import (
     JobSpec,
     ProjectTerms,
 )
-from fairlane.virtual_cluster import VirtualCluster
+from simulation.virtual_cluster import VirtualCluster
 
 
 def two_projects() -> VirtualCluster:

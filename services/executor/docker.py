@@ -65,16 +65,21 @@ def labels(node: str, launch: Launch, checkpoint_mtime: float | None) -> dict[st
     return found
 
 
+@dataclass(frozen=True)
+class ContainerHost:
+    """What the node gives every container: its GPUs by index (from NVML; empty where GPUs
+    were declared, and then no device is requested), the network, and folders to mount."""
+
+    gpu_uuids: tuple[str, ...]
+    network: str = "host"
+    mounts: tuple[Path, ...] = ()
+
+
 def container_config(
-    launch: Launch,
-    node: str,
-    checkpoint_mtime: float | None,
-    gpu_uuids: tuple[str, ...],
-    network: str,
-    mounts: tuple[Path, ...] = (),
+    launch: Launch, node: str, checkpoint_mtime: float | None, on: ContainerHost
 ) -> dict[str, Any]:
-    """The Engine API's create body for one replica. `gpu_uuids`: the node's GPUs by index
-    (from NVML); empty where GPUs were declared, and then no device is requested."""
+    """The Engine API's create body for one replica."""
+    gpu_uuids, network, mounts = on.gpu_uuids, on.network, on.mounts
     env = dict(launch.env)
     if launch.gpus:
         assigned = [gpu_uuids[g] for g in launch.gpus if g < len(gpu_uuids)]
@@ -218,9 +223,8 @@ class DockerRuntime:
         launch.run_dir.mkdir(parents=True, exist_ok=True)
         launch.checkpoint_dir.mkdir(parents=True, exist_ok=True)
         launch.log_file.write_bytes(b"")
-        config = container_config(
-            launch, node, checkpoint_mtime, self.gpu_uuids, self.network, self.mounts
-        )
+        on = ContainerHost(self.gpu_uuids, self.network, self.mounts)
+        config = container_config(launch, node, checkpoint_mtime, on)
         name = container_name(node, launch)
         try:
             container = await self._create(config, name)

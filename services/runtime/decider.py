@@ -35,6 +35,8 @@ SETTLE_S = 0.005
 MAX_PACE_S = 0.05
 #: Decide at least this often even when nothing happens (clock-driven rules, lost wake-ups).
 TICK_S = 1.0
+#: How long leadership lasts without a renewal: a standby takes over after about this long.
+LEASE_TTL_S = 3.0
 #: Decisions in flight at once (acks awaited together: one round trip for many).
 PUBLISH_WINDOW = 256
 
@@ -45,7 +47,6 @@ class Decider:
         event_log: JetStreamLog,
         kind: str,
         mine: Callable[[Event], bool],
-        lease_ttl_s: float = 3.0,
         clock: Callable[[], float] = time.time,
         settle_s: float = SETTLE_S,
     ) -> None:
@@ -54,7 +55,7 @@ class Decider:
         self.mine = mine
         self.clock = clock
         self.holder = f"{kind}-{uuid.uuid4().hex[:8]}"
-        self.lease = Lease(kind, self.holder, ttl_s=lease_ttl_s)
+        self.lease = Lease(kind, self.holder, ttl_s=LEASE_TTL_S)
         # a restart (or a standby's start) replays from the newest snapshot the ledger took
         self.follower = Follower(event_log, snapshots=SnapshotStore(event_log.js))
         self.settle_s = settle_s

@@ -5,16 +5,15 @@ from __future__ import annotations
 import copy
 
 from events.commands import AnyCommand
-from fairlane.scenario.observe import Observation, holdings, observe, what_changed
-from fairlane.scenario.setup import (
+from policy.commands import Refused
+from simulation.scenario.observe import Observation, holdings, observe, what_changed
+from simulation.scenario.setup import (
     JOB_COMMANDS,
     Projects,
-    compute_pool_of,
     pool_commands,
 )
-from fairlane.scenario.spec import ProjectEntry, Scenario, Step
-from fairlane.virtual_cluster import VirtualCluster
-from policy.commands import Refused
+from simulation.spec import ProjectEntry, Scenario, Step, compute_pool_of
+from simulation.virtual_cluster import VirtualCluster
 
 #: How long `stable` runs the system on, in virtual time, with no job finishing.
 STABLE_HORIZON_S = 3600.0

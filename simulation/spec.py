@@ -1,4 +1,5 @@
-"""Scenario files (scenarios/FORMAT.md), parsed strictly.
+"""Scenario files (scenarios/FORMAT.md), parsed strictly; the scenario engines run them and the
+trace simulator reads its cluster files with the same parser.
 
 YAML is read with YAML 1.2 rules (`on`, `no`, `yes` stay strings). The file is converted into
 strict msgspec structs (`_File` and the structs below it: the file's shape, said once), so an
@@ -20,7 +21,7 @@ from msgspec.inspect import DictType, ListType, StructType, UnionType, VarTupleT
 from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
-from events import CheckpointModel, JobSpec, PriorityClass, SchedulerSettings
+from events import CheckpointModel, JobSpec, PriorityClass, ProjectTerms, SchedulerSettings
 from events.commands import ConfigureCluster
 from events.units import parse_duration
 from policy.commands.names import NAME
@@ -123,6 +124,43 @@ class Scenario:
                     if job.spec.duration_s is not None or job.spec.checkpoint is not None:
                         return f"job {job.id} uses duration/checkpoint (simulated work)"
         return None
+
+
+# -- what the file's numbers mean (the scenario engines and the trace simulator alike) -------
+
+
+def compute_pool_of(scenario: Scenario) -> str:
+    compute_pool = scenario.config.default_compute_pool
+    assert compute_pool is not None  # the parser fills it in
+    return compute_pool
+
+
+def project_terms(
+    entry: ProjectEntry, pools: list[str], compute_pool: str
+) -> dict[str, ProjectTerms]:
+    """A project's terms per pool. A bare quota or limit is for the default compute pool;
+    a bare weight or priority applies in every pool."""
+
+    def pick(values: dict[str | None, int] | None, pool: str, everywhere: bool) -> int | None:
+        if values is None:
+            return None
+        if pool in values:
+            return values[pool]
+        if None in values and (everywhere or pool == compute_pool):
+            return values[None]
+        return None
+
+    terms: dict[str, ProjectTerms] = {}
+    for pool in pools:
+        weight = pick(entry.over_quota_weight, pool, everywhere=True)
+        priority = pick(entry.priority, pool, everywhere=True)
+        terms[pool] = ProjectTerms(
+            quota=pick(entry.quota, pool, everywhere=False) or 0,
+            over_quota_weight=1 if weight is None else weight,
+            limit=pick(entry.limit, pool, everywhere=False),
+            priority=100 if priority is None else priority,
+        )
+    return terms
 
 
 # -- the file's shape -------------------------------------------------------------------------

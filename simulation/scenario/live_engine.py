@@ -34,9 +34,6 @@ from events.commands import (
     SetPool,
     SubmitJob,
 )
-from fairlane.scenario.observe import Observation, holdings, observe, what_changed
-from fairlane.scenario.setup import JOB_COMMANDS, Projects, compute_pool_of, pool_commands
-from fairlane.scenario.spec import NodeEntry, ProjectEntry, Scenario, Step
 from policy.commands import ids
 from policy.cycle import decide
 from services.admission.service import Admission
@@ -47,6 +44,9 @@ from services.runtime.eventlog import JetStreamLog, Stored, connect
 from services.runtime.follower import Follower
 from services.runtime.servers import NatsServer
 from services.runtime.tasks import cancel_and_wait
+from simulation.scenario.observe import Observation, holdings, observe, what_changed
+from simulation.scenario.setup import JOB_COMMANDS, Projects, pool_commands
+from simulation.spec import NodeEntry, ProjectEntry, Scenario, Step, compute_pool_of
 
 #: Starts a node executor for (log, node, pool, gpus, data_dir); returns its running task.
 ExecutorFactory = Callable[[JetStreamLog, str, str, int, Path], Awaitable[asyncio.Task[None]]]

@@ -11,8 +11,8 @@ import msgspec
 from rich.console import Console
 from rich.markup import escape
 
-from fairlane.scenario.runner import EngineName, Result, run_file
 from services.runtime.main import configure_logging
+from simulation.scenario.runner import EngineName, Result, run_file
 
 scenario_app = cyclopts.App(help="Scenario files: a cluster, steps, and what must hold after them.")
 

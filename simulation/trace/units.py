@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from events.units import parse_duration as seconds_of
-from fairlane.simulator.errors import SimulationError
+from simulation.trace.errors import SimulationError
 
 
 def parse_duration(value: str | float, what: str) -> float:

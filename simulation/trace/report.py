@@ -8,7 +8,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from fairlane.simulator.run import Outcome
+from simulation.trace.run import Outcome
 
 
 def result_dict(outcome: Outcome, setup: dict[str, Any]) -> dict[str, Any]:

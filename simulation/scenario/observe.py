@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 
 from events import Event, JobPreemptionRequested, JobRejected, Replica
 from events.catalogue import MAKES_ROOM
-from fairlane.scenario.spec import Expectation
 from policy.commands.usage import Usage
 from policy.cycle import fair_shares
 from policy.state import ClusterState
+from simulation.spec import Expectation
 
 
 @dataclass

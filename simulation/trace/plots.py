@@ -7,6 +7,7 @@ time-weighted mean over at most `BINS` equal bins, which is exact for the area u
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -14,14 +15,23 @@ from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from fairlane.simulator.metrics import Series
+from simulation.trace.metrics import Series
 
 BINS = 800
 
 
-def write_plots(
-    series: Series, jct_s: list[float], capacity: int, end_s: float, out: Path, title: str
-) -> list[Path]:
+@dataclass(frozen=True)
+class Curves:
+    """What the plots show of a run."""
+
+    series: Series
+    jct_s: list[float]
+    capacity: int  # GPUs: utilization is busy GPUs over this
+    end_s: float
+
+
+def write_plots(curves: Curves, out: Path, title: str) -> list[Path]:
+    series, jct_s, capacity, end_s = curves.series, curves.jct_s, curves.capacity, curves.end_s
     out.mkdir(parents=True, exist_ok=True)
     unit, scale = ("days", 86400.0) if end_s > 2 * 86400 else ("hours", 3600.0)
     edges, busy = binned(series.time, series.busy_gpus, end_s)

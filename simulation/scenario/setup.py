@@ -5,9 +5,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Final
 
-from events import ProjectTerms
 from events.commands import CancelJob, PauseJob, ResumeJob, SetPool, SetProject
-from fairlane.scenario.spec import ProjectEntry, Scenario
+from simulation.spec import ProjectEntry, Scenario, project_terms
 
 #: The steps that are a user's command about a job, and the command each one sends.
 JOB_COMMANDS: Final[dict[str, type[CancelJob | PauseJob | ResumeJob]]] = {
@@ -15,12 +14,6 @@ JOB_COMMANDS: Final[dict[str, type[CancelJob | PauseJob | ResumeJob]]] = {
     "pause": PauseJob,
     "resume": ResumeJob,
 }
-
-
-def compute_pool_of(scenario: Scenario) -> str:
-    compute_pool = scenario.config.default_compute_pool
-    assert compute_pool is not None  # the parser fills it in
-    return compute_pool
 
 
 def pool_commands(scenario: Scenario) -> list[SetPool]:
@@ -51,34 +44,6 @@ class Projects:
             )
             for pool, terms in project_terms(merged, pools, self.compute_pool).items()
         ]
-
-
-def project_terms(
-    entry: ProjectEntry, pools: list[str], compute_pool: str
-) -> dict[str, ProjectTerms]:
-    """A project's terms per pool. A bare quota or limit is for the default compute pool;
-    a bare weight or priority applies in every pool."""
-
-    def pick(values: dict[str | None, int] | None, pool: str, everywhere: bool) -> int | None:
-        if values is None:
-            return None
-        if pool in values:
-            return values[pool]
-        if None in values and (everywhere or pool == compute_pool):
-            return values[None]
-        return None
-
-    terms: dict[str, ProjectTerms] = {}
-    for pool in pools:
-        weight = pick(entry.over_quota_weight, pool, everywhere=True)
-        priority = pick(entry.priority, pool, everywhere=True)
-        terms[pool] = ProjectTerms(
-            quota=pick(entry.quota, pool, everywhere=False) or 0,
-            over_quota_weight=1 if weight is None else weight,
-            limit=pick(entry.limit, pool, everywhere=False),
-            priority=100 if priority is None else priority,
-        )
-    return terms
 
 
 def _merge(old: ProjectEntry, new: ProjectEntry) -> ProjectEntry:

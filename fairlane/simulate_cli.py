@@ -1,4 +1,4 @@
-"""`fairlane simulate`: the command line over `fairlane.simulator`."""
+"""`fairlane simulate`: the command line over `simulation.trace`."""
 
 from __future__ import annotations
 
@@ -15,14 +15,14 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from events import CheckpointModel
 from events.model import VictimOrder
-from fairlane.simulator.cluster import ClusterSpec, load_cluster, uniform_cluster
-from fairlane.simulator.errors import SimulationError
-from fairlane.simulator.policies import PolicyName, make_policy
-from fairlane.simulator.report import print_report, result_dict
-from fairlane.simulator.run import CycleMode, Options, Outcome, Simulation
-from fairlane.simulator.traces import Slice, load_trace, select
-from fairlane.simulator.units import parse_duration
-from fairlane.virtual_cluster import NotSettled
+from simulation.trace.cluster import ClusterSpec, load_cluster, uniform_cluster
+from simulation.trace.errors import SimulationError
+from simulation.trace.policies import PolicyName, make_policy
+from simulation.trace.report import print_report, result_dict
+from simulation.trace.run import CycleMode, Options, Outcome, Simulation
+from simulation.trace.traces import Slice, load_trace, select
+from simulation.trace.units import parse_duration
+from simulation.virtual_cluster import NotSettled
 
 DEFAULT_OUT = Path("fairlane-simulation")
 DEFAULT_NODES = 8
@@ -168,13 +168,12 @@ def simulate(
     plots: list[Path] = []
     if plots_to is not None:
         # imported here: matplotlib adds over a second to every start of the fairlane command
-        from fairlane.simulator.plots import write_plots  # noqa: PLC0415
+        from simulation.trace.plots import Curves, write_plots  # noqa: PLC0415
 
         end = outcome.summary.makespan_s
         title = f"{setup['trace']} - {setup['policy']} ({setup['victim_order']} victims)"
-        plots = write_plots(
-            outcome.series, outcome.jct_s, sim.recorder.capacity, end, plots_to, title
-        )
+        curves = Curves(outcome.series, outcome.jct_s, sim.recorder.capacity, end)
+        plots = write_plots(curves, plots_to, title)
     if output == "json":
         sys.stdout.write(json.dumps(result_dict(outcome, setup), indent=2) + "\n")
         return

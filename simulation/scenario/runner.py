@@ -7,11 +7,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from fairlane.scenario.core_engine import CoreEngine
-from fairlane.scenario.live_engine import LiveEngine, LiveError, start_process_executor
-from fairlane.scenario.observe import check
-from fairlane.scenario.spec import Scenario, ScenarioError, load_scenario
-from fairlane.virtual_cluster import NotSettled
+from simulation.scenario.core_engine import CoreEngine
+from simulation.scenario.live_engine import LiveEngine, LiveError, start_process_executor
+from simulation.scenario.observe import check
+from simulation.spec import Scenario, ScenarioError, load_scenario
+from simulation.virtual_cluster import NotSettled
 
 Verdict = Literal["pass", "fail", "skip", "error"]
 EngineName = Literal["core", "live"]

@@ -25,9 +25,9 @@ from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
 from events import ProjectTerms
-from fairlane.simulator.cluster import ClusterSpec
-from fairlane.simulator.errors import SimulationError
-from fairlane.simulator.traces import TraceJob
+from simulation.trace.cluster import ClusterSpec
+from simulation.trace.errors import SimulationError
+from simulation.trace.traces import TraceJob
 
 TermsByPool = dict[str, ProjectTerms]
 

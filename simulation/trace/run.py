@@ -39,15 +39,15 @@ from events import (
 )
 from events.commands import ConfigureCluster, SetPool
 from events.model import VictimOrder
-from fairlane.simulator.cluster import ClusterSpec
-from fairlane.simulator.errors import SimulationError
-from fairlane.simulator.metrics import Recorder, Series, Summary
-from fairlane.simulator.policies import Policy
-from fairlane.simulator.traces import TraceJob
-from fairlane.simulator.workload import SimJob, Workload, build_workload
-from fairlane.virtual_cluster import MAX_ROUNDS, NotSettled, VirtualCluster
 from policy.cycle import could_hold
 from policy.state import FINAL_PHASES
+from simulation.trace.cluster import ClusterSpec
+from simulation.trace.errors import SimulationError
+from simulation.trace.metrics import Recorder, Series, Summary
+from simulation.trace.policies import Policy
+from simulation.trace.traces import TraceJob
+from simulation.trace.workload import SimJob, Workload, build_workload
+from simulation.virtual_cluster import MAX_ROUNDS, NotSettled, VirtualCluster
 
 ACTOR = "simulator"
 CycleMode = Literal["event", "round"]

@@ -17,15 +17,16 @@ from ruamel.yaml.error import YAMLError
 
 from events import ProjectTerms
 from events.model import Fitting
-from fairlane.scenario.setup import compute_pool_of, project_terms
-from fairlane.scenario.spec import (
+from simulation.spec import (
     NodeEntry,
     PoolEntry,
     ProjectEntry,
     ScenarioError,
+    compute_pool_of,
     parse_scenario,
+    project_terms,
 )
-from fairlane.simulator.errors import SimulationError
+from simulation.trace.errors import SimulationError
 
 DEFAULT_POOL = "default"
 

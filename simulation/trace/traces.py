@@ -34,9 +34,9 @@ from typing import Final
 from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
-from fairlane.simulator.errors import SimulationError
-from fairlane.simulator.units import parse_duration
 from policy.commands.names import is_name
+from simulation.trace.errors import SimulationError
+from simulation.trace.units import parse_duration
 
 TRACES_ENV: Final = "FAIRLANE_TRACES"
 PUBLISHED: Final = ("philly", "philly:11vc", "itp:clusterNN", "muri")

@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from events.model import SchedulerType
-from fairlane.simulator.errors import SimulationError
-from fairlane.simulator.workload import SimJob
+from simulation.trace.errors import SimulationError
+from simulation.trace.workload import SimJob
 
 PolicyName = Literal["fair_share", "priority", "fifo", "srtf", "srsf", "las"]
 #: A job's priority now, from its seconds of work done and the GPU-seconds it has held.

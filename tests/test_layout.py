@@ -1,0 +1,185 @@
+"""The import direction, read from the source with `ast` (no module is imported to check it).
+
+events <- policy <- the rest: `events` imports no other package of ours, `policy` only `events`.
+Nothing imports the `fairlane` command line but itself and the tests (a workload program in
+`examples/` may import `fairlane.workload`, the standard-library module made for it). A service
+imports no other service's package; `services/runtime` is what they share. `events` and `policy`
+are pure: no clock, I/O, randomness or NATS, so a decision depends on its inputs alone.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+ROOT: Final = Path(__file__).resolve().parent.parent
+
+#: The packages of ours each pure layer may import (itself included).
+LAYERS: Final = {"events": {"events"}, "policy": {"events", "policy"}}
+#: What a pure layer may not import, by top-level module, and why.
+IMPURE: Final = {
+    **dict.fromkeys(("time", "datetime", "zoneinfo"), "a clock"),
+    **dict.fromkeys(
+        ("os", "pathlib", "io", "socket", "asyncio", "subprocess", "shutil", "tempfile"), "I/O"
+    ),
+    **dict.fromkeys(("random", "uuid", "secrets"), "randomness"),
+    "nats": "NATS",
+}
+CLI: Final = "fairlane"
+#: Who may import the command line's package, and what of it.
+CLI_IMPORTERS: Final = {
+    "fairlane": "fairlane",
+    "tests": "fairlane",
+    "examples": "fairlane.workload",
+}
+SHARED_SERVICE: Final = "runtime"
+SKIPPED_DIRS: Final = {".venv", ".git", ".fairlane", "__pycache__", "node_modules"}
+
+
+@dataclass(frozen=True)
+class Import:
+    path: Path  # relative to the root
+    line: int
+    module: str  # as absolute dotted name: `from fairlane import workload` is fairlane.workload
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line} imports {self.module}"
+
+
+def python_files(root: Path) -> Iterator[Path]:
+    for path in sorted(root.rglob("*.py")):
+        relative = path.relative_to(root)
+        if not SKIPPED_DIRS.intersection(relative.parts[:-1]):
+            yield relative
+
+
+def module_of(path: Path) -> list[str]:
+    """`services/ledger/service.py` -> [services, ledger, service]; a package is its folder."""
+    parts = list(path.with_suffix("").parts)
+    return parts[:-1] if parts[-1] == "__init__" else parts
+
+
+def imports_of(root: Path, path: Path) -> Iterator[Import]:
+    tree = ast.parse((root / path).read_text(), filename=str(path))
+    package = module_of(path) if path.name == "__init__.py" else module_of(path)[:-1]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield Import(path, node.lineno, alias.name)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: resolved against the importing module's package
+                parent = package[: len(package) - (node.level - 1)]
+                base = ".".join([*parent, *([base] if base else [])])
+            for alias in node.names:
+                yield Import(
+                    path, node.lineno, base if alias.name == "*" else f"{base}.{alias.name}"
+                )
+
+
+def opens_of(root: Path, path: Path) -> Iterator[int]:
+    """Lines that call the built-in `open`."""
+    tree = ast.parse((root / path).read_text(), filename=str(path))
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id == "open"
+        ):
+            yield node.lineno
+
+
+def ours(root: Path) -> set[str]:
+    """Our top-level packages: the folders at the root with an `__init__.py`."""
+    return {p.parent.name for p in root.glob("*/__init__.py")}
+
+
+def violations(root: Path) -> list[str]:
+    packages = ours(root)
+    found: list[str] = []
+    for path in python_files(root):
+        where = module_of(path)
+        for imp in imports_of(root, path):
+            found += [f"{imp}: {why}" for why in _broken_rules(where, imp.module, packages)]
+        if where[0] in LAYERS:
+            found += [
+                f"{path}:{line} calls open(): I/O in {where[0]}/" for line in opens_of(root, path)
+            ]
+    return found
+
+
+def _broken_rules(where: list[str], module: str, packages: set[str]) -> Iterator[str]:
+    top, target = where[0], module.split(".")
+    if top in LAYERS and target[0] in packages and target[0] not in LAYERS[top]:
+        yield f"{top}/ may import only {sorted(LAYERS[top])} of ours"
+    if top in LAYERS and target[0] in IMPURE:
+        yield f"{IMPURE[target[0]]} in {top}/, which must stay pure"
+    if target[0] == CLI and not _cli_import_allowed(top, module):
+        yield f"only {sorted(CLI_IMPORTERS)} may import the {CLI} command line"
+    if top == "services" and len(where) > 1 and target[0] == "services" and len(target) > 1:
+        if target[1] not in (where[1], SHARED_SERVICE):
+            yield f"services/{where[1]} may not import another service ({target[1]})"
+
+
+def _cli_import_allowed(top: str, module: str) -> bool:
+    allowed = CLI_IMPORTERS.get(top)
+    return allowed is not None and (module == allowed or module.startswith(allowed + "."))
+
+
+def test_the_source_tree_keeps_the_import_direction() -> None:
+    assert violations(ROOT) == []
+
+
+def test_the_packages_it_checks_are_the_real_ones() -> None:
+    """A check over no files would pass: make sure the layers and services are there."""
+    assert {"events", "policy", "services", "simulation", CLI} <= ours(ROOT)
+    files = {module_of(p)[0] for p in python_files(ROOT)}
+    assert {"events", "policy", "services", "tests"} <= files
+
+
+def _write(root: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
+def test_each_rule_reports_the_file_line_and_module(tmp_path: Path) -> None:
+    packages = ("events", "policy", "services", "services/ledger", "services/admission")
+    packages += ("services/runtime", "simulation", "fairlane", "tests")
+    _write(tmp_path, {f"{p}/__init__.py": "" for p in packages})
+    _write(
+        tmp_path,
+        {
+            "events/model.py": "from policy import state\n",
+            "policy/fold.py": "import events\nimport time\nfrom datetime import datetime\n",
+            "policy/io.py": "def read():\n    return open('x')\n",
+            "policy/rand.py": "from uuid import uuid4\nimport nats.js\n",
+            "services/ledger/service.py": (
+                "from services.runtime import log\nfrom services.admission import rules\n"
+                "from . import helpers\nfrom ..admission import service\n"
+            ),
+            "simulation/engine.py": "from fairlane.cli import app\n",
+            "examples/train.py": "from fairlane import workload\nfrom fairlane import cli\n",
+            "tests/test_x.py": "from fairlane.cli import app\nimport time\n",
+        },
+    )
+    assert violations(tmp_path) == [
+        "events/model.py:1 imports policy.state: events/ may import only ['events'] of ours",
+        "examples/train.py:2 imports fairlane.cli: only ['examples', 'fairlane', 'tests'] "
+        "may import the fairlane command line",
+        "policy/fold.py:2 imports time: a clock in policy/, which must stay pure",
+        "policy/fold.py:3 imports datetime.datetime: a clock in policy/, which must stay pure",
+        "policy/io.py:2 calls open(): I/O in policy/",
+        "policy/rand.py:1 imports uuid.uuid4: randomness in policy/, which must stay pure",
+        "policy/rand.py:2 imports nats.js: NATS in policy/, which must stay pure",
+        "services/ledger/service.py:2 imports services.admission.rules: "
+        "services/ledger may not import another service (admission)",
+        "services/ledger/service.py:4 imports services.admission.service: "
+        "services/ledger may not import another service (admission)",
+        "simulation/engine.py:1 imports fairlane.cli.app: only ['examples', 'fairlane', 'tests'] "
+        "may import the fairlane command line",
+    ]

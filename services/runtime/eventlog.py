@@ -30,6 +30,7 @@ from nats.js.errors import APIError, NotFoundError
 
 from events import Event, decode_event, encode_event, subject_for
 from events.catalogue import AnyEvent
+from services.runtime.connection import connect as connect  # noqa: PLC0414 (callers import it here)
 
 STREAM: Final = "FAIRLANE"
 SUBJECTS: Final = ["fl.>"]
@@ -71,43 +72,6 @@ CONSUMER_GONE: Final = frozenset({"503"})
 class Stored:
     seq: int
     event: AnyEvent
-
-
-async def connect(url: str, name: str, retry_for: float = 30.0) -> Client:
-    """Connect, retrying the first connection (nats-py does not), and never give up later."""
-    deadline = asyncio.get_running_loop().time() + retry_for
-
-    async def on_error(e: Exception) -> None:  # instead of nats-py's traceback on every retry
-        log.warning("nats connection trouble", client=name, error=str(e) or repr(e))
-
-    client: list[Client] = []  # filled in once connected
-
-    async def on_disconnected() -> None:
-        if client and (client[0].is_closed or client[0].is_draining):
-            return  # closed on purpose: nothing to warn about
-        log.warning("disconnected from nats", client=name)
-
-    async def on_reconnected() -> None:
-        log.info("reconnected to nats", client=name)
-
-    while True:
-        try:
-            nc = await nats.connect(
-                url,
-                name=name,
-                max_reconnect_attempts=-1,
-                reconnect_time_wait=0.5,
-                connect_timeout=2,
-                error_cb=on_error,
-                disconnected_cb=on_disconnected,
-                reconnected_cb=on_reconnected,
-            )
-            client.append(nc)
-            return nc
-        except (OSError, nats.errors.NoServersError, TimeoutError):
-            if asyncio.get_running_loop().time() > deadline:
-                raise
-            await asyncio.sleep(0.2)
 
 
 def durable_name(*parts: str) -> str:

@@ -23,6 +23,8 @@ from nats.js.kv import KeyValue
 from services.runtime.eventlog import TRANSIENT
 
 BUCKET = "fairlane-leases"
+#: How long a lease lasts without renewal (the bucket's TTL).
+LEASE_TTL_S = 3.0
 log = structlog.get_logger("fairlane.lease")
 
 
@@ -30,7 +32,7 @@ log = structlog.get_logger("fairlane.lease")
 class Lease:
     kind: str
     holder: str
-    ttl_s: float = 3.0
+    ttl_s: float = LEASE_TTL_S
     revision: int | None = None
     _kv: KeyValue | None = None
 

@@ -310,6 +310,9 @@ def _send(command: AnyCommand, data_dir: Path, nats: str | None, output: str) ->
 
     try:
         reply = asyncio.run(go())
+    except msgspec.ValidationError as e:  # out of bounds: refused before it was sent
+        err.print(f"[red]error:[/] invalid {type(command).__name__}: {e}")
+        sys.exit(1)
     except (nats_errors.NoRespondersError, nats_errors.TimeoutError):
         err.print(
             f"[red]error:[/] no answer to {type(command).__name__} from the cluster at {url}"

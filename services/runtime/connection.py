@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import nats
 import structlog
 from nats.aio.client import Client
 
 from services.runtime.auth import Credentials, credentials_from_env
+from services.runtime.retry import RetryPolicy
 
 log = structlog.get_logger("fairlane.connection")
 
@@ -20,7 +19,6 @@ async def connect(
 
     `credentials` default to the file named by FAIRLANE_NATS_CREDENTIALS, if any (a server
     without authentication takes a connection without them)."""
-    deadline = asyncio.get_running_loop().time() + retry_for
     creds = credentials or credentials_from_env()
     auth: dict[str, str] = {}
     if creds is not None:
@@ -39,22 +37,23 @@ async def connect(
     async def on_reconnected() -> None:
         log.info("reconnected to nats", client=name)
 
-    while True:
-        try:
-            nc = await nats.connect(
-                url,
-                name=name,
-                max_reconnect_attempts=-1,
-                reconnect_time_wait=0.5,
-                connect_timeout=2,
-                error_cb=on_error,
-                disconnected_cb=on_disconnected,
-                reconnected_cb=on_reconnected,
-                **auth,
-            )
-            client.append(nc)
-            return nc
-        except (OSError, nats.errors.NoServersError, TimeoutError):
-            if asyncio.get_running_loop().time() > deadline:
-                raise
-            await asyncio.sleep(0.2)
+    async def attempt() -> Client:
+        nc = await nats.connect(
+            url,
+            name=name,
+            max_reconnect_attempts=-1,
+            reconnect_time_wait=0.5,
+            connect_timeout=2,
+            error_cb=on_error,
+            disconnected_cb=on_disconnected,
+            reconnected_cb=on_reconnected,
+            **auth,
+        )
+        client.append(nc)
+        return nc
+
+    def unreachable(e: BaseException) -> bool:
+        return isinstance(e, OSError | nats.errors.NoServersError | TimeoutError)
+
+    policy = RetryPolicy(first_wait_s=0.2, max_wait_s=1.0, give_up_after_s=retry_for)
+    return await policy.run(attempt, f"connect to {url}", retry_if=unreachable)

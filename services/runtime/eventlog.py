@@ -31,23 +31,13 @@ from nats.js.errors import APIError, NotFoundError
 from events import Event, decode_event, encode_event, subject_for
 from events.catalogue import AnyEvent
 from services.runtime.connection import connect as connect  # noqa: PLC0414 (callers import it here)
+from services.runtime.retry import TRANSIENT as TRANSIENT  # noqa: PLC0414 (likewise)
+from services.runtime.retry import RetryPolicy
 
 STREAM: Final = "FAIRLANE"
 SUBJECTS: Final = ["fl.>"]
 WRONG_LAST_SEQUENCE: Final = 10071
 log = structlog.get_logger("fairlane.eventlog")
-
-
-#: Errors that pass when the server is back: worth retrying an idempotent write.
-TRANSIENT: Final = (
-    TimeoutError,
-    nats.errors.TimeoutError,
-    nats.errors.ConnectionClosedError,
-    nats.errors.NoRespondersError,
-    nats.errors.ConnectionReconnectingError,
-    nats.errors.StaleConnectionError,
-    OSError,
-)
 
 
 class Conflict(Exception):
@@ -135,20 +125,9 @@ class EventLog:
     ) -> int:
         """`publish`, retried through server restarts and timeouts until stored. Safe because
         the event id deduplicates: a retry of a write that did land is dropped. A `Conflict`
-        (the fence moved on) is final and raised at once."""
-        deadline = asyncio.get_running_loop().time() + give_up_after
-        wait = 0.1
-        while True:
-            try:
-                return await self.publish(event, fence=fence)
-            except Conflict:
-                raise
-            except TRANSIENT as e:
-                if asyncio.get_running_loop().time() > deadline:
-                    raise
-                log.warning("publish failed, retrying", event_id=event.id, error=str(e) or repr(e))
-                await asyncio.sleep(wait)
-                wait = min(wait * 2, 2.0)
+        (the fence moved on) is final and raised at once. A full store is waited out too."""
+        policy = RetryPolicy(give_up_after_s=give_up_after)
+        return await policy.run(lambda: self.publish(event, fence=fence), f"publish {event.id}")
 
     async def publish_raw(self, subject: str, payload: bytes) -> int:
         """For tests of bad input: put bytes on a stream subject as anyone could."""

@@ -1,9 +1,15 @@
 """The embedded cluster: everything Fairlane needs on one machine, from its own wheels.
 
 `fairlane up` starts nats-server (JetStream) and PostgreSQL under a data folder, the services
-as child processes, and one node executor for this machine; `fairlane down` (or Ctrl-C on a
-foreground `up`) stops them all. What runs where is written to `<data>/cluster.json`, so
-`down`, the job commands and the demo find a running cluster.
+and one node executor for this machine under a supervisor that restarts whatever exits
+(fairlane/supervisor.py); `fairlane down` (or Ctrl-C on a foreground `up`) stops them all.
+What runs where is written to `<data>/cluster.json`, so `down`, the job commands and the demo
+find a running cluster.
+
+The nats-server it starts takes only authenticated users, each service its own with only its
+own subjects (services/runtime/auth.py): the credentials are generated into
+`<data>/credentials/` (0600), the stream and buckets are created by the admin user before any
+service starts, and each program is told its own credentials file, never the password.
 """
 
 from __future__ import annotations
@@ -19,9 +25,24 @@ from pathlib import Path
 
 import msgspec
 
+from fairlane.supervisor import STARTUP_S, Plan, Program, ProgramStatus, read_status
+from services.runtime.auth import (
+    ADMIN,
+    CREDENTIALS_ENV,
+    credentials_dir,
+    executor_user,
+    load_credentials,
+    write_auth,
+)
+from services.runtime.connection import connect
+from services.runtime.provision import provision
 from services.runtime.servers import NatsServer, Postgres, free_port
 
 SERVICES = ("admission", "ledger", "scheduler", "preemptor")
+SUPERVISOR = "supervisor"
+#: The services' instance name: the same across restarts, so their durable consumers are
+#: reused, not left behind one per process.
+INSTANCE = "embedded"
 DEFAULT_DATA_DIR = Path(".fairlane")
 DEFAULT_NATS_PORT = 4222
 
@@ -31,9 +52,12 @@ class ClusterFile(msgspec.Struct):
     postgres_uri: str
     data_dir: str
     node: str
-    #: process ids of what this cluster started and must stop (nats-server included)
+    #: process ids of what this cluster started and must stop (nats-server included; the
+    #: services are the supervisor's: see `supervisor_status`)
     pids: dict[str, int]
     started_at: float
+    #: where the NATS users' credentials are ("" for a server not started here)
+    credentials_dir: str = ""
 
 
 class EmbeddedError(RuntimeError):
@@ -79,26 +103,54 @@ async def up(
         raise EmbeddedError(f"a cluster already runs from {data_dir} (nats {running.nats_url})")
     (data_dir / "logs").mkdir(parents=True, exist_ok=True)
     pids: dict[str, int] = {}
+    node = socket.gethostname().split(".")[0] or "local"
+    files: dict[str, Path] = {}
     if nats_url is None:
         port = DEFAULT_NATS_PORT if _port_free(DEFAULT_NATS_PORT) else free_port()
-        server = NatsServer(store_dir=data_dir / "nats", port=port)
+        config = credentials_dir(data_dir) / "nats-server.conf"
+        files = write_auth(data_dir, config, [node])
+        server = NatsServer(store_dir=data_dir / "nats", port=port, config=config)
         await server.start()
         assert server.process is not None
         pids["nats-server"] = server.process.pid
         nats_url = server.url
+        admin = await connect(nats_url, "fairlane-up", credentials=load_credentials(files[ADMIN]))
+        try:
+            await provision(admin.jetstream())
+        finally:
+            await admin.close()
     if postgres_dsn is None:
         postgres = Postgres(data_dir / "postgres")
         await postgres.start()
         postgres_dsn = postgres.uri
-    for name in SERVICES:
-        pids[name] = await _spawn(name, ["-m", f"services.{name}", "--nats", nats_url], data_dir)
-    node = socket.gethostname().split(".")[0] or "local"
+
+    def env(user: str) -> dict[str, str]:
+        return {CREDENTIALS_ENV: str(files[user])} if files else {}
+
+    programs = [
+        Program(
+            name, ["-m", f"services.{name}", "--nats", nats_url, "--instance", INSTANCE], env(name)
+        )
+        for name in SERVICES
+    ]
     executor = ["-m", "services.executor", "--nats", nats_url, "--node", node]
     executor += ["--pool", "default", "--data-dir", str(data_dir / "executor")]
     executor += ["--stop-workloads-on-exit"]  # `fairlane down` stops the workloads too
     if gpus is not None:
         executor += ["--gpus", str(gpus)]
-    pids["executor"] = await _spawn("executor", executor, data_dir)
+    programs.append(Program("executor", executor, env(executor_user(node))))
+    plan = Plan(
+        programs=programs,
+        log_dir=str(data_dir / "logs"),
+        status_file=str(supervisor_status_file(data_dir)),
+        nats_url=nats_url if files else None,
+        admin_credentials=str(files[ADMIN]) if files else None,
+    )
+    plan_file = data_dir / "supervisor-plan.json"
+    plan_file.write_bytes(msgspec.json.encode(plan))
+    supervisor_status_file(data_dir).unlink(missing_ok=True)
+    supervisor = ["-m", "fairlane.supervisor", "--plan", str(plan_file)]
+    pids[SUPERVISOR] = await _spawn(SUPERVISOR, supervisor, data_dir)
     info = ClusterFile(
         nats_url=nats_url,
         postgres_uri=postgres_dsn,
@@ -106,9 +158,40 @@ async def up(
         node=node,
         pids=pids,
         started_at=time.time(),
+        credentials_dir=str(credentials_dir(data_dir)) if files else "",
     )
     cluster_file(data_dir).write_bytes(msgspec.json.encode(info))
     return info
+
+
+def supervisor_status_file(data_dir: Path) -> Path:
+    return data_dir / "supervisor-status.json"
+
+
+def supervisor_status(data_dir: Path) -> list[ProgramStatus]:
+    """What each supervised program is doing now (empty if no supervisor has said yet)."""
+    status = read_status(supervisor_status_file(data_dir.resolve()))
+    return list(status.programs.values()) if status is not None else []
+
+
+def limit_warnings(data_dir: Path) -> list[str]:
+    status = read_status(supervisor_status_file(data_dir.resolve()))
+    return status.warnings if status is not None else []
+
+
+async def started(data_dir: Path, within: float = STARTUP_S + 10.0) -> list[ProgramStatus]:
+    """Wait until every program has run for STARTUP_S, or one has failed to start; returns
+    those that failed to start (each is being restarted, with backoff)."""
+    deadline = time.monotonic() + within
+    while True:
+        programs = supervisor_status(data_dir)
+        failed = [p for p in programs if p.failed_to_start]
+        settled = programs and all(
+            p.state == "running" and time.time() - p.started_at >= STARTUP_S for p in programs
+        )
+        if failed or settled or time.monotonic() > deadline:
+            return failed
+        await asyncio.sleep(0.2)
 
 
 async def down(data_dir: Path) -> list[str]:
@@ -124,8 +207,16 @@ async def down(data_dir: Path) -> list[str]:
         order = [n for n in info.pids if n != "nats-server"] + ["nats-server"]
         for name in order:
             pid = info.pids.get(name)
-            if pid is not None and await _stop(pid):
+            # the supervisor stops its programs first: give it their grace as well
+            grace = 25.0 if name == SUPERVISOR else 10.0
+            if name == SUPERVISOR:
+                stopped += [p.name for p in supervisor_status(data_dir) if p.state == "running"]
+            if pid is not None and await _stop(pid, grace):
                 stopped.append(name)
+            if name == SUPERVISOR:  # and anything it left behind (it was killed, say)
+                for program in supervisor_status(data_dir):
+                    if program.pid is not None and await _stop(program.pid):
+                        stopped.append(program.name)
     postgres = Postgres(data_dir / "postgres")
     if (postgres.data_dir / "postmaster.pid").exists():
         await postgres.stop()

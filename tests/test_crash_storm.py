@@ -1,0 +1,158 @@
+"""kill -9 under load, checked against an independent ledger of GPU holdings (tests/holdings.py).
+
+- Admission is killed 10 times during a storm of submissions from several clients, each of
+  which retries with its idempotency key until it gets an answer: every submission ends
+  admitted or rejected (none stuck), a repeat gets the first answer, and every admitted job runs.
+- nats-server itself is killed with SIGKILL under load and started again on its store: nothing
+  it acknowledged is lost, and the services carry on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from pathlib import Path
+
+import pytest
+
+from events import JobAdmitted, JobRejected, JobSpec, JobSubmitted
+from events.commands import Reply, SetPool, SetProject
+from services.runtime.servers import NatsServer
+from tests.holdings import check_holdings
+from tests.process_cluster import ProcessCluster, command, open_log, replay, submit
+
+pytestmark = pytest.mark.slow
+NODES = 2
+GPUS = 8
+JOBS = 160
+CLIENTS = 8
+
+
+async def start_cluster(pc: ProcessCluster, tmp_path: Path) -> None:
+    for name in ("admission", "ledger", "scheduler", "preemptor"):
+        await pc.start(name, name)
+    for i in range(NODES):
+        await pc.start(
+            f"executor-{i}",
+            "executor",
+            *("--node", f"n{i}", "--pool", "default", "--gpus", str(GPUS)),
+            *("--hollow", "--hollow-runtime", "0.2", "--data-dir", str(tmp_path / f"x{i}")),
+        )
+
+
+async def configure(url: str) -> None:
+    log = await open_log(url, "operator")
+    assert (await command(log, SetPool(pool="default"))).ok
+    for project in ("a", "b"):
+        assert (await command(log, SetProject(project=project, pool="default", quota=8))).ok
+    await log.nc.close()
+
+
+def spec(i: int) -> JobSpec:
+    # every seventh asks for a project that does not exist: those must be rejected, not stuck
+    project = "nobody" if i % 7 == 0 else ("a" if i % 2 else "b")
+    return JobSpec(project=project, gpus=1 + i % 2, priority_class="train")
+
+
+async def storm(url: str, answers: dict[str, Reply], jobs: int = JOBS) -> None:
+    async def client(k: int) -> None:
+        log = await open_log(url, f"client{k}")
+        for i in range(k, jobs, CLIENTS):
+            answers[f"s{i}"] = await submit(log, f"s{i}", spec(i))
+        await log.nc.close()
+
+    await asyncio.gather(*(client(k) for k in range(CLIENTS)))
+
+
+async def wait_for_runs(url: str, admitted: set[str], within: float) -> None:
+    log = await open_log(url, "watcher")
+    deadline = asyncio.get_running_loop().time() + within
+    while True:
+        state, _ = await replay(log)
+        done = {j for j in admitted if state.jobs[j].phase == "completed"}
+        if done == admitted:
+            break
+        assert asyncio.get_running_loop().time() < deadline, sorted(admitted - done)[:10]
+        await asyncio.sleep(0.5)
+    await log.nc.close()
+
+
+async def test_admission_killed_10_times_during_a_submit_storm(
+    nats_server: NatsServer, tmp_path: Path
+) -> None:
+    pc = ProcessCluster(nats_server.url, tmp_path)
+    await start_cluster(pc, tmp_path)
+    try:
+        await configure(nats_server.url)
+        answers: dict[str, Reply] = {}
+        storming = asyncio.create_task(storm(nats_server.url, answers))
+        rng = random.Random(10)
+        for kill in range(10):
+            await asyncio.sleep(rng.uniform(0.3, 1.0))
+            assert not storming.done(), f"the storm ended before kill {kill + 1}"
+            await pc.kill("admission")
+            await pc.restart("admission")
+        await asyncio.wait_for(storming, 180)
+
+        stuck = {j: r.error for j, r in answers.items() if r.event is None}
+        assert not stuck, stuck  # every submission was answered with a verdict
+        admitted = {j for j, r in answers.items() if isinstance(r.event, JobAdmitted)}
+        rejected = {j for j, r in answers.items() if isinstance(r.event, JobRejected)}
+        assert len(admitted) + len(rejected) == JOBS
+        assert rejected == {f"s{i}" for i in range(JOBS) if i % 7 == 0}
+
+        log = await open_log(nats_server.url, "auditor")
+        _, stored = await replay(log)
+        verdicts: dict[str, int] = {}
+        for s in stored:
+            if isinstance(s.event, JobAdmitted | JobRejected):
+                verdicts[s.event.job_id] = verdicts.get(s.event.job_id, 0) + 1
+        assert verdicts == dict.fromkeys(answers, 1)  # one verdict each, never two
+        submitted = [s.event.job_id for s in stored if isinstance(s.event, JobSubmitted)]
+        assert sorted(submitted) == sorted(answers)
+        for job in sorted(answers)[:20]:  # a repeat gets the first answer
+            again = await submit(log, job, spec(int(job[1:])))
+            assert again.event == answers[job].event
+        await log.nc.close()
+
+        await wait_for_runs(nats_server.url, admitted, within=120)
+        log = await open_log(nats_server.url, "auditor")
+        _, stored = await replay(log)
+        holdings = check_holdings(stored)
+        assert holdings.problems == []
+        assert holdings.started >= len(admitted)
+        await log.nc.close()
+    finally:
+        await pc.stop_all()
+
+
+async def test_nats_server_killed_under_load(nats_server: NatsServer, tmp_path: Path) -> None:
+    pc = ProcessCluster(nats_server.url, tmp_path)
+    await start_cluster(pc, tmp_path)
+    try:
+        await configure(nats_server.url)
+        answers: dict[str, Reply] = {}
+        storming = asyncio.create_task(storm(nats_server.url, answers, jobs=2 * JOBS))
+        await asyncio.sleep(1.0)
+        assert not storming.done() and answers, "the kill must land under load"
+        await nats_server.stop(hard=True)  # SIGKILL: no flush, no goodbye
+        await asyncio.sleep(1.0)
+        await nats_server.start()
+        await asyncio.wait_for(storming, 240)
+        admitted = {j for j, r in answers.items() if isinstance(r.event, JobAdmitted)}
+        log = await open_log(nats_server.url, "auditor")
+        state, stored = await replay(log)
+        # nothing acknowledged is lost: every answer given is in the log
+        for job, reply in answers.items():
+            assert reply.event is not None, (job, reply.error)
+            assert job in state.jobs and state.jobs[job].phase != "submitted", job
+        await log.nc.close()
+        await wait_for_runs(nats_server.url, admitted, within=120)
+        log = await open_log(nats_server.url, "auditor")
+        _, stored = await replay(log)
+        holdings = check_holdings(stored)
+        assert holdings.problems == []
+        assert all(p.returncode is None for p in pc.processes.values())
+        await log.nc.close()
+    finally:
+        await pc.stop_all()

@@ -242,6 +242,11 @@ async def test_the_services_work_end_to_end_each_as_its_own_user(
             secured.server.url, "auditor", load_credentials(secured.files[ADMIN])
         )
         assert (await command(client, SetPool(pool="default"))).ok
+        for _ in range(100):  # the executor registers its node
+            state, _ = await replay(reader)
+            if state.nodes:
+                break
+            await asyncio.sleep(0.1)
         reply = await command(client, SetProject(project="a", pool="default", quota=4))
         assert reply.ok, reply.error
         for i in range(12):

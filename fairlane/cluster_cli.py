@@ -96,6 +96,8 @@ def up_command(
         the foreground and Ctrl-C stops everything.
     """
 
+    configure_logging("warning")  # the table below says what started
+
     async def start() -> tuple[ClusterFile, list[ProgramStatus]]:
         info = await up(data_dir, gpus=gpus, nats_url=nats, postgres_dsn=postgres)
         return info, await started(data_dir)

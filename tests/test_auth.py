@@ -197,6 +197,8 @@ async def test_leases_and_snapshots_work_for_their_owners(secured: Secured) -> N
     # the preemptor may not write the scheduler's key, even once it lapses
     with pytest.raises(Exception):  # noqa: B017 (a timeout: the server drops it)
         await Lease("scheduler", "p1").try_acquire(preemptor.jetstream(timeout=1.0))
+    await SnapshotStore(ledger.jetstream()).save(encode_snapshot(ClusterState(), 6), 6)
+    # a newer one replaces it (the old one's chunks purged)
     await SnapshotStore(ledger.jetstream()).save(encode_snapshot(ClusterState(), 7), 7)
     loaded = await SnapshotStore(preemptor.jetstream()).load()
     assert loaded is not None and loaded[1] == 7

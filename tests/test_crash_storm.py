@@ -3,6 +3,7 @@
 - Admission is killed 10 times during a storm of submissions from several clients, each of
   which retries with its idempotency key until it gets an answer: every submission ends
   admitted or rejected (none stuck), a repeat gets the first answer, and every admitted job runs.
+- The preemptor is killed 3 times while project a reclaims its quota from project b.
 - nats-server itself is killed with SIGKILL under load and started again on its store: nothing
   it acknowledged is lost, and the services carry on.
 """
@@ -15,7 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from events import JobAdmitted, JobRejected, JobSpec, JobSubmitted
+from events import (
+    JobAdmitted,
+    JobPreempted,
+    JobPreemptionRequested,
+    JobRejected,
+    JobSpec,
+    JobSubmitted,
+)
 from events.commands import Reply, SetPool, SetProject
 from services.runtime.servers import NatsServer
 from tests.holdings import check_holdings
@@ -153,6 +161,55 @@ async def test_nats_server_killed_under_load(nats_server: NatsServer, tmp_path: 
         holdings = check_holdings(stored)
         assert holdings.problems == []
         assert all(p.returncode is None for p in pc.processes.values())
+        await log.nc.close()
+    finally:
+        await pc.stop_all()
+
+
+async def test_preemptor_killed_during_preemptions(nats_server: NatsServer, tmp_path: Path) -> None:
+    """Project b fills the cluster over its quota; project a's jobs reclaim their quota while
+    the preemptor is killed -9 three times: the preemptions happen, once each, and every job
+    (the victims resumed) runs to completion."""
+    pc = ProcessCluster(nats_server.url, tmp_path)
+    for name in ("admission", "ledger", "scheduler", "preemptor"):
+        await pc.start(name, name)
+    for i in range(NODES):
+        await pc.start(
+            f"executor-{i}",
+            "executor",
+            *("--node", f"n{i}", "--pool", "default", "--gpus", str(GPUS)),
+            *("--hollow", "--hollow-runtime", "6", "--data-dir", str(tmp_path / f"x{i}")),
+        )
+    try:
+        await configure(nats_server.url)
+        log = await open_log(nats_server.url, "operator")
+        train = JobSpec(project="b", gpus=1, priority_class="train")
+        for i in range(NODES * GPUS):
+            assert (await submit(log, f"b{i}", train)).ok
+        while True:  # b holds every GPU
+            state, _ = await replay(log)
+            if sum(j.phase == "running" for j in state.jobs.values()) == NODES * GPUS:
+                break
+            await asyncio.sleep(0.2)
+        for i in range(8):
+            spec = JobSpec(project="a", gpus=1, priority_class="train")
+            assert (await submit(log, f"a{i}", spec)).ok
+        for _ in range(3):
+            await pc.kill("preemptor")
+            await pc.restart("preemptor")
+            await asyncio.sleep(1.0)
+        await wait_for_runs(
+            nats_server.url, {f"a{i}" for i in range(8)} | {f"b{i}" for i in range(16)}, 120
+        )
+        _, stored = await replay(log)
+        requested = [s.event for s in stored if isinstance(s.event, JobPreemptionRequested)]
+        preempted = [s.event for s in stored if isinstance(s.event, JobPreempted)]
+        assert len(requested) >= 8 and len(preempted) >= 8, (len(requested), len(preempted))
+        assert {e.for_job for e in requested} <= {f"a{i}" for i in range(8)}
+        once = {(e.job_id, e.attempt) for e in preempted}
+        assert len(once) == len(preempted)  # no attempt preempted twice
+        holdings = check_holdings(stored)
+        assert holdings.problems == []
         await log.nc.close()
     finally:
         await pc.stop_all()

@@ -213,3 +213,39 @@ async def test_preemptor_killed_during_preemptions(nats_server: NatsServer, tmp_
         await log.nc.close()
     finally:
         await pc.stop_all()
+
+
+async def test_ledger_killed_during_quota_changes(nats_server: NatsServer, tmp_path: Path) -> None:
+    """Quota changes keep coming while the ledger is killed -9 five times: each is answered,
+    and every project ends with the terms it was last given."""
+    pc = ProcessCluster(nats_server.url, tmp_path)
+    await pc.start("ledger", "ledger")
+    try:
+        log = await open_log(nats_server.url, "operator")
+        assert (await command(log, SetPool(pool="default"))).ok
+        last: dict[str, int] = {}
+
+        async def change(k: int) -> None:
+            for step in range(60):
+                project, quota = f"p{k}", step * 10 + k
+                reply = await command(log, SetProject(project=project, quota=quota, limit=quota))
+                assert reply.ok, reply.error
+                last[project] = quota
+
+        async def changes() -> None:
+            await asyncio.gather(*(change(k) for k in range(8)))
+
+        changing = asyncio.create_task(changes())
+        for kill in range(5):
+            await asyncio.sleep(0.3)
+            assert not changing.done(), f"the changes ended before kill {kill + 1}"
+            await pc.kill("ledger")
+            await pc.restart("ledger")
+        await asyncio.wait_for(changing, 120)
+        state, _ = await replay(log)
+        for project, quota in last.items():
+            terms = state.projects[project].terms["default"]
+            assert (terms.quota, terms.limit) == (quota, quota), project
+        await log.nc.close()
+    finally:
+        await pc.stop_all()

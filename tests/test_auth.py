@@ -25,6 +25,7 @@ from events import JobCompleted, JobScheduled, JobSpec, NodeLost, Replica, encod
 from events.commands import SetPool, SetProject
 from policy.snapshot import encode_snapshot
 from policy.state import ClusterState
+from services.runtime import auth
 from services.runtime.auth import (
     ADMIN,
     CLIENT,
@@ -206,6 +207,10 @@ async def test_leases_and_snapshots_work_for_their_owners(secured: Secured) -> N
     await log.ensure_stream()  # info only: it exists
     for nc in (scheduler, preemptor, ledger):
         await nc.close()
+
+
+def test_the_permissions_name_the_stream_the_log_uses() -> None:
+    assert auth.STREAM == STREAM
 
 
 def test_credentials_are_private_and_kept(tmp_path: Path) -> None:

@@ -33,12 +33,14 @@ from typing import Final
 import msgspec
 
 from events.commands import ADMISSION_SUBJECT, LEDGER_SUBJECT
+from services.runtime.lease import BUCKET as LEASES
+from services.runtime.snapshots import BUCKET as SNAPSHOTS
 
 #: Where a process finds its own credentials file (set by whoever starts it).
 CREDENTIALS_ENV: Final = "FAIRLANE_NATS_CREDENTIALS"
-STREAM: Final = "FAIRLANE"  # services/runtime/eventlog.STREAM (kept apart to avoid a cycle)
-LEASES: Final = "fairlane-leases"
-SNAPSHOTS: Final = "fairlane-snapshots"
+#: eventlog.STREAM, which cannot be imported here (the event log connects through this module);
+#: tests/test_auth.py checks they agree
+STREAM: Final = "FAIRLANE"
 SERVICES: Final = ("admission", "ledger", "scheduler", "preemptor", "projector", "api")
 ADMIN: Final = "admin"
 CLIENT: Final = "client"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import sys
+import time
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -32,6 +33,7 @@ from fairlane.embedded import (
     DEFAULT_DATA_DIR,
     ClusterFile,
     EmbeddedError,
+    alive,
     down,
     limit_warnings,
     read_cluster,
@@ -39,7 +41,7 @@ from fairlane.embedded import (
     supervisor_status,
     up,
 )
-from fairlane.supervisor import ProgramStatus
+from fairlane.supervisor import STABLE_S, ProgramStatus
 from services.runtime.auth import CLIENT, load_credentials
 from services.runtime.client import send
 from services.runtime.eventlog import connect
@@ -160,6 +162,12 @@ def _program_state(program: ProgramStatus, data_dir: str) -> str:
     return f"{program.state} ({why}{last}){restarts}, {where}"
 
 
+def _troubled(program: ProgramStatus) -> bool:
+    """Not running, or it exited within the last STABLE_S (it may be crash-looping)."""
+    recently = program.exited_at is not None and time.time() - program.exited_at < STABLE_S
+    return program.state != "running" or program.failed_to_start or recently
+
+
 def _tail(path: Path, lines: int = 5) -> list[str]:
     try:
         return path.read_text(errors="replace").splitlines()[-lines:]
@@ -177,15 +185,16 @@ def status_command(*, data_dir: DataDir = DEFAULT_DATA_DIR) -> None:
     table = Table(title=f"Fairlane at {info.nats_url}", title_justify="left")
     table.add_column("what")
     table.add_column("state")
+    dead = [name for name, pid in info.pids.items() if not alive(pid)]
     for name, pid in info.pids.items():
-        table.add_row(name, f"pid {pid}")
+        table.add_row(name, f"pid {pid}" + (" [red]not running[/]" if name in dead else ""))
     programs = supervisor_status(data_dir)
     for program in programs:
         table.add_row(program.name, _program_state(program, info.data_dir))
     console.print(table)
     for warning in limit_warnings(data_dir):
         err.print(f"[yellow]warning:[/] {warning}")
-    if any(p.state != "running" or p.failed_to_start for p in programs):
+    if dead or any(_troubled(p) for p in programs):
         sys.exit(1)
 
 

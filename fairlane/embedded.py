@@ -75,12 +75,12 @@ def read_cluster(data_dir: Path) -> ClusterFile | None:
         info = msgspec.json.decode(path.read_bytes(), type=ClusterFile)
     except (OSError, msgspec.DecodeError, msgspec.ValidationError):
         return None
-    if not any(_alive(pid) for pid in info.pids.values()):
+    if not any(alive(pid) for pid in info.pids.values()):
         return None
     return info
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -180,12 +180,12 @@ def limit_warnings(data_dir: Path) -> list[str]:
 
 
 async def started(data_dir: Path, within: float = STARTUP_S + 10.0) -> list[ProgramStatus]:
-    """Wait until every program has run for STARTUP_S, or one has failed to start; returns
-    those that failed to start (each is being restarted, with backoff)."""
+    """Wait until every program has run for STARTUP_S, or one has exited; returns those that
+    exited since `up` started them (each is being restarted, with backoff)."""
     deadline = time.monotonic() + within
     while True:
         programs = supervisor_status(data_dir)
-        failed = [p for p in programs if p.failed_to_start]
+        failed = [p for p in programs if p.restarts > 0]
         settled = programs and all(
             p.state == "running" and time.time() - p.started_at >= STARTUP_S for p in programs
         )
@@ -241,13 +241,13 @@ async def _spawn(name: str, args: list[str], data_dir: Path) -> int:
 
 
 async def _stop(pid: int, grace_s: float = 10.0) -> bool:
-    if not _alive(pid):
+    if not alive(pid):
         return False
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline:
-        if not _alive(pid) or _reaped(pid):
+        if not alive(pid) or _reaped(pid):
             return True
         await asyncio.sleep(0.05)
     with contextlib.suppress(ProcessLookupError):

@@ -68,6 +68,7 @@ class ProgramStatus(msgspec.Struct):
     #: how its last run ended: exit status (negative: killed by that signal) and whether it
     #: ended within STARTUP_S of its start (cleared once a run outlives STARTUP_S)
     last_exit: int | None = None
+    exited_at: float | None = None
     failed_to_start: bool = False
     next_start_at: float | None = None
 
@@ -131,6 +132,7 @@ class Supervisor:
             if ran_s >= STABLE_S:
                 pause = RESTART_FIRST_S
             status.state, status.pid, status.last_exit = "restarting", None, code
+            status.exited_at = time.time()
             status.failed_to_start = ran_s < STARTUP_S
             status.restarts += 1
             status.next_start_at = time.time() + pause

@@ -3,11 +3,17 @@
 Commands travel by NATS request/reply on subjects outside the event stream; the answer is a
 `Reply` holding the resulting event, or an error that names the bad value. Commands are not
 facts: only the events they lead to are stored.
+
+Every number and name a command carries is bounded (the bounds below, checked as the command
+is decoded, before anything is stored): a value out of bounds is refused with a message naming
+the field, e.g. `Expected `int` <= 4096 - at `$.spec.gpus``. The bounds are generous for any
+real cluster and keep what is stored within what every reader (the snapshot encoder's 64-bit
+integers among them) can hold.
 """
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Annotated, Final
 
 import msgspec
 
@@ -17,63 +23,91 @@ from events.model import JobSpec, PriorityClass, SchedulerSettings
 ADMISSION_SUBJECT: Final = "fl-cmd.admission"
 LEDGER_SUBJECT: Final = "fl-cmd.ledger"
 
+#: Names: projects, pools, nodes, jobs, classes, actors.
+MAX_NAME: Final = 128
+#: GPUs per replica (a replica runs on one node).
+MAX_GPUS: Final = 4096
+MAX_REPLICAS: Final = 100_000
+#: Quotas and limits, in GPUs; weights.
+MAX_GPUS_TOTAL: Final = 10_000_000
+MAX_WEIGHT: Final = 1_000_000
+#: Job, class and project priorities: from -MAX_PRIORITY to MAX_PRIORITY.
+MAX_PRIORITY: Final = 1_000_000
+#: Durations (runtime, delays, grace, checkpoint intervals), in seconds: 10 years.
+MAX_DURATION_S: Final = 10 * 366 * 86_400.0
+MAX_POOLS: Final = 64
+MAX_PRIORITY_CLASSES: Final = 256
+MAX_COMMAND_ARGS: Final = 1024
+MAX_TEXT: Final = 4096
+
+Name = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_NAME)]
+Text = Annotated[str, msgspec.Meta(max_length=MAX_TEXT)]
+Gpus = Annotated[int, msgspec.Meta(ge=0, le=MAX_GPUS)]
+Replicas = Annotated[int, msgspec.Meta(ge=1, le=MAX_REPLICAS)]
+GpuCount = Annotated[int, msgspec.Meta(ge=0, le=MAX_GPUS_TOTAL)]
+Weight = Annotated[int, msgspec.Meta(ge=0, le=MAX_WEIGHT)]
+Priority = Annotated[int, msgspec.Meta(ge=-MAX_PRIORITY, le=MAX_PRIORITY)]
+Duration = Annotated[float, msgspec.Meta(ge=0.0, le=MAX_DURATION_S)]
+
 
 class Command(
     msgspec.Struct, frozen=True, kw_only=True, tag_field="type", forbid_unknown_fields=True
 ):
-    actor: str = "user"
+    actor: Name = "user"
 
 
 class SubmitJob(Command, frozen=True, kw_only=True):
-    job_id: str
+    job_id: Name
     spec: JobSpec
     #: The same key twice is one job: a retried submission is answered with the first verdict.
-    idempotency_key: str | None = None
+    idempotency_key: Annotated[str, msgspec.Meta(max_length=256)] | None = None
 
 
 class CancelJob(Command, frozen=True, kw_only=True):
-    job_id: str
+    job_id: Name
 
 
 class PauseJob(Command, frozen=True, kw_only=True):
-    job_id: str
+    job_id: Name
 
 
 class ResumeJob(Command, frozen=True, kw_only=True):
-    job_id: str
+    job_id: Name
 
 
 class SetProject(Command, frozen=True, kw_only=True):
     """Create or change a project in one pool; fields left out keep their values."""
 
-    project: str
-    pool: str | None = None  # None: the default compute pool
-    quota: int | None = None
-    over_quota_weight: int | None = None
-    limit: int | None = None
+    project: Name
+    pool: Name | None = None  # None: the default compute pool
+    quota: GpuCount | None = None
+    over_quota_weight: Weight | None = None
+    limit: GpuCount | None = None  # at least the quota
     no_limit: bool = False
-    priority: int | None = None
+    priority: Priority | None = None
 
 
 class ConfigureCluster(Command, frozen=True, kw_only=True):
     """Cluster-wide settings; everything is replaced (omitted fields take their defaults)."""
 
     scheduler: SchedulerSettings = SchedulerSettings()
-    preemption_grace_s: float = 30.0
-    priority_classes: tuple[PriorityClass, ...] = ()
-    default_compute_pool: str | None = None
-    default_aux_pool: str | None = None
+    preemption_grace_s: Duration = 30.0
+    priority_classes: Annotated[
+        tuple[PriorityClass, ...], msgspec.Meta(max_length=MAX_PRIORITY_CLASSES)
+    ] = ()
+    default_compute_pool: Name | None = None
+    default_aux_pool: Name | None = None
 
 
 class HoldScheduling(Command, frozen=True, kw_only=True):
     """Hold (or release) all placements and preemptions."""
 
     held: bool
-    reason: str = ""
+    reason: Text = ""
 
 
 class SetPool(Command, frozen=True, kw_only=True):
-    pool: str
+    pool: Name
     scheduler: SchedulerSettings | None = None
 
 
@@ -106,12 +140,74 @@ class Reply(msgspec.Struct, frozen=True, omit_defaults=True):
     retryable: bool = False
 
 
+class _CheckpointBounds(msgspec.Struct, frozen=True):
+    every_s: Duration
+    save_s: Duration = 0.0
+    restore_s: Duration = 0.0
+
+
+class _JobSpecBounds(msgspec.Struct, frozen=True):
+    """The bounds of a `JobSpec`'s fields (the spec itself is an event value type, defined
+    with the events: this checks it without changing it; fields not named are not bounded)."""
+
+    project: Name
+    priority_class: Name | None = None
+    priority: Priority | None = None
+    gpus: Gpus = 1
+    replicas: Replicas = 1
+    min_replicas: Replicas | None = None
+    pools: Annotated[tuple[Name, ...], msgspec.Meta(max_length=MAX_POOLS)] = ()
+    node: Name | None = None
+    preemption_delay_s: Duration = 0.0
+    min_runtime_s: Duration = 0.0
+    command: Annotated[tuple[Text, ...], msgspec.Meta(max_length=MAX_COMMAND_ARGS)] = ()
+    image: Text | None = None
+    duration_s: Duration | None = None
+    checkpoint: _CheckpointBounds | None = None
+
+
+class _PriorityClassBounds(msgspec.Struct, frozen=True):
+    name: Name
+    priority: Priority
+
+
+def check_bounds(command: AnyCommand) -> None:
+    """Raise msgspec.ValidationError, naming the field, for a value out of bounds: for a
+    command built in Python (a decoded one had its own fields checked by the decoder)."""
+    msgspec.json.decode(msgspec.json.encode(command), type=type(command))
+    _check_values(command)
+
+
+def _check_values(command: AnyCommand) -> None:
+    """The fields of the value types a command carries, and what no annotation says alone."""
+    match command:
+        case SubmitJob(spec=spec):  # (min_replicas <= replicas is admission's rule)
+            _convert(spec, _JobSpecBounds, "$.spec")
+        case ConfigureCluster(priority_classes=classes):
+            for i, priority_class in enumerate(classes):
+                _convert(priority_class, _PriorityClassBounds, f"$.priority_classes[{i}]")
+        case SetProject(quota=int(quota), limit=int(limit)) if limit < quota:
+            raise msgspec.ValidationError(f"Expected `int` >= {quota} (the quota) - at `$.limit`")
+        case _:
+            pass
+
+
+def _convert(value: object, bounds: type[msgspec.Struct], at: str) -> None:
+    try:
+        msgspec.convert(value, bounds, from_attributes=True)
+    except msgspec.ValidationError as e:
+        raise msgspec.ValidationError(str(e).replace("`$", f"`{at}", 1)) from None
+
+
 _command_decoder: msgspec.json.Decoder[AnyCommand] = msgspec.json.Decoder(AnyCommand)
 _reply_decoder: msgspec.json.Decoder[Reply] = msgspec.json.Decoder(Reply)
 
 
 def decode_command(data: bytes) -> AnyCommand:
-    return _command_decoder.decode(data)
+    """Decode a command and check its bounds (msgspec.DecodeError / ValidationError)."""
+    command = _command_decoder.decode(data)
+    _check_values(command)
+    return command
 
 
 def decode_reply(data: bytes) -> Reply:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import sys
+import time
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -28,7 +29,20 @@ from events.commands import (
     SetProject,
     SubmitJob,
 )
-from fairlane.embedded import DEFAULT_DATA_DIR, EmbeddedError, down, read_cluster, up
+from fairlane.embedded import (
+    DEFAULT_DATA_DIR,
+    ClusterFile,
+    EmbeddedError,
+    alive,
+    down,
+    limit_warnings,
+    read_cluster,
+    started,
+    supervisor_status,
+    up,
+)
+from fairlane.supervisor import STABLE_S, ProgramStatus
+from services.runtime.auth import CLIENT, load_credentials
 from services.runtime.client import send
 from services.runtime.eventlog import connect
 from services.runtime.main import configure_logging
@@ -46,6 +60,7 @@ NatsUrl = Annotated[
 def register(app: cyclopts.App) -> None:
     app.command(up_command, name="up")
     app.command(down_command, name="down")
+    app.command(status_command, name="status")
     app.command(submit)
     app.command(delete)
     app.command(pause)
@@ -86,17 +101,25 @@ def up_command(
         How the node executor runs jobs: local processes, or Docker containers of each job's
         image (DOCKER_HOST names the engine).
     """
+
+    configure_logging("warning")  # the table below says what started
+
+    async def start() -> tuple[ClusterFile, list[ProgramStatus]]:
+        info = await up(data_dir, gpus=gpus, nats_url=nats, postgres_dsn=postgres, runtime=runtime)
+        return info, await started(data_dir)
+
     try:
-        info = asyncio.run(
-            up(data_dir, gpus=gpus, nats_url=nats, postgres_dsn=postgres, runtime=runtime)
-        )
+        info, failed = asyncio.run(start())
     except EmbeddedError as e:
         err.print(f"[red]error:[/] {e}")
         sys.exit(1)
-    table = Table(title="Fairlane is up", title_justify="left")
+    title = "Fairlane is up" if not failed else "Fairlane started, but not everything is up"
+    table = Table(title=title, title_justify="left")
     table.add_column("what")
     table.add_column("where")
     table.add_row("NATS (JetStream)", info.nats_url)
+    if info.credentials_dir:
+        table.add_row("NATS credentials", f"{info.credentials_dir} (one user per service)")
     table.add_row("PostgreSQL", info.postgres_uri)
     table.add_row("node executor", f"node {info.node}, pool default")
     if info.api_url:
@@ -104,8 +127,19 @@ def up_command(
         table.add_row("admin token", f"in {info.admin_token_file} (mode 0600)")
     for name, pid in info.pids.items():
         table.add_row(name, f"pid {pid}, log {info.data_dir}/logs/{name}.log")
+    for program in supervisor_status(data_dir):
+        table.add_row(program.name, _program_state(program, info.data_dir))
     console.print(table)
+    for program in failed:
+        err.print(
+            f"[red]error:[/] {program.name} failed to start (exit status {program.last_exit}); "
+            f"restarting it with backoff. Its log: {info.data_dir}/logs/{program.name}.log"
+        )
+        for line in _tail(Path(info.data_dir) / "logs" / f"{program.name}.log"):
+            err.print(f"  {line}", markup=False)
     if detach:
+        if failed:
+            sys.exit(1)
         return
     console.print("[dim]Ctrl-C stops everything.[/]")
     _wait_for_signal()
@@ -122,6 +156,53 @@ def _wait_for_signal() -> None:
         await stop.wait()
 
     asyncio.run(wait())
+
+
+def _program_state(program: ProgramStatus, data_dir: str) -> str:
+    where = f"log {data_dir}/logs/{program.name}.log"
+    restarts = f", restarted {program.restarts}x" if program.restarts else ""
+    last = f", last exit {program.last_exit}" if program.last_exit is not None else ""
+    if program.state == "running":
+        starting = " (its last run failed to start)" if program.failed_to_start else ""
+        return f"running{starting}, pid {program.pid}{restarts}{last}, {where}"
+    why = "failed to start" if program.failed_to_start else "exited"
+    return f"{program.state} ({why}{last}){restarts}, {where}"
+
+
+def _troubled(program: ProgramStatus) -> bool:
+    """Not running, or it exited within the last STABLE_S (it may be crash-looping)."""
+    recently = program.exited_at is not None and time.time() - program.exited_at < STABLE_S
+    return program.state != "running" or program.failed_to_start or recently
+
+
+def _tail(path: Path, lines: int = 5) -> list[str]:
+    try:
+        return path.read_text(errors="replace").splitlines()[-lines:]
+    except OSError:
+        return []
+
+
+def status_command(*, data_dir: DataDir = DEFAULT_DATA_DIR) -> None:
+    """What the embedded cluster in --data-dir runs: each service, its restarts, and warnings
+    about the event log's limits."""
+    info = read_cluster(data_dir.resolve())
+    if info is None:
+        err.print(f"[red]error:[/] no cluster runs from {data_dir}")
+        sys.exit(1)
+    table = Table(title=f"Fairlane at {info.nats_url}", title_justify="left")
+    table.add_column("what")
+    table.add_column("state")
+    dead = [name for name, pid in info.pids.items() if not alive(pid)]
+    for name, pid in info.pids.items():
+        table.add_row(name, f"pid {pid}" + (" [red]not running[/]" if name in dead else ""))
+    programs = supervisor_status(data_dir)
+    for program in programs:
+        table.add_row(program.name, _program_state(program, info.data_dir))
+    console.print(table)
+    for warning in limit_warnings(data_dir):
+        err.print(f"[yellow]warning:[/] {warning}")
+    if dead or any(_troubled(p) for p in programs):
+        sys.exit(1)
 
 
 def down_command(*, data_dir: DataDir = DEFAULT_DATA_DIR) -> None:
@@ -307,15 +388,18 @@ def pool_set(
 def _send(command: AnyCommand, data_dir: Path, nats: str | None, output: str) -> None:
     configure_logging("error")  # a command's own answer is the output; no connection chatter
     url = nats
+    credentials = None
     if url is None:
         running = read_cluster(data_dir.resolve())
         if running is None:
             err.print(f"[red]error:[/] no cluster runs from {data_dir} (start one: fairlane up)")
             sys.exit(1)
         url = running.nats_url
+        if running.credentials_dir:  # the client user: commands and their answers only
+            credentials = load_credentials(Path(running.credentials_dir) / f"{CLIENT}.json")
 
     async def go() -> object:
-        nc = await connect(url, "fairlane-cli", retry_for=5)
+        nc = await connect(url, "fairlane-cli", retry_for=5, credentials=credentials)
         try:
             return await send(nc, command)
         finally:
@@ -323,6 +407,9 @@ def _send(command: AnyCommand, data_dir: Path, nats: str | None, output: str) ->
 
     try:
         reply = asyncio.run(go())
+    except msgspec.ValidationError as e:  # out of bounds: refused before it was sent
+        err.print(f"[red]error:[/] invalid {type(command).__name__}: {e}")
+        sys.exit(1)
     except (nats_errors.NoRespondersError, nats_errors.TimeoutError):
         err.print(
             f"[red]error:[/] no answer to {type(command).__name__} from the cluster at {url}"

@@ -1,9 +1,15 @@
 """The embedded cluster: everything Fairlane needs on one machine, from its own wheels.
 
 `fairlane up` starts nats-server (JetStream) and PostgreSQL under a data folder, the services
-as child processes, and one node executor for this machine; `fairlane down` (or Ctrl-C on a
-foreground `up`) stops them all. What runs where is written to `<data>/cluster.json`, so
-`down`, the job commands and the demo find a running cluster.
+and one node executor for this machine under a supervisor that restarts whatever exits
+(fairlane/supervisor.py); `fairlane down` (or Ctrl-C on a foreground `up`) stops them all.
+What runs where is written to `<data>/cluster.json`, so `down`, the job commands and the demo
+find a running cluster.
+
+The nats-server it starts takes only authenticated users, each service its own with only its
+own subjects (services/runtime/auth.py): the credentials are generated into
+`<data>/credentials/` (0600), the stream and buckets are created by the admin user before any
+service starts, and each program is told its own credentials file, never the password.
 """
 
 from __future__ import annotations
@@ -15,14 +21,30 @@ import signal
 import socket
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import msgspec
 
+from fairlane.supervisor import STARTUP_S, Plan, Program, ProgramStatus, read_status
 from services.api.tokens import admin_token_file
+from services.runtime.auth import (
+    ADMIN,
+    CREDENTIALS_ENV,
+    credentials_dir,
+    executor_user,
+    load_credentials,
+    write_auth,
+)
+from services.runtime.connection import connect
+from services.runtime.provision import provision
 from services.runtime.servers import NatsServer, Postgres, free_port
 
 SERVICES = ("admission", "ledger", "scheduler", "preemptor", "nodewatch")
+SUPERVISOR = "supervisor"
+#: The services' instance name: the same across restarts, so their durable consumers are
+#: reused, not left behind one per process.
+INSTANCE = "embedded"
 DEFAULT_DATA_DIR = Path(".fairlane")
 DEFAULT_NATS_PORT = 4222
 DEFAULT_API_PORT = 8080
@@ -33,12 +55,15 @@ class ClusterFile(msgspec.Struct):
     postgres_uri: str
     data_dir: str
     node: str
-    #: process ids of what this cluster started and must stop (nats-server included)
+    #: process ids of what this cluster started and must stop (nats-server included; the
+    #: services are the supervisor's: see `supervisor_status`)
     pids: dict[str, int]
     started_at: float
     #: the HTTP API, and the file holding its admin token (mode 0600)
     api_url: str = ""
     admin_token_file: str = ""
+    #: where the NATS users' credentials are ("" for a server not started here)
+    credentials_dir: str = ""
 
 
 class EmbeddedError(RuntimeError):
@@ -56,12 +81,12 @@ def read_cluster(data_dir: Path) -> ClusterFile | None:
         info = msgspec.json.decode(path.read_bytes(), type=ClusterFile)
     except (OSError, msgspec.DecodeError, msgspec.ValidationError):
         return None
-    if not any(_alive(pid) for pid in info.pids.values()):
+    if not any(alive(pid) for pid in info.pids.values()):
         return None
     return info
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -85,28 +110,56 @@ async def up(
         raise EmbeddedError(f"a cluster already runs from {data_dir} (nats {running.nats_url})")
     (data_dir / "logs").mkdir(parents=True, exist_ok=True)
     pids: dict[str, int] = {}
+    node = socket.gethostname().split(".")[0] or "local"
+    files: dict[str, Path] = {}
     if nats_url is None:
         port = DEFAULT_NATS_PORT if _port_free(DEFAULT_NATS_PORT) else free_port()
-        server = NatsServer(store_dir=data_dir / "nats", port=port)
+        config = credentials_dir(data_dir) / "nats-server.conf"
+        files = write_auth(data_dir, config, [node])
+        server = NatsServer(store_dir=data_dir / "nats", port=port, config=config)
         await server.start()
         assert server.process is not None
         pids["nats-server"] = server.process.pid
         nats_url = server.url
+        admin = await connect(nats_url, "fairlane-up", credentials=load_credentials(files[ADMIN]))
+        try:
+            await provision(admin.jetstream())
+        finally:
+            await admin.close()
     if postgres_dsn is None:
         postgres = Postgres(data_dir / "postgres")
         await postgres.start()
         postgres_dsn = postgres.uri
-    for name in SERVICES:
-        pids[name] = await _spawn(name, ["-m", f"services.{name}", "--nats", nats_url], data_dir)
-    node = socket.gethostname().split(".")[0] or "local"
+
+    def env(user: str) -> dict[str, str]:
+        return {CREDENTIALS_ENV: str(files[user])} if files else {}
+
+    programs = [
+        Program(
+            name, ["-m", f"services.{name}", "--nats", nats_url, "--instance", INSTANCE], env(name)
+        )
+        for name in SERVICES
+    ]
     executor = ["-m", "services.executor", "--nats", nats_url, "--node", node]
     executor += ["--pool", "default", "--data-dir", str(data_dir / "executor")]
     executor += ["--stop-workloads-on-exit"]  # `fairlane down` stops the workloads too
     executor += ["--runtime", runtime]
     if gpus is not None:
         executor += ["--gpus", str(gpus)]
-    pids["executor"] = await _spawn("executor", executor, data_dir)
-    api_url, token_file = await _start_read_side(data_dir, nats_url, postgres_dsn, pids)
+    programs.append(Program("executor", executor, env(executor_user(node))))
+    api_url, token_file = _read_side(data_dir, nats_url, postgres_dsn, programs, env)
+    plan = Plan(
+        programs=programs,
+        log_dir=str(data_dir / "logs"),
+        status_file=str(supervisor_status_file(data_dir)),
+        nats_url=nats_url if files else None,
+        admin_credentials=str(files[ADMIN]) if files else None,
+    )
+    plan_file = data_dir / "supervisor-plan.json"
+    plan_file.write_bytes(msgspec.json.encode(plan))
+    supervisor_status_file(data_dir).unlink(missing_ok=True)
+    supervisor = ["-m", "fairlane.supervisor", "--plan", str(plan_file)]
+    pids[SUPERVISOR] = await _spawn(SUPERVISOR, supervisor, data_dir)
     info = ClusterFile(
         nats_url=nats_url,
         postgres_uri=postgres_dsn,
@@ -116,25 +169,61 @@ async def up(
         started_at=time.time(),
         api_url=api_url,
         admin_token_file=str(token_file),
+        credentials_dir=str(credentials_dir(data_dir)) if files else "",
     )
     cluster_file(data_dir).write_bytes(msgspec.json.encode(info))
     return info
 
 
-async def _start_read_side(
-    data_dir: Path, nats_url: str, postgres_dsn: str, pids: dict[str, int]
+def _read_side(
+    data_dir: Path,
+    nats_url: str,
+    postgres_dsn: str,
+    programs: list[Program],
+    env: Callable[[str], dict[str, str]],
 ) -> tuple[str, Path]:
-    """The projector and the HTTP API; the admin token is made here (only its owner may read
-    the file) so that `up` can say where it is before the API has started."""
+    """The projector and the HTTP API, supervised like the services; the admin token is made
+    here (only its owner may read the file) so that `up` can say where it is before the API
+    has started."""
     token_file = data_dir / "admin-token"
     admin_token_file(token_file)
     common = ["--nats", nats_url, "--postgres", postgres_dsn]
-    pids["projector"] = await _spawn("projector", ["-m", "services.projector", *common], data_dir)
+    programs.append(Program("projector", ["-m", "services.projector", *common], env("projector")))
     port = DEFAULT_API_PORT if _port_free(DEFAULT_API_PORT) else free_port()
     api = ["-m", "services.api", *common, "--port", str(port)]
     api += ["--admin-token-file", str(token_file)]
-    pids["api"] = await _spawn("api", api, data_dir)
+    programs.append(Program("api", api, env("api")))
     return f"http://127.0.0.1:{port}", token_file
+
+
+def supervisor_status_file(data_dir: Path) -> Path:
+    return data_dir / "supervisor-status.json"
+
+
+def supervisor_status(data_dir: Path) -> list[ProgramStatus]:
+    """What each supervised program is doing now (empty if no supervisor has said yet)."""
+    status = read_status(supervisor_status_file(data_dir.resolve()))
+    return list(status.programs.values()) if status is not None else []
+
+
+def limit_warnings(data_dir: Path) -> list[str]:
+    status = read_status(supervisor_status_file(data_dir.resolve()))
+    return status.warnings if status is not None else []
+
+
+async def started(data_dir: Path, within: float = STARTUP_S + 10.0) -> list[ProgramStatus]:
+    """Wait until every program has run for STARTUP_S, or one has exited; returns those that
+    exited since `up` started them (each is being restarted, with backoff)."""
+    deadline = time.monotonic() + within
+    while True:
+        programs = supervisor_status(data_dir)
+        failed = [p for p in programs if p.restarts > 0]
+        settled = programs and all(
+            p.state == "running" and time.time() - p.started_at >= STARTUP_S for p in programs
+        )
+        if failed or settled or time.monotonic() > deadline:
+            return failed
+        await asyncio.sleep(0.2)
 
 
 async def down(data_dir: Path) -> list[str]:
@@ -150,8 +239,16 @@ async def down(data_dir: Path) -> list[str]:
         order = [n for n in info.pids if n != "nats-server"] + ["nats-server"]
         for name in order:
             pid = info.pids.get(name)
-            if pid is not None and await _stop(pid):
+            # the supervisor stops its programs first: give it their grace as well
+            grace = 25.0 if name == SUPERVISOR else 10.0
+            if name == SUPERVISOR:
+                stopped += [p.name for p in supervisor_status(data_dir) if p.state == "running"]
+            if pid is not None and await _stop(pid, grace):
                 stopped.append(name)
+            if name == SUPERVISOR:  # and anything it left behind (it was killed, say)
+                for program in supervisor_status(data_dir):
+                    if program.pid is not None and await _stop(program.pid):
+                        stopped.append(program.name)
     postgres = Postgres(data_dir / "postgres")
     if (postgres.data_dir / "postmaster.pid").exists():
         await postgres.stop()
@@ -176,13 +273,13 @@ async def _spawn(name: str, args: list[str], data_dir: Path) -> int:
 
 
 async def _stop(pid: int, grace_s: float = 10.0) -> bool:
-    if not _alive(pid):
+    if not alive(pid):
         return False
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline:
-        if not _alive(pid) or _reaped(pid):
+        if not alive(pid) or _reaped(pid):
             return True
         await asyncio.sleep(0.05)
     with contextlib.suppress(ProcessLookupError):

@@ -27,6 +27,7 @@ from events import (
 )
 from events.commands import AnyCommand, Reply, SubmitJob
 from policy.state import ClusterState
+from services.runtime.auth import Credentials
 from services.runtime.client import send
 from services.runtime.eventlog import JetStreamLog, Stored, connect
 
@@ -37,10 +38,15 @@ class ProcessCluster:
     root: Path
     processes: dict[str, asyncio.subprocess.Process] = field(default_factory=dict)
     args: dict[str, list[str]] = field(default_factory=dict)
+    #: each process's own environment additions (its NATS credentials, for one)
+    envs: dict[str, dict[str, str]] = field(default_factory=dict)
 
-    async def start(self, name: str, module: str, *extra: str) -> None:
+    async def start(
+        self, name: str, module: str, *extra: str, env: dict[str, str] | None = None
+    ) -> None:
         args = ["-m", f"services.{module}", "--nats", self.nats_url, *extra]
         self.args[name] = args
+        self.envs[name] = env or {}
         await self._launch(name)
 
     async def _launch(self, name: str) -> None:
@@ -51,7 +57,7 @@ class ProcessCluster:
             *self.args[name],
             stdout=log,
             stderr=log,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            env={**os.environ, "PYTHONUNBUFFERED": "1", **self.envs.get(name, {})},
         )
         log.close()
 
@@ -89,8 +95,10 @@ class ProcessCluster:
         self.processes.clear()
 
 
-async def open_log(url: str, name: str = "test") -> JetStreamLog:
-    log = JetStreamLog(await connect(url, name))
+async def open_log(
+    url: str, name: str = "test", credentials: Credentials | None = None
+) -> JetStreamLog:
+    log = JetStreamLog(await connect(url, name, credentials=credentials))
     await log.ensure_stream()
     return log
 

@@ -7,7 +7,7 @@ import json
 import pytest
 from rich.console import Console
 
-from bench import pipeline, policy_cycle, replay
+from bench import nats_memory, pipeline, policy_cycle, replay
 from bench.policy_cycle import Size
 from events.model import SchedulerType
 
@@ -60,3 +60,11 @@ async def test_pipeline_bench_runs_a_few_jobs() -> None:
     assert figures.jobs == 40 and figures.jobs_per_s > 0
     assert figures.latency_p50_ms <= figures.latency_p99_ms
     assert set(figures.cpu_ms_per_job) >= {"nats-server", "scheduler", "admission"}
+
+
+@pytest.mark.nats
+async def test_memory_bench_runs_on_a_small_log() -> None:
+    fairlane = await nats_memory.measure("fairlane", 2000, settle_s=0.1)
+    few = await nats_memory.measure("few-subjects", 2000, settle_s=0.1)
+    assert fairlane.events == 2000 and fairlane.rss_after_mib > 0
+    assert few.subjects == 8 and fairlane.subjects > few.subjects

@@ -25,14 +25,19 @@ def test_up_submit_pause_delete_down(tmp_path: Path) -> None:
     assert "NATS (JetStream)" in up.stdout
     try:
         info = json.loads((data / "cluster.json").read_text())
-        assert set(info["pids"]) >= {
+        assert set(info["pids"]) == {"nats-server", "supervisor"}
+        status = json.loads((data / "supervisor-status.json").read_text())["programs"]
+        assert set(status) == {
             "admission",
             "ledger",
             "scheduler",
             "preemptor",
             "nodewatch",
             "executor",
+            "projector",
+            "api",
         }
+        assert {p["state"] for p in status.values()} == {"running"}
         assert fairlane("project", "set", "team", "--quota", "2", data_dir=data).returncode == 0
         submitted = fairlane(
             "submit", "train-1", "--project", "team", "--gpus", "2", "-o", "json", data_dir=data
@@ -49,6 +54,6 @@ def test_up_submit_pause_delete_down(tmp_path: Path) -> None:
         down = fairlane("down", data_dir=data)
     assert "nats-server" in down.stdout and "postgres" in down.stdout
     assert not (data / "cluster.json").exists()
-    for pid in info["pids"].values():
+    for pid in [*info["pids"].values(), *(p["pid"] for p in status.values())]:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)

@@ -14,8 +14,9 @@ from nats.aio.subscription import Subscription
 
 from events.commands import AnyCommand, Reply, decode_command
 from policy.commands import Refused, decide_command
-from services.runtime.eventlog import TRANSIENT, EventLog
+from services.runtime.eventlog import EventLog
 from services.runtime.follower import Follower
+from services.runtime.retry import is_transient
 
 Handler = Callable[[AnyCommand], Awaitable[Reply]]
 log = structlog.get_logger("fairlane.commands")
@@ -61,18 +62,21 @@ async def serve(nc: Client, subject: str, handler: Handler, concurrency: int = 1
     async def answer(msg: Msg) -> None:
         try:
             command = decode_command(msg.data)
-        except (msgspec.DecodeError, msgspec.ValidationError) as e:
+        except msgspec.ValidationError as e:  # out of bounds: nothing was stored
+            reply = Reply(ok=False, error=f"invalid command: {e}")
+        except msgspec.DecodeError as e:
             reply = Reply(ok=False, error=f"malformed command: {e}")
         else:
             try:
                 reply = await handler(command)
             except Refusal as refused:
                 reply = Reply(ok=False, error=str(refused))
-            except TRANSIENT as e:
-                reply = Reply(ok=False, error=f"unavailable: {e!r}", retryable=True)
             except Exception as e:  # answer, log, and keep serving
-                log.exception("command failed", command=type(command).__name__)
-                reply = Reply(ok=False, error=f"internal error: {e}")
+                if is_transient(e):  # the log is away or full: the same command may come again
+                    reply = Reply(ok=False, error=f"unavailable: {e!r}", retryable=True)
+                else:
+                    log.exception("command failed", command=type(command).__name__)
+                    reply = Reply(ok=False, error=f"internal error: {e}")
         if msg.reply:
             await msg.respond(_encode(reply))
 

@@ -21,9 +21,10 @@ import structlog
 
 from events import Event, JobScheduled, LeaderElected
 from policy.cycle import decide, next_wakeup
-from services.runtime.eventlog import TRANSIENT, Conflict, JetStreamLog
+from services.runtime.eventlog import Conflict, JetStreamLog
 from services.runtime.follower import Follower
 from services.runtime.lease import Lease
+from services.runtime.retry import is_transient
 from services.runtime.snapshots import SnapshotStore
 from services.runtime.tasks import cancel_and_wait
 
@@ -77,7 +78,9 @@ class Decider:
                 try:
                     await self.lease.acquire(self.log.js)
                     await self._lead()
-                except TRANSIENT as e:  # the server went away mid-cycle: decide again later
+                except Exception as e:  # the server went away, or the store is full:
+                    if not is_transient(e):  # decide again later
+                        raise
                     log.warning("cycle interrupted", kind=self.kind, error=str(e) or repr(e))
                     await asyncio.sleep(0.5)
         finally:

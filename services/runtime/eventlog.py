@@ -35,23 +35,14 @@ from nats.js.errors import APIError, NotFoundError
 
 from events import Event, NotAnEvent, Undecodable, decode_event, encode_event, subject_for
 from events.catalogue import AnyEvent
+from services.runtime.connection import connect as connect  # noqa: PLC0414 (callers import it here)
+from services.runtime.retry import TRANSIENT as TRANSIENT  # noqa: PLC0414 (likewise)
+from services.runtime.retry import RetryPolicy
 
 STREAM: Final = "FAIRLANE"
 SUBJECTS: Final = ["fl.>"]
 WRONG_LAST_SEQUENCE: Final = 10071
 log = structlog.get_logger("fairlane.eventlog")
-
-
-#: Errors that pass when the server is back: worth retrying an idempotent write.
-TRANSIENT: Final = (
-    TimeoutError,
-    nats.errors.TimeoutError,
-    nats.errors.ConnectionClosedError,
-    nats.errors.NoRespondersError,
-    nats.errors.ConnectionReconnectingError,
-    nats.errors.StaleConnectionError,
-    OSError,
-)
 
 
 class Conflict(Exception):
@@ -76,43 +67,6 @@ CONSUMER_GONE: Final = frozenset({"503"})
 class Stored:
     seq: int
     event: AnyEvent
-
-
-async def connect(url: str, name: str, retry_for: float = 30.0) -> Client:
-    """Connect, retrying the first connection (nats-py does not), and never give up later."""
-    deadline = asyncio.get_running_loop().time() + retry_for
-
-    async def on_error(e: Exception) -> None:  # instead of nats-py's traceback on every retry
-        log.warning("nats connection trouble", client=name, error=str(e) or repr(e))
-
-    client: list[Client] = []  # filled in once connected
-
-    async def on_disconnected() -> None:
-        if client and (client[0].is_closed or client[0].is_draining):
-            return  # closed on purpose: nothing to warn about
-        log.warning("disconnected from nats", client=name)
-
-    async def on_reconnected() -> None:
-        log.info("reconnected to nats", client=name)
-
-    while True:
-        try:
-            nc = await nats.connect(
-                url,
-                name=name,
-                max_reconnect_attempts=-1,
-                reconnect_time_wait=0.5,
-                connect_timeout=2,
-                error_cb=on_error,
-                disconnected_cb=on_disconnected,
-                reconnected_cb=on_reconnected,
-            )
-            client.append(nc)
-            return nc
-        except (OSError, nats.errors.NoServersError, TimeoutError):
-            if asyncio.get_running_loop().time() > deadline:
-                raise
-            await asyncio.sleep(0.2)
 
 
 class EventLog(Protocol):
@@ -243,20 +197,9 @@ class JetStreamLog:
     ) -> int:
         """`publish`, retried through server restarts and timeouts until stored. Safe because
         the event id deduplicates: a retry of a write that did land is dropped. A `Conflict`
-        (the fence moved on) is final and raised at once."""
-        deadline = asyncio.get_running_loop().time() + give_up_after
-        wait = 0.1
-        while True:
-            try:
-                return await self.publish(event, fence=fence)
-            except Conflict:
-                raise
-            except TRANSIENT as e:
-                if asyncio.get_running_loop().time() > deadline:
-                    raise
-                log.warning("publish failed, retrying", event_id=event.id, error=str(e) or repr(e))
-                await asyncio.sleep(wait)
-                wait = min(wait * 2, 2.0)
+        (the fence moved on) is final and raised at once. A full store is waited out too."""
+        policy = RetryPolicy(give_up_after_s=give_up_after)
+        return await policy.run(lambda: self.publish(event, fence=fence), f"publish {event.id}")
 
     async def last_on(self, subject: str) -> Stored | None:
         """The last event stored on `subject` (None if there is none, or it is not an event)."""

@@ -17,12 +17,19 @@ from dataclasses import dataclass
 import structlog
 from nats.js import JetStreamContext
 from nats.js.api import KeyValueConfig
-from nats.js.errors import BucketNotFoundError, KeyWrongLastSequenceError, NotFoundError
+from nats.js.errors import (
+    BucketNotFoundError,
+    KeyNotFoundError,
+    KeyWrongLastSequenceError,
+    NotFoundError,
+)
 from nats.js.kv import KeyValue
 
-from services.runtime.eventlog import TRANSIENT
+from services.runtime.retry import is_transient
 
 BUCKET = "fairlane-leases"
+#: How long a lease lasts without renewal (the bucket's TTL).
+LEASE_TTL_S = 3.0
 log = structlog.get_logger("fairlane.lease")
 
 
@@ -30,7 +37,7 @@ log = structlog.get_logger("fairlane.lease")
 class Lease:
     kind: str
     holder: str
-    ttl_s: float = 3.0
+    ttl_s: float = LEASE_TTL_S
     revision: int | None = None
     _kv: KeyValue | None = None
 
@@ -47,6 +54,10 @@ class Lease:
         try:
             self.revision = await kv.create(self.kind, self.holder.encode())
         except KeyWrongLastSequenceError:
+            return False
+        except KeyNotFoundError:
+            # the race with the TTL: `create` found the key taken, then looked at it just as
+            # it lapsed. Free now: the next try takes it.
             return False
         log.info("lease acquired", kind=self.kind, holder=self.holder, revision=self.revision)
         return True
@@ -68,7 +79,9 @@ class Lease:
             try:
                 if await self.try_acquire(js):
                     return
-            except TRANSIENT as e:
+            except Exception as e:
+                if not is_transient(e):
+                    raise
                 log.warning("lease not reachable", kind=self.kind, error=str(e) or repr(e))
             await asyncio.sleep(self.ttl_s / 4)
 

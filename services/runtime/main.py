@@ -37,15 +37,22 @@ def run_service(name: str, body: Body) -> None:
     parser = argparse.ArgumentParser(prog=f"python -m services.{name}")
     parser.add_argument("--nats", default="nats://127.0.0.1:4222", help="NATS server URL")
     parser.add_argument("--log-level", default="info")
+    parser.add_argument(
+        "--instance",
+        default=None,
+        help="this instance's name, the same across its restarts, so that its durable "
+        "consumer is reused (default: the process id, a consumer per process)",
+    )
     args = parser.parse_args()
     configure_logging(args.log_level)
-    asyncio.run(_main(name, args.nats, body))
+    asyncio.run(_main(name, args.nats, body, args.instance or str(os.getpid())))
 
 
-async def _main(name: str, url: str, body: Body) -> None:
-    # the live tail through a durable consumer of this process's own (a standby beside a
-    # leader is another process, so another consumer)
-    durable = durable_name(name, socket.gethostname(), str(os.getpid()))
+async def _main(name: str, url: str, body: Body, instance: str) -> None:
+    # the live tail through a durable consumer of this instance's own (a standby beside a
+    # leader is another instance, so another consumer); a restarted instance takes its own
+    # consumer back (it is made again from where the service's replay ended)
+    durable = durable_name(name, socket.gethostname(), instance)
     log = JetStreamLog(await connect(url, name), durable=durable)
     task = asyncio.create_task(body(log))
     stop = asyncio.Event()

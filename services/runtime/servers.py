@@ -50,6 +50,9 @@ class NatsServer:
     store_dir: Path
     port: int = field(default_factory=free_port)
     host: str = "127.0.0.1"
+    #: a config file (the users and their permissions: services/runtime/auth.py); the
+    #: command-line flags here take precedence over anything else in it
+    config: Path | None = None
     process: asyncio.subprocess.Process | None = None
 
     @property
@@ -59,8 +62,10 @@ class NatsServer:
     async def start(self, ready_within: float = 15.0) -> None:
         self.store_dir.mkdir(parents=True, exist_ok=True)
         log = self.store_dir / "nats-server.log"
+        config = ["-c", str(self.config)] if self.config is not None else []
         self.process = await asyncio.create_subprocess_exec(
             str(nats_server_binary()),
+            *config,
             "-js",
             "-sd",
             str(self.store_dir),

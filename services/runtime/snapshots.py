@@ -110,7 +110,12 @@ class Snapshotter:
             return
         self.last_seq = seq
         # encoded now, between two applies, where the state is `seq`'s; written in the background
-        self._writing = asyncio.create_task(self._write(encode_snapshot(state, seq), seq))
+        try:
+            data = encode_snapshot(state, seq)
+        except Exception as e:  # a value no snapshot can hold (an old log's huge integer):
+            log.error("snapshot not taken", seq=seq, error=repr(e))  # only a shortcut
+            return
+        self._writing = asyncio.create_task(self._write(data, seq))
 
     async def _write(self, data: bytes, seq: int) -> None:
         try:

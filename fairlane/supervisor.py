@@ -1,0 +1,222 @@
+"""Keeping the embedded cluster's services running: restart what exits, with backoff.
+
+`fairlane up` writes a plan (what to run, with which arguments and environment) and starts
+`python -m fairlane.supervisor --plan PLAN` in the background. The supervisor starts every
+program, and when one exits it logs why (exit status, how long it ran) and starts it again
+after a pause that doubles from RESTART_FIRST_S up to RESTART_MAX_S (and is forgotten once a
+run lasted STABLE_S). A program that exits within STARTUP_S of its start *failed to start*.
+What every program is doing is written to a status file after each change, which `fairlane
+up` reads to report a service that failed to start and `fairlane status` shows. The
+supervisor also checks the event log's limits every LIMITS_EVERY_S and records a warning
+from 80% full (services/runtime/provision.py).
+
+SIGTERM stops it: every program gets SIGTERM, and SIGKILL after STOP_GRACE_S.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Final, Literal
+
+import msgspec
+import structlog
+
+from services.runtime.auth import load_credentials
+from services.runtime.connection import connect
+from services.runtime.main import configure_logging
+from services.runtime.provision import check_limits
+
+RESTART_FIRST_S: Final = 0.5
+RESTART_MAX_S: Final = 30.0
+STABLE_S: Final = 60.0
+STARTUP_S: Final = 3.0
+STOP_GRACE_S: Final = 10.0
+LIMITS_EVERY_S: Final = 60.0
+log = structlog.get_logger("fairlane.supervisor")
+
+State = Literal["starting", "running", "restarting", "stopped"]
+
+
+class Program(msgspec.Struct, frozen=True):
+    name: str
+    args: list[str]  # after the Python interpreter: ["-m", "services.ledger", ...]
+    env: dict[str, str] = {}
+
+
+class Plan(msgspec.Struct, frozen=True):
+    programs: list[Program]
+    log_dir: str
+    status_file: str
+    #: where to check the event log's limits from (the admin's credentials), if anywhere
+    nats_url: str | None = None
+    admin_credentials: str | None = None
+
+
+class ProgramStatus(msgspec.Struct):
+    name: str
+    state: State = "starting"
+    pid: int | None = None
+    started_at: float = 0.0
+    restarts: int = 0
+    #: how its last run ended: exit status (negative: killed by that signal) and whether it
+    #: ended within STARTUP_S of its start (cleared once a run outlives STARTUP_S)
+    last_exit: int | None = None
+    exited_at: float | None = None
+    failed_to_start: bool = False
+    next_start_at: float | None = None
+
+
+class SupervisorStatus(msgspec.Struct):
+    pid: int
+    programs: dict[str, ProgramStatus]
+    warnings: list[str] = []
+    updated_at: float = 0.0
+
+
+def read_status(path: Path) -> SupervisorStatus | None:
+    try:
+        return msgspec.json.decode(path.read_bytes(), type=SupervisorStatus)
+    except (OSError, msgspec.DecodeError, msgspec.ValidationError):
+        return None
+
+
+class Supervisor:
+    def __init__(self, plan: Plan) -> None:
+        self.plan = plan
+        self.status = SupervisorStatus(
+            pid=os.getpid(), programs={p.name: ProgramStatus(p.name) for p in plan.programs}
+        )
+        self.stopping = asyncio.Event()
+        self.processes: dict[str, asyncio.subprocess.Process] = {}
+
+    async def run(self) -> None:
+        self._save()
+        keepers = [asyncio.create_task(self._keep(p)) for p in self.plan.programs]
+        watching = asyncio.create_task(self._watch_limits())
+        await self.stopping.wait()
+        await self._stop_all()
+        for task in [*keepers, watching]:
+            task.cancel()
+        await asyncio.gather(*keepers, watching, return_exceptions=True)
+        for status in self.status.programs.values():
+            status.state, status.pid = "stopped", None
+        self._save()
+
+    async def _keep(self, program: Program) -> None:
+        status = self.status.programs[program.name]
+        pause = RESTART_FIRST_S
+        while not self.stopping.is_set():
+            process = await self._spawn(program)
+            self.processes[program.name] = process
+            status.state, status.pid, status.started_at = "running", process.pid, time.time()
+            status.next_start_at = None
+            self._save()
+            log.info("started", program=program.name, pid=process.pid, restarts=status.restarts)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(STARTUP_S):
+                    await process.wait()
+            if process.returncode is None and status.failed_to_start:
+                status.failed_to_start = False  # this time it started
+                self._save()
+            code = await process.wait()
+            if self.stopping.is_set():
+                return
+            ran_s = time.time() - status.started_at
+            if ran_s >= STABLE_S:
+                pause = RESTART_FIRST_S
+            status.state, status.pid, status.last_exit = "restarting", None, code
+            status.exited_at = time.time()
+            status.failed_to_start = ran_s < STARTUP_S
+            status.restarts += 1
+            status.next_start_at = time.time() + pause
+            self._save()
+            log.warning(
+                "failed to start, restarting" if status.failed_to_start else "exited, restarting",
+                program=program.name,
+                exit=code,
+                ran_s=round(ran_s, 1),
+                restart_in_s=pause,
+                log=str(Path(self.plan.log_dir) / f"{program.name}.log"),
+            )
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(pause):
+                    await self.stopping.wait()
+            pause = min(pause * 2, RESTART_MAX_S)
+
+    async def _spawn(self, program: Program) -> asyncio.subprocess.Process:
+        path = Path(self.plan.log_dir) / f"{program.name}.log"
+        with path.open("ab") as out:
+            return await asyncio.create_subprocess_exec(
+                sys.executable,
+                *program.args,
+                stdout=out,
+                stderr=out,
+                start_new_session=True,
+                env={**os.environ, "PYTHONUNBUFFERED": "1", **program.env},
+            )
+
+    async def _stop_all(self) -> None:
+        running = [p for p in self.processes.values() if p.returncode is None]
+        for process in running:
+            with contextlib.suppress(ProcessLookupError):
+                process.send_signal(signal.SIGTERM)
+        waits = [asyncio.create_task(p.wait()) for p in running]
+        if waits:
+            await asyncio.wait(waits, timeout=STOP_GRACE_S)
+        for process in running:
+            if process.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    process.kill()
+                await process.wait()
+
+    async def _watch_limits(self) -> None:
+        if self.plan.nats_url is None or self.plan.admin_credentials is None:
+            return
+        creds = load_credentials(Path(self.plan.admin_credentials))
+        nc = await connect(self.plan.nats_url, "supervisor", credentials=creds)
+        try:
+            while True:
+                try:
+                    self.status.warnings = await check_limits(nc.jetstream())
+                    self._save()
+                except Exception as e:  # the server is away: next time
+                    log.warning("could not check the event log's limits", error=repr(e))
+                await asyncio.sleep(LIMITS_EVERY_S)
+        finally:
+            with contextlib.suppress(Exception):
+                await nc.close()
+
+    def _save(self) -> None:
+        self.status.updated_at = time.time()
+        path = Path(self.plan.status_file)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_bytes(msgspec.json.encode(self.status))
+        tmp.replace(path)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m fairlane.supervisor")
+    parser.add_argument("--plan", required=True, type=Path)
+    args = parser.parse_args()
+    configure_logging()
+    plan = msgspec.json.decode(args.plan.read_bytes(), type=Plan)
+
+    async def go() -> None:
+        supervisor = Supervisor(plan)
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, supervisor.stopping.set)
+        await supervisor.run()
+
+    asyncio.run(go())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,273 @@
+"""Who may do what on the bus: one NATS user per service, each allowed only its own subjects.
+
+Without this, any client (a tenant's own workload included) could publish a placement or a
+completion of another team's job, squat the leaders' lease keys, forge a `NodeLost` or a
+snapshot, or delete the stream. With it, the server itself refuses all of that:
+
+- only the scheduler publishes placements and only the preemptor preemptions and nominations,
+  and each writes only its own lease key and term subject;
+- only an executor publishes its node's reports (`fl.node.<its node>.>`) and attempts' outcomes;
+- only the ledger writes configuration events and snapshots;
+- admission alone records submissions and their verdicts;
+- clients (the CLI, workloads) reach only the command subjects and their own replies;
+- only the admin user creates, changes or deletes streams and buckets (`fairlane up` does that
+  once, before any service starts: see services/runtime/provision.py).
+
+Every user gets its own inbox prefix (`_INBOX_<user>`), so nobody can read another's replies.
+Readers get what reading the log takes (stream info, consumers, pull, ack, message get), never
+the subjects that purge, delete or change a stream.
+
+`write_auth` generates the passwords into `<data>/credentials/<user>.json` (mode 0600, in a
+0700 folder) and the server's `authorization` block into a config file (mode 0600). Passwords
+are never logged; services read theirs from the file named by `FAIRLANE_NATS_CREDENTIALS`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+from pathlib import Path
+from typing import Final
+
+import msgspec
+
+from events.commands import ADMISSION_SUBJECT, LEDGER_SUBJECT
+from services.runtime.heartbeats import BUCKET as HEARTBEATS
+from services.runtime.lease import BUCKET as LEASES
+from services.runtime.snapshots import BUCKET as SNAPSHOTS
+
+#: Where a process finds its own credentials file (set by whoever starts it).
+CREDENTIALS_ENV: Final = "FAIRLANE_NATS_CREDENTIALS"
+#: eventlog.STREAM, which cannot be imported here (the event log connects through this module);
+#: tests/test_auth.py checks they agree
+STREAM: Final = "FAIRLANE"
+SERVICES: Final = (
+    "admission",
+    "ledger",
+    "scheduler",
+    "preemptor",
+    "nodewatch",
+    "projector",
+    "api",
+)
+ADMIN: Final = "admin"
+CLIENT: Final = "client"
+
+#: The job events each writer records (`fl.job.<job id>.<event>`).
+ADMISSION_EVENTS: Final = (
+    "job_submitted",
+    "job_admitted",
+    "job_rejected",
+    "job_cancelled",
+    "job_paused",
+    "job_resumed",
+)
+EXECUTOR_EVENTS: Final = (
+    "job_started",
+    "job_preempted",
+    "job_checkpointed",
+    "job_completed",
+    "job_failed",
+    # what workloads put on their own timeline, checked and published by their executor
+    "job_progress",
+    "job_message",
+)
+DECISIONS: Final = {
+    "scheduler": ("job_scheduled",),
+    "preemptor": ("job_preemption_requested", "job_nominated"),
+}
+
+
+class Credentials(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    user: str
+    password: str
+    inbox_prefix: str
+
+
+class Permissions(msgspec.Struct, frozen=True, omit_defaults=True):
+    publish: list[str]
+    subscribe: list[str]
+    #: may answer the requests it receives (and nothing else by way of replies)
+    allow_responses: bool = False
+
+
+def inbox_prefix(user: str) -> str:
+    return f"_INBOX_{_token(user)}"
+
+
+def executor_user(node: str) -> str:
+    return f"executor-{_token(node)}"
+
+
+def _token(name: str) -> str:
+    """A name as one subject token (no '.', wildcards or spaces)."""
+    return re.sub(r"[^A-Za-z0-9_-]", "_", name)
+
+
+def _reading(stream: str) -> list[str]:
+    """What reading a stream takes: its info, consumers of one's own, pulling, acking, and
+    fetching single messages. Not purge, delete, update or message delete."""
+    api = "$JS.API"
+    return [
+        f"{api}.STREAM.INFO.{stream}",
+        f"{api}.STREAM.MSG.GET.{stream}",
+        f"{api}.DIRECT.GET.{stream}",
+        f"{api}.DIRECT.GET.{stream}.>",
+        f"{api}.CONSUMER.CREATE.{stream}",
+        f"{api}.CONSUMER.CREATE.{stream}.>",
+        f"{api}.CONSUMER.DURABLE.CREATE.{stream}.>",
+        f"{api}.CONSUMER.INFO.{stream}.>",
+        f"{api}.CONSUMER.DELETE.{stream}.>",
+        f"{api}.CONSUMER.MSG.NEXT.{stream}.>",
+        f"$JS.ACK.{stream}.>",
+        f"$JS.FC.{stream}.>",
+    ]
+
+
+def _log_reader() -> list[str]:
+    """The event log and the snapshots every fold starts from (reading an object looks its
+    stream up by subject: STREAM.NAMES)."""
+    return [*_reading(STREAM), *_reading(f"OBJ_{SNAPSHOTS}"), "$JS.API.STREAM.NAMES"]
+
+
+def _jobs(events: tuple[str, ...]) -> list[str]:
+    return [f"fl.job.*.{event}" for event in events]
+
+
+def permissions(user: str) -> Permissions | None:
+    """The permissions of one user; None for the admin (everything)."""
+    if user == ADMIN:
+        return None
+    inbox = [f"{inbox_prefix(user)}.>"]
+    if user.startswith("executor-"):
+        return _executor(user.removeprefix("executor-"), inbox)
+    grant = _GRANTS.get(user)
+    if grant is None:
+        raise ValueError(f"no permissions defined for NATS user {user!r}")
+    return grant(user, inbox)
+
+
+_COMMANDS: Final = [ADMISSION_SUBJECT, LEDGER_SUBJECT]
+
+
+def _client(user: str, inbox: list[str]) -> Permissions:
+    return Permissions(publish=list(_COMMANDS), subscribe=inbox)
+
+
+def _admission(user: str, inbox: list[str]) -> Permissions:
+    publish = _log_reader() + _jobs(ADMISSION_EVENTS)
+    return Permissions(publish, [*inbox, ADMISSION_SUBJECT], allow_responses=True)
+
+
+def _ledger(user: str, inbox: list[str]) -> Permissions:
+    publish = [*_log_reader(), "fl.project.>", "fl.pool.>", "fl.cluster.>"]
+    # writing a snapshot: its chunks and metadata, and purging the previous one's chunks
+    publish += [f"$O.{SNAPSHOTS}.>", f"$JS.API.STREAM.PURGE.OBJ_{SNAPSHOTS}"]
+    return Permissions(publish, [*inbox, LEDGER_SUBJECT], allow_responses=True)
+
+
+def _decider(user: str, inbox: list[str]) -> Permissions:
+    publish = _log_reader() + _jobs(DECISIONS[user]) + [f"fl.leader.{user}"]
+    publish += [*_reading(f"KV_{LEASES}"), f"$KV.{LEASES}.{user}"]
+    return Permissions(publish, inbox)
+
+
+def _nodewatch(user: str, inbox: list[str]) -> Permissions:
+    publish = [*_log_reader(), "fl.node.*.node_lost", f"fl.leader.{user}"]
+    publish += [*_reading(f"KV_{LEASES}"), f"$KV.{LEASES}.{user}"]
+    publish += _reading(f"KV_{HEARTBEATS}")
+    return Permissions(publish, inbox)
+
+
+def _projector(user: str, inbox: list[str]) -> Permissions:
+    return Permissions(_log_reader(), inbox)
+
+
+def _api(user: str, inbox: list[str]) -> Permissions:
+    return Permissions(_log_reader() + _COMMANDS, inbox)
+
+
+def _executor(node: str, inbox: list[str]) -> Permissions:
+    publish = _log_reader() + _jobs(EXECUTOR_EVENTS) + [f"fl.node.{node}.>"]
+    publish += [*_reading(f"KV_{HEARTBEATS}"), f"$KV.{HEARTBEATS}.{node}"]
+    return Permissions(publish, inbox)
+
+
+_GRANTS: Final = {
+    CLIENT: _client,
+    "admission": _admission,
+    "ledger": _ledger,
+    "scheduler": _decider,
+    "preemptor": _decider,
+    "nodewatch": _nodewatch,
+    "projector": _projector,
+    "api": _api,
+}
+
+
+def users(nodes: list[str]) -> list[str]:
+    return [ADMIN, CLIENT, *SERVICES, *(executor_user(n) for n in nodes)]
+
+
+def credentials_dir(data_dir: Path) -> Path:
+    return data_dir / "credentials"
+
+
+def credentials_file(data_dir: Path, user: str) -> Path:
+    return credentials_dir(data_dir) / f"{user}.json"
+
+
+def write_auth(data_dir: Path, config: Path, nodes: list[str]) -> dict[str, Path]:
+    """Generate a password for every user (kept if already generated: a restarted cluster's
+    clients keep working), write each to its own 0600 file and the server's authorization
+    block to `config` (0600). Returns each user's credentials file."""
+    folder = credentials_dir(data_dir)
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chmod(folder, 0o700)
+    files: dict[str, Path] = {}
+    entries: list[dict[str, object]] = []
+    for user in users(nodes):
+        path = credentials_file(data_dir, user)
+        creds = _existing(path, user) or Credentials(
+            user=user, password=secrets.token_urlsafe(32), inbox_prefix=inbox_prefix(user)
+        )
+        _write_private(path, msgspec.json.encode(creds))
+        files[user] = path
+        entry: dict[str, object] = {"user": user, "password": creds.password}
+        granted = permissions(user)
+        if granted is not None:
+            entry["permissions"] = msgspec.to_builtins(granted)
+        entries.append(entry)
+    # nats-server reads JSON as its own config format
+    _write_private(config, msgspec.json.encode({"authorization": {"users": entries}}))
+    return files
+
+
+def _existing(path: Path, user: str) -> Credentials | None:
+    try:
+        creds = load_credentials(path)
+    except (OSError, msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    return creds if creds.user == user else None
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    """Write a secret so that it is never readable by others, not even for a moment."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    os.chmod(tmp, 0o600)
+    os.replace(tmp, path)
+
+
+def load_credentials(path: Path) -> Credentials:
+    return msgspec.json.decode(path.read_bytes(), type=Credentials)
+
+
+def credentials_from_env() -> Credentials | None:
+    """This process's credentials, if whoever started it named a file."""
+    path = os.environ.get(CREDENTIALS_ENV)
+    return load_credentials(Path(path)) if path else None

@@ -1,0 +1,271 @@
+"""Authentication and least privilege on a real nats-server: forgeries refused by the server.
+
+Each forgery is tried twice: by the client user (the CLI's, and what a tenant's workload could
+get hold of), which the server must refuse and not store, and by the one user allowed to write
+there, which must work, so a refusal is the permissions' doing and not a broken publish.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import os
+import stat
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import msgspec
+import nats
+import pytest
+from nats.aio.client import Client
+
+from events import JobCompleted, JobScheduled, JobSpec, NodeLost, Replica, encode_event
+from events.commands import SetPool, SetProject
+from policy.snapshot import encode_snapshot
+from policy.state import ClusterState
+from services.runtime import auth
+from services.runtime.auth import (
+    ADMIN,
+    CLIENT,
+    CREDENTIALS_ENV,
+    credentials_dir,
+    executor_user,
+    load_credentials,
+    write_auth,
+)
+from services.runtime.connection import connect
+from services.runtime.eventlog import STREAM, JetStreamLog
+from services.runtime.lease import Lease
+from services.runtime.provision import provision
+from services.runtime.servers import NatsServer
+from services.runtime.snapshots import SnapshotStore
+from tests.process_cluster import (
+    ProcessCluster,
+    audit,
+    command,
+    open_log,
+    replay,
+    submit,
+    wait_until_done,
+)
+
+NODE = "n0"
+
+
+@dataclass
+class Secured:
+    server: NatsServer
+    files: dict[str, Path]
+    data_dir: Path
+
+    async def connect(self, user: str, errors: list[str] | None = None) -> Client:
+        """A connection as `user`; the server's complaints to it go into `errors`."""
+        creds = load_credentials(self.files[user])
+
+        async def on_error(e: Exception) -> None:
+            if errors is not None:
+                errors.append(str(e))
+
+        return await nats.connect(
+            self.server.url,
+            user=creds.user,
+            password=creds.password,
+            inbox_prefix=creds.inbox_prefix,
+            error_cb=on_error,
+        )
+
+
+@pytest.fixture
+async def secured(tmp_path: Path) -> AsyncIterator[Secured]:
+    files = write_auth(tmp_path, tmp_path / "auth.conf", [NODE])
+    server = NatsServer(store_dir=tmp_path / "nats", config=tmp_path / "auth.conf")
+    await server.start()
+    admin = await connect(server.url, "admin", credentials=load_credentials(files[ADMIN]))
+    await provision(admin.jetstream())
+    await admin.close()
+    try:
+        yield Secured(server, files, tmp_path)
+    finally:
+        await server.stop()
+
+
+async def stored_count(secured: Secured, stream: str) -> int:
+    nc = await secured.connect(ADMIN)
+    try:
+        return int((await nc.jetstream().stream_info(stream)).state.messages)
+    finally:
+        await nc.close()
+
+
+async def try_publish(secured: Secured, user: str, subject: str, payload: bytes) -> list[str]:
+    """Publish to a stream subject as `user` (waiting for the stream's ack); returns what the
+    server complained of."""
+    errors: list[str] = []
+    nc = await secured.connect(user, errors)
+    with contextlib.suppress(nats.errors.TimeoutError, nats.errors.NoRespondersError):
+        await nc.request(subject, payload, timeout=1.0)
+    await asyncio.sleep(0.1)  # let the server's -ERR arrive
+    await nc.close()
+    return errors
+
+
+PLACEMENT = JobScheduled(
+    id="forged-placement",
+    time=0.0,
+    actor="scheduler",
+    job_id="victim",
+    attempt=1,
+    pool="default",
+    replicas=(Replica(NODE, (0, 1)),),
+)
+COMPLETION = JobCompleted(id="forged-done", time=0.0, actor=NODE, job_id="victim", attempt=1)
+LOST = NodeLost(id="forged-lost", time=0.0, actor=NODE, node=NODE, reason="lost")
+
+#: forgery: (subject, payload, stream it would land in, the one user allowed to write there)
+FORGERIES = {
+    "placement": ("fl.job.victim.job_scheduled", encode_event(PLACEMENT), STREAM, "scheduler"),
+    "completion": ("fl.job.victim.job_completed", encode_event(COMPLETION), STREAM, "executor"),
+    "node_lost": (f"fl.node.{NODE}.node_lost", encode_event(LOST), STREAM, "executor"),
+    "lease": ("$KV.fairlane-leases.scheduler", b"squatter", "KV_fairlane-leases", "scheduler"),
+    "snapshot": (
+        "$O.fairlane-snapshots.M." + base64.urlsafe_b64encode(b"cluster-state").decode(),
+        msgspec.json.encode({"name": "cluster-state", "bucket": "fairlane-snapshots"}),
+        "OBJ_fairlane-snapshots",
+        "ledger",
+    ),
+}
+
+
+@pytest.mark.parametrize("forgery", sorted(FORGERIES))
+async def test_a_client_cannot_forge(secured: Secured, forgery: str) -> None:
+    subject, payload, stream, owner = FORGERIES[forgery]
+    before = await stored_count(secured, stream)
+    errors = await try_publish(secured, CLIENT, subject, payload)
+    assert any("permissions violation" in e.lower() for e in errors), errors
+    assert await stored_count(secured, stream) == before, f"the forged {forgery} was stored"
+    # the same write by its rightful writer is stored: the refusal was the permissions'
+    writer = executor_user(NODE) if owner == "executor" else owner
+    assert await try_publish(secured, writer, subject, payload) == []
+    assert await stored_count(secured, stream) == before + 1
+
+
+async def test_only_the_admin_deletes_the_stream(secured: Secured) -> None:
+    for user in (CLIENT, "ledger", "scheduler", executor_user(NODE)):
+        errors: list[str] = []
+        nc = await secured.connect(user, errors)
+        with pytest.raises((nats.errors.TimeoutError, nats.errors.NoRespondersError)):
+            await nc.jetstream(timeout=1.0).delete_stream(STREAM)
+        await nc.close()
+        assert any("permissions violation" in e.lower() for e in errors), (user, errors)
+        assert await stored_count(secured, STREAM) >= 0  # still there
+    admin = await secured.connect(ADMIN)
+    assert await admin.jetstream().delete_stream(STREAM)
+    await admin.close()
+
+
+async def test_an_executor_reports_only_for_its_own_node(secured: Secured) -> None:
+    other = NodeLost(id="other-lost", time=0.0, actor=NODE, node="n1", reason="lost")
+    before = await stored_count(secured, STREAM)
+    errors = await try_publish(secured, executor_user(NODE), "fl.node.n1.node_lost", b"x")
+    assert any("permissions violation" in e.lower() for e in errors), errors
+    errors = await try_publish(secured, "scheduler", "fl.node.n1.node_lost", encode_event(other))
+    assert any("permissions violation" in e.lower() for e in errors), errors
+    assert await stored_count(secured, STREAM) == before
+
+
+async def test_a_client_cannot_read_others_replies_or_the_log(secured: Secured) -> None:
+    errors: list[str] = []
+    nc = await secured.connect(CLIENT, errors)
+    await nc.subscribe("_INBOX.>")
+    await nc.subscribe("_INBOX_admission.>")
+    await nc.subscribe("fl.>")
+    await nc.flush()
+    await asyncio.sleep(0.1)
+    await nc.close()
+    assert sum("permissions violation" in e.lower() for e in errors) == 3, errors
+
+
+async def test_leases_and_snapshots_work_for_their_owners(secured: Secured) -> None:
+    creds = {u: load_credentials(secured.files[u]) for u in ("scheduler", "preemptor", "ledger")}
+    scheduler = await connect(secured.server.url, "s", credentials=creds["scheduler"])
+    preemptor = await connect(secured.server.url, "p", credentials=creds["preemptor"])
+    ledger = await connect(secured.server.url, "l", credentials=creds["ledger"])
+    lease = Lease("scheduler", "s1")
+    assert await lease.try_acquire(scheduler.jetstream())
+    assert await lease.renew(scheduler.jetstream())
+    # the preemptor may not write the scheduler's key, even once it lapses
+    with pytest.raises(Exception):  # noqa: B017 (a timeout: the server drops it)
+        await Lease("scheduler", "p1").try_acquire(preemptor.jetstream(timeout=1.0))
+    await SnapshotStore(ledger.jetstream()).save(encode_snapshot(ClusterState(), 6), 6)
+    # a newer one replaces it (the old one's chunks purged)
+    await SnapshotStore(ledger.jetstream()).save(encode_snapshot(ClusterState(), 7), 7)
+    loaded = await SnapshotStore(preemptor.jetstream()).load()
+    assert loaded is not None and loaded[1] == 7
+    log = JetStreamLog(scheduler)
+    await log.ensure_stream()  # info only: it exists
+    for nc in (scheduler, preemptor, ledger):
+        await nc.close()
+
+
+def test_the_permissions_name_the_stream_the_log_uses() -> None:
+    assert auth.STREAM == STREAM
+
+
+def test_credentials_are_private_and_kept(tmp_path: Path) -> None:
+    files = write_auth(tmp_path, tmp_path / "auth.conf", [NODE])
+    assert stat.S_IMODE(os.stat(credentials_dir(tmp_path)).st_mode) == 0o700
+    for path in [*files.values(), tmp_path / "auth.conf"]:
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o600, path
+    again = write_auth(tmp_path, tmp_path / "auth.conf", [NODE])
+    for user, path in files.items():
+        assert load_credentials(again[user]) == load_credentials(path)
+    passwords = {load_credentials(p).password for p in files.values()}
+    assert len(passwords) == len(files)  # every user its own
+
+
+@pytest.mark.slow
+async def test_the_services_work_end_to_end_each_as_its_own_user(
+    secured: Secured, tmp_path: Path
+) -> None:
+    pc = ProcessCluster(secured.server.url, tmp_path)
+    try:
+        for name in ("admission", "ledger", "scheduler", "preemptor"):
+            await pc.start(name, name, env={CREDENTIALS_ENV: str(secured.files[name])})
+        await pc.start(
+            "executor",
+            "executor",
+            *("--node", NODE, "--gpus", "4", "--hollow", "--hollow-runtime", "0.2"),
+            *("--data-dir", str(tmp_path / "executor")),
+            env={CREDENTIALS_ENV: str(secured.files[executor_user(NODE)])},
+        )
+        client = JetStreamLog(
+            await connect(
+                secured.server.url, "cli", credentials=load_credentials(secured.files[CLIENT])
+            )
+        )
+        reader = await open_log(
+            secured.server.url, "auditor", load_credentials(secured.files[ADMIN])
+        )
+        assert (await command(client, SetPool(pool="default"))).ok
+        for _ in range(100):  # the executor registers its node
+            state, _ = await replay(reader)
+            if state.nodes:
+                break
+            await asyncio.sleep(0.1)
+        reply = await command(client, SetProject(project="a", pool="default", quota=4))
+        assert reply.ok, reply.error
+        for i in range(12):
+            spec = JobSpec(project="a", gpus=1 + i % 2, priority_class="train")
+            reply = await submit(client, f"j{i}", spec)
+            assert reply.ok, reply.error
+        await wait_until_done(reader, 12, within=60)
+        _, stored = await replay(reader)
+        assert audit(stored) == []
+        await client.nc.close()
+        await reader.nc.close()
+    finally:
+        await pc.stop_all()
+    logs = [p.read_text(errors="replace") for p in (tmp_path / "logs").glob("*.log")]
+    assert not [line for text in logs for line in text.splitlines() if "violation" in line]

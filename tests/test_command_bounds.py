@@ -1,0 +1,209 @@
+"""Every number and name in a command is bounded, checked before anything is stored."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import AsyncIterator
+
+import msgspec
+import nats.errors
+import pytest
+from nats.aio.msg import Msg
+
+from events import (
+    JobAdmitted,
+    JobSpec,
+    JobSubmitted,
+    NodeRegistered,
+    ProjectConfigured,
+    ProjectTerms,
+    encode_event,
+)
+from events.commands import (
+    ADMISSION_SUBJECT,
+    LEDGER_SUBJECT,
+    SetProject,
+    SubmitJob,
+    check_bounds,
+    decode_command,
+    decode_reply,
+)
+from services.admission.service import Admission
+from services.ledger.service import Ledger
+from services.runtime.client import send
+from services.runtime.eventlog import JetStreamLog, connect
+from services.runtime.retry import RetryPolicy
+from services.runtime.servers import NatsServer
+from services.runtime.tasks import cancel_and_wait
+
+HUGE = 10**20
+LONG = "x" * 129
+
+
+def submit(**spec: object) -> dict[str, object]:
+    return {"type": "SubmitJob", "job_id": "j1", "spec": {"project": "a", **spec}}
+
+
+def project(**fields: object) -> dict[str, object]:
+    return {"type": "SetProject", "project": "a", **fields}
+
+
+BAD = [
+    (submit(gpus=HUGE), "$.spec.gpus"),
+    (submit(gpus=-1), "$.spec.gpus"),
+    (submit(replicas=HUGE), "$.spec.replicas"),
+    (submit(replicas=0), "$.spec.replicas"),
+    (submit(min_replicas=HUGE), "$.spec.min_replicas"),
+    (submit(priority=HUGE), "$.spec.priority"),
+    (submit(priority=-HUGE), "$.spec.priority"),
+    (submit(min_runtime_s=1e15), "$.spec.min_runtime_s"),
+    (submit(preemption_delay_s=-1.0), "$.spec.preemption_delay_s"),
+    (submit(duration_s=1e300), "$.spec.duration_s"),
+    (submit(checkpoint={"every_s": -5.0}), "$.spec.checkpoint.every_s"),
+    (submit(pools=[LONG]), "$.spec.pools[0]"),
+    (submit(node=LONG), "$.spec.node"),
+    (submit(project=LONG), "$.spec.project"),
+    ({**submit(), "job_id": LONG}, "$.job_id"),
+    ({**submit(), "job_id": ""}, "$.job_id"),
+    ({**submit(), "actor": LONG}, "$.actor"),
+    (project(quota=HUGE), "$.quota"),
+    (project(quota=-1), "$.quota"),
+    (project(limit=HUGE), "$.limit"),
+    (project(quota=8, limit=4), "$.limit"),
+    (project(priority=HUGE), "$.priority"),
+    (project(over_quota_weight=HUGE), "$.over_quota_weight"),
+    ({**project(), "project": LONG}, "$.project"),
+    ({"type": "SetPool", "pool": LONG}, "$.pool"),
+    ({"type": "ConfigureCluster", "preemption_grace_s": 1e12}, "$.preemption_grace_s"),
+    (
+        {
+            "type": "ConfigureCluster",
+            "priority_classes": [{"name": "x", "priority": HUGE, "preemptible": True}],
+        },
+        "$.priority_classes[0].priority",
+    ),
+]
+
+
+@pytest.mark.parametrize(("command", "field"), BAD, ids=[f for _, f in BAD])
+def test_a_value_out_of_bounds_is_refused_naming_its_field(
+    command: dict[str, object], field: str
+) -> None:
+    with pytest.raises(msgspec.ValidationError, match=re.escape(f"`{field}`")):
+        decode_command(msgspec.json.encode(command))
+
+
+def test_values_within_bounds_pass() -> None:
+    decode_command(msgspec.json.encode(submit(gpus=8, replicas=64, priority=-5, duration_s=60)))
+    decode_command(msgspec.json.encode(project(quota=100, limit=100, priority=200)))
+
+
+def test_commands_built_in_python_are_checked_before_sending() -> None:
+    with pytest.raises(msgspec.ValidationError, match=r"\$\.spec\.gpus"):
+        check_bounds(SubmitJob(job_id="j1", spec=JobSpec(project="a", gpus=HUGE)))
+    with pytest.raises(msgspec.ValidationError, match=r"\$\.quota"):
+        check_bounds(SetProject(project="a", quota=HUGE))
+    with pytest.raises(msgspec.ValidationError, match=r"\$\.job_id"):
+        check_bounds(SubmitJob(job_id=LONG, spec=JobSpec(project="a")))
+
+
+@pytest.fixture
+async def log(nats_server: NatsServer) -> AsyncIterator[JetStreamLog]:
+    event_log = JetStreamLog(await connect(nats_server.url, "test"))
+    await event_log.ensure_stream()
+    yield event_log
+    await event_log.nc.close()
+
+
+async def raw_request(log: JetStreamLog, subject: str, command: dict[str, object]) -> str:
+    """As a hostile client would: bytes on the wire, no client-side check (sent again while
+    the service is not serving yet)."""
+
+    async def attempt() -> Msg:
+        return await log.nc.request(subject, msgspec.json.encode(command), timeout=10)
+
+    def undelivered(e: BaseException) -> bool:
+        return isinstance(e, nats.errors.NoRespondersError)
+
+    msg = await RetryPolicy(give_up_after_s=10).run(attempt, "request", retry_if=undelivered)
+    reply = decode_reply(msg.data)
+    assert not reply.ok
+    return reply.error
+
+
+@pytest.mark.nats
+async def test_admission_refuses_before_storing_and_the_name_stays_free(
+    log: JetStreamLog, nats_server: NatsServer
+) -> None:
+    await log.publish(NodeRegistered(id="n", time=0, actor="t", node="n", pool="default", gpus=4))
+    await log.publish(
+        ProjectConfigured(
+            id="p", time=0, actor="t", project="a", terms={"default": ProjectTerms(quota=4)}
+        )
+    )
+    admission = Admission(JetStreamLog(await connect(nats_server.url, "admission")))
+    running = asyncio.create_task(admission.run())
+    try:
+        before = await log.last_seq()
+        for field, value in (("gpus", HUGE), ("priority", HUGE), ("replicas", HUGE)):
+            error = await raw_request(log, ADMISSION_SUBJECT, submit(**{field: value}))
+            assert f"$.spec.{field}" in error, error
+        assert await log.last_seq() == before  # nothing stored
+        reply = await send(log.nc, SubmitJob(job_id="j1", spec=JobSpec(project="a", gpus=2)))
+        assert reply.ok and isinstance(reply.event, JobAdmitted), reply.error
+    finally:
+        await cancel_and_wait(running)
+        await admission.log.nc.close()
+
+
+@pytest.mark.nats
+async def test_the_ledger_survives_a_huge_value_already_in_the_log(
+    log: JetStreamLog, nats_server: NatsServer
+) -> None:
+    """An old log may hold what the bounds now refuse: the ledger's snapshot of it fails (the
+    encoder holds 64-bit integers), and the ledger carries on without it."""
+    await log.publish(NodeRegistered(id="n", time=0, actor="t", node="n", pool="default", gpus=4))
+    huge = JobSubmitted(
+        id="old/submitted", time=0, actor="t", job_id="old", spec=JobSpec(project="a", gpus=HUGE)
+    )
+    await log.publish_raw("fl.job.old.job_submitted", encode_event(huge))
+    ledger = Ledger(JetStreamLog(await connect(nats_server.url, "ledger")), snapshot_every=1)
+    running = asyncio.create_task(ledger.run())
+    try:
+        error = await raw_request(log, LEDGER_SUBJECT, project(quota=HUGE))
+        assert "$.quota" in error
+        for i in range(3):  # each event applied would take a snapshot
+            reply = await send(log.nc, SetProject(project=f"p{i}", quota=1))
+            assert reply.ok, reply.error
+        assert not running.done()
+    finally:
+        await cancel_and_wait(running)
+        await ledger.log.nc.close()
+
+
+@pytest.mark.nats
+@pytest.mark.xfail(
+    strict=True,
+    reason="admission (services/admission, not this branch's) keeps a rejected job's id: "
+    "the name cannot be submitted again once the project exists",
+)
+async def test_a_job_rejected_by_admission_can_be_submitted_again(
+    log: JetStreamLog, nats_server: NatsServer
+) -> None:
+    await log.publish(NodeRegistered(id="n", time=0, actor="t", node="n", pool="default", gpus=4))
+    admission = Admission(JetStreamLog(await connect(nats_server.url, "admission")))
+    running = asyncio.create_task(admission.run())
+    try:
+        first = await send(log.nc, SubmitJob(job_id="j1", spec=JobSpec(project="a")))
+        assert not first.ok and "unknown project" in first.error
+        await log.publish(
+            ProjectConfigured(
+                id="p", time=0, actor="t", project="a", terms={"default": ProjectTerms(quota=4)}
+            )
+        )
+        again = await send(log.nc, SubmitJob(job_id="j1", spec=JobSpec(project="a")))
+        assert again.ok, again.error
+    finally:
+        await cancel_and_wait(running)
+        await admission.log.nc.close()

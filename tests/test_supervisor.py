@@ -1,0 +1,87 @@
+"""The embedded cluster's supervisor, as a user meets it: a crashed service comes back (and
+takes its durable consumer back), a service that cannot start is reported by `up`."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from services.runtime.auth import ADMIN, credentials_file, load_credentials
+from services.runtime.connection import connect
+from services.runtime.eventlog import STREAM
+from tests.test_embedded import fairlane
+
+pytestmark = pytest.mark.slow
+#: skip starting PostgreSQL: nothing here reads it
+NO_POSTGRES = ("--postgres", "postgresql://unused")
+
+
+def programs(data: Path) -> dict[str, dict[str, object]]:
+    status: dict[str, dict[str, object]] = json.loads(
+        (data / "supervisor-status.json").read_text()
+    )["programs"]
+    return status
+
+
+async def consumers(data: Path, url: str) -> list[str]:
+    creds = load_credentials(credentials_file(data, ADMIN))
+    nc = await connect(url, "test", credentials=creds)
+    try:
+        return sorted(c.name for c in await nc.jetstream().consumers_info(STREAM))
+    finally:
+        await nc.close()
+
+
+def test_a_killed_service_is_restarted_and_reuses_its_consumer(tmp_path: Path) -> None:
+    data = tmp_path / "fl"
+    fairlane("up", "--detach", "--gpus", "2", *NO_POSTGRES, data_dir=data)
+    try:
+        url = json.loads((data / "cluster.json").read_text())["nats_url"]
+        before = asyncio.run(consumers(data, url))
+        assert any(name.startswith("scheduler-") for name in before), before
+        victim = programs(data)["scheduler"]["pid"]
+        assert isinstance(victim, int)
+        os.kill(victim, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while True:
+            scheduler = programs(data)["scheduler"]
+            if scheduler["state"] == "running" and scheduler["pid"] != victim:
+                break
+            assert time.monotonic() < deadline, scheduler
+            time.sleep(0.2)
+        assert scheduler["restarts"] == 1 and scheduler["last_exit"] == -signal.SIGKILL
+        status = fairlane("status", data_dir=data, check=False)
+        assert "restarted 1x" in status.stdout
+        assert status.returncode == 1  # it exited within the last minute
+        log = (data / "logs" / "supervisor.log").read_text()
+        assert '"program": "scheduler"' in log and "exited, restarting" in log
+        # the new process works: a job is placed after the restart
+        assert fairlane("project", "set", "t", "--quota", "2", data_dir=data).returncode == 0
+        fairlane("submit", "j1", "--project", "t", "--gpus", "2", data_dir=data)
+        time.sleep(3)  # its consumer is made once it has caught up
+        assert asyncio.run(consumers(data, url)) == before  # the same names: none left behind
+    finally:
+        fairlane("down", data_dir=data)
+
+
+def test_up_reports_a_service_that_failed_to_start(tmp_path: Path) -> None:
+    data = tmp_path / "fl"
+    up = fairlane("up", "--detach", "--gpus", "-1", *NO_POSTGRES, data_dir=data, check=False)
+    try:
+        assert up.returncode == 1
+        assert "not everything is up" in up.stdout
+        assert "executor failed to start" in up.stderr
+        assert "--gpus must be 0 or more" in up.stderr  # the tail of its log says why
+        assert programs(data)["executor"]["last_exit"] == 2
+        assert programs(data)["admission"]["state"] == "running"
+        status = fairlane("status", data_dir=data, check=False)
+        assert status.returncode == 1 and "last exit 2" in status.stdout
+    finally:
+        down = fairlane("down", data_dir=data)
+    assert "supervisor" in down.stdout

@@ -20,6 +20,7 @@ from pathlib import Path
 import msgspec
 
 from services.api.tokens import admin_token_file
+from services.runtime.eventlog import JetStreamLog, connect
 from services.runtime.servers import NatsServer, Postgres, free_port
 
 SERVICES = ("admission", "ledger", "scheduler", "preemptor", "nodewatch")
@@ -118,6 +119,7 @@ async def up(
         admin_token_file=str(token_file),
     )
     cluster_file(data_dir).write_bytes(msgspec.json.encode(info))
+    await _node_registered(nats_url, node)
     return info
 
 
@@ -206,3 +208,17 @@ def _port_free(port: int) -> bool:
         except OSError:
             return False
     return True
+
+
+async def _node_registered(nats_url: str, node: str, within: float = 30.0) -> None:
+    """Wait until this machine's node executor has registered its node (it reconciles what
+    runs there first): before that, every job would be refused for want of nodes."""
+    log = JetStreamLog(await connect(nats_url, "fairlane-up"))
+    try:
+        deadline = time.monotonic() + within
+        while await log.last_on(f"fl.node.{node}.node_registered") is None:
+            if time.monotonic() > deadline:
+                raise EmbeddedError(f"the node executor for {node!r} did not register in time")
+            await asyncio.sleep(0.1)
+    finally:
+        await log.nc.close()

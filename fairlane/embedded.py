@@ -37,6 +37,7 @@ from services.runtime.auth import (
     write_auth,
 )
 from services.runtime.connection import connect
+from services.runtime.eventlog import JetStreamLog
 from services.runtime.provision import provision
 from services.runtime.servers import NatsServer, Postgres, free_port
 
@@ -172,6 +173,8 @@ async def up(
         credentials_dir=str(credentials_dir(data_dir)) if files else "",
     )
     cluster_file(data_dir).write_bytes(msgspec.json.encode(info))
+    admin_file = files[ADMIN] if files else None
+    await _node_registered(nats_url, node, admin_file)
     return info
 
 
@@ -303,3 +306,20 @@ def _port_free(port: int) -> bool:
         except OSError:
             return False
     return True
+
+
+async def _node_registered(
+    nats_url: str, node: str, admin_file: Path | None, within: float = 30.0
+) -> None:
+    """Wait until this machine's node executor has registered its node (it reconciles what
+    runs there first): before that, every job would be refused for want of nodes."""
+    credentials = load_credentials(admin_file) if admin_file is not None else None
+    log = JetStreamLog(await connect(nats_url, "fairlane-up", credentials=credentials))
+    try:
+        deadline = time.monotonic() + within
+        while await log.last_on(f"fl.node.{node}.node_registered") is None:
+            if time.monotonic() > deadline:
+                raise EmbeddedError(f"the node executor for {node!r} did not register in time")
+            await asyncio.sleep(0.1)
+    finally:
+        await log.nc.close()

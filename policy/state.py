@@ -121,6 +121,10 @@ class Job(msgspec.Struct, array_like=True):
     preemption_delay_s: float = 0.0
     min_runtime_s: float = 0.0
     reject_reason: str = ""
+    #: the log position of the rejection (its stream sequence under a follower)
+    rejected_at: int = 0
+    #: for a job id used again after a rejection: that rejection's position
+    resubmitted_after: int = 0
     # -- the current attempt
     attempt: int = 0
     pool: str | None = None
@@ -366,9 +370,12 @@ def _project_configured(state: ClusterState, e: ProjectConfigured) -> Refusal:
 
 
 def _job_submitted(state: ClusterState, e: JobSubmitted) -> Refusal:
-    if e.job_id in state.jobs:
+    known = state.jobs.get(e.job_id)
+    if known is not None and known.phase != "rejected":
         return "job already submitted"
     job = Job(id=e.job_id, seq=state._job_seq, spec=e.spec, submitted_at=e.time)
+    if known is not None:  # the name of a rejected job, used again: a new job
+        job.resubmitted_after = known.rejected_at
     state._job_seq += 1
     state.jobs[e.job_id] = job
     state._settle(job)
@@ -397,7 +404,7 @@ def _job_rejected(state: ClusterState, e: JobRejected) -> Refusal:
         return _UNKNOWN_JOB
     if job.phase != "submitted":
         return f"job is {job.phase}, not submitted"
-    job.phase, job.reject_reason = "rejected", e.reason
+    job.phase, job.reject_reason, job.rejected_at = "rejected", e.reason, state.position
     state._settle(job)
     return None
 

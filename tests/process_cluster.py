@@ -103,6 +103,15 @@ async def open_log(
     return log
 
 
+async def node_registered(log: JetStreamLog, node: str, within: float = 30.0) -> None:
+    """Until an executor has registered its node, admission refuses every job as never
+    fitting: a test that starts one waits for this before it submits."""
+    deadline = asyncio.get_running_loop().time() + within
+    while await log.last_on(f"fl.node.{node}.node_registered") is None:
+        assert asyncio.get_running_loop().time() < deadline, f"node {node!r} never registered"
+        await asyncio.sleep(0.1)
+
+
 async def command(log: JetStreamLog, cmd: AnyCommand, attempts: int = 40) -> Reply:
     """Send, retrying while the service that owns it is down (a restart takes a moment)."""
     for _ in range(attempts):

@@ -183,11 +183,6 @@ async def test_the_ledger_survives_a_huge_value_already_in_the_log(
 
 
 @pytest.mark.nats
-@pytest.mark.xfail(
-    strict=True,
-    reason="admission (services/admission, not this branch's) keeps a rejected job's id: "
-    "the name cannot be submitted again once the project exists",
-)
 async def test_a_job_rejected_by_admission_can_be_submitted_again(
     log: JetStreamLog, nats_server: NatsServer
 ) -> None:

@@ -26,6 +26,7 @@ from tests.process_cluster import (
     ProcessCluster,
     audit,
     command,
+    node_registered,
     open_log,
     replay,
     wait_until_done,
@@ -64,6 +65,7 @@ async def fill(log: JetStreamLog) -> tuple[list[str], str]:
     one refused."""
     assert (await command(log, SetPool(pool="default"))).ok
     assert (await command(log, SetProject(project="a", pool="default", quota=8))).ok
+    await node_registered(log, "n0")
     admitted: list[str] = []
     for i in range(300):
         reply = await send(log.nc, job(f"j{i}"), wait_s=30)
@@ -94,11 +96,6 @@ async def test_services_survive_a_full_store_and_recover(
     await log.nc.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="admission (services/admission, not this branch's) answers 'already exists' to the "
-    "retry of a submission whose JobSubmitted was stored but whose verdict was not",
-)
 async def test_a_submission_recorded_without_its_verdict_gets_one_on_retry(
     nats_server: NatsServer,
 ) -> None:

@@ -42,10 +42,13 @@ def validate_spec(job_id: str, spec: JobSpec) -> None:
         raise Refused(f"min_runtime must not be negative, got {spec.min_runtime_s}s")
 
 
-def admit(state: ClusterState, submitted: JobSubmitted, now: float) -> JobAdmitted | JobRejected:
-    """Decide on a submission. Pure: the event it returns is the whole decision."""
+def admit(
+    state: ClusterState, submitted: JobSubmitted, now: float, after: int = 0
+) -> JobAdmitted | JobRejected:
+    """Decide on a submission. Pure: the event it returns is the whole decision. `after`: see
+    `ids.submitted`."""
     base = {
-        "id": ids.admission(submitted.job_id),
+        "id": ids.admission(submitted.job_id, after),
         "time": now,
         "actor": ACTOR,
         "causation": submitted.id,

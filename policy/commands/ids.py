@@ -9,12 +9,14 @@ decided from, so a later, deliberate repeat is a new event.
 from __future__ import annotations
 
 
-def submitted(job_id: str) -> str:
-    return f"{job_id}/submitted"
+def submitted(job_id: str, after: int = 0) -> str:
+    """`after`: for a job id used again after its first submission was rejected, the log
+    position of that rejection (0 for a first submission)."""
+    return f"{job_id}/submitted" if not after else f"{job_id}/submitted/after-{after}"
 
 
-def admission(job_id: str) -> str:
-    return f"{job_id}/admission"
+def admission(job_id: str, after: int = 0) -> str:
+    return f"{job_id}/admission" if not after else f"{job_id}/admission/after-{after}"
 
 
 def cancelled(job_id: str) -> str:

@@ -20,17 +20,21 @@ def submit(state: ClusterState, command: SubmitJob, now: float, at: int) -> Outc
     problem = name_problem("job id", job_id)
     if problem is not None:
         return Refused(problem)
-    if job_id in state.jobs:
+    known = state.jobs.get(job_id)
+    if known is not None and known.phase != "rejected":
         return Refused(f"job id {job_id!r} already exists", exists=True)
+    # a rejected job's name may be used again: a new submission, told apart by the position
+    # of the rejection it follows
+    after = known.rejected_at if known is not None else 0
     submitted = JobSubmitted(
-        id=ids.submitted(job_id),
+        id=ids.submitted(job_id, after),
         time=now,
         actor=command.actor,
         job_id=job_id,
         spec=command.spec,
         idempotency_key=command.idempotency_key,
     )
-    return Accepted((submitted, admit(state, submitted, now)))
+    return Accepted((submitted, admit(state, submitted, now, after)))
 
 
 def cancel(state: ClusterState, command: CancelJob, now: float, at: int) -> Outcome:
@@ -70,13 +74,13 @@ def admit_waiting(state: ClusterState, job: Job, now: float) -> Accepted | None:
     if job.phase != "submitted":
         return None
     submitted = JobSubmitted(
-        id=ids.submitted(job.id),
+        id=ids.submitted(job.id, job.resubmitted_after),
         time=job.submitted_at,
         actor="admission",
         job_id=job.id,
         spec=job.spec,
     )
-    return Accepted((admit(state, submitted, now),))
+    return Accepted((admit(state, submitted, now, job.resubmitted_after),))
 
 
 def _unknown(job_id: str) -> Refused:

@@ -70,10 +70,12 @@ class Admission:
 
     async def _remember(self, stored: Stored) -> None:
         event = stored.event
+        # the latest: a rejected job's name may be submitted again, with a key of its own
         if isinstance(event, JobSubmitted):
-            self.keys.setdefault(event.job_id, event.idempotency_key)
+            self.keys[event.job_id] = event.idempotency_key
+            self.verdicts.pop(event.job_id, None)
         elif isinstance(event, JobAdmitted | JobRejected):
-            self.verdicts.setdefault(event.job_id, event)
+            self.verdicts[event.job_id] = event
 
     async def handle(self, command: AnyCommand) -> Reply:
         if isinstance(command, LEDGER_COMMANDS):
@@ -87,7 +89,7 @@ class Admission:
         while job_id in self.inflight:
             with contextlib.suppress(Exception):
                 await asyncio.shield(self.inflight[job_id])
-        if job_id in self.keys:
+        if job_id in self.keys and not self._name_free_again(command):
             return await self._repeated(command)
         done: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
         self.inflight[job_id] = done
@@ -112,14 +114,18 @@ class Admission:
         submitted, verdict = outcome.events
         assert isinstance(submitted, JobSubmitted) and isinstance(verdict, Verdict)
         subjects = job_subjects(command.job_id)
+        known = self.follower.state.jobs.get(command.job_id)
+        # create-once: nothing on the job's subjects yet, or nothing after its rejection
+        last = known.rejected_at if known is not None else 0
         try:
             seq = await self.log.publish_durably(
-                submitted, fence=(subjects, 0), give_up_after=GIVE_UP_AFTER_S
+                submitted, fence=(subjects, last), give_up_after=GIVE_UP_AFTER_S
             )
         except Conflict:  # made meanwhile by another admission, or long before this state
             await self.follower.wait_for(await self.log.last_seq())
             return await self._repeated(command)
         self.keys[command.job_id] = command.idempotency_key
+        self.verdicts.pop(command.job_id, None)
         standing = await self._record_verdict(verdict, subjects, seq)
         if standing is None:
             raise Refusal(f"job {command.job_id!r} was ended before admission could answer")
@@ -138,6 +144,15 @@ class Admission:
             return await self._recorded_verdict(verdict.job_id)
         self.verdicts[verdict.job_id] = verdict
         return verdict
+
+    def _name_free_again(self, command: SubmitJob) -> bool:
+        """A rejected job's name, submitted again (not a retry with the first key)."""
+        job = self.follower.state.jobs.get(command.job_id)
+        if job is None or job.phase != "rejected":
+            return False
+        return command.idempotency_key is None or command.idempotency_key != self.keys.get(
+            command.job_id
+        )
 
     async def _repeated(self, command: SubmitJob) -> Reply:
         """A submission for an id that exists: with the same idempotency key, the first

@@ -13,7 +13,9 @@ from rich.console import Console
 
 from fairlane.embedded import DEFAULT_DATA_DIR, read_cluster
 from services.projector.service import DEFAULT_NAME, Projector
-from services.runtime.eventlog import JetStreamLog, connect
+from services.runtime.auth import load_credentials
+from services.runtime.connection import NotAuthorized, connect
+from services.runtime.eventlog import JetStreamLog
 from services.runtime.main import configure_logging
 
 projections_app = cyclopts.App(name="projections", help="The PostgreSQL read models.")
@@ -47,15 +49,23 @@ def rebuild(
     if nats is None or postgres is None:
         console.print(f"[red]error:[/] no cluster runs from {data_dir}: give --nats and --postgres")
         sys.exit(1)
+    credentials = None  # with --nats: FAIRLANE_NATS_CREDENTIALS, if set
+    if running is not None and running.credentials_dir and nats == running.nats_url:
+        credentials = load_credentials(Path(running.credentials_dir) / "projector.json")
 
     async def go(nats_url: str, dsn: str) -> int:
-        log = JetStreamLog(await connect(nats_url, "fairlane-rebuild", retry_for=5))
+        nc = await connect(nats_url, "fairlane-rebuild", retry_for=5, credentials=credentials)
+        log = JetStreamLog(nc)
         try:
             return await Projector(log, dsn, name=name).rebuild()
         finally:
             await log.nc.close()
 
     began = time.perf_counter()
-    last = asyncio.run(go(nats, postgres))
+    try:
+        last = asyncio.run(go(nats, postgres))
+    except (NotAuthorized, ConnectionError, OSError, TimeoutError) as e:
+        console.print(f"[red]error:[/] cannot reach the log at {nats}: {e}")
+        sys.exit(1)
     elapsed = time.perf_counter() - began
     console.print(f"rebuilt the read models from {last} events in {elapsed:.1f}s")

@@ -5,7 +5,8 @@ folded in order on nodes just large enough for the GPUs they name, give the job'
 attempt, GPUs and clocks at any position: the fold's refusals, which depended on other jobs,
 are already settled by the `applied` flag. A project's applied events (its configurations,
 its quota crossings and its jobs' events) give its terms and usage per pool the same way; its
-fair share needs every other project's demand too, so it is not given.
+fair share needs every other project's demand too, so it is not given; neither is why a job
+waited (`JobRow.waiting`), which needs the whole cluster the same way.
 """
 
 from __future__ import annotations

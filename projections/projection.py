@@ -34,7 +34,7 @@ from events import (
     encode_event,
 )
 from events.catalogue import MAKES_ROOM
-from policy.cycle import fair_shares
+from policy.cycle import decide, fair_shares
 from policy.state import ClusterState, Job
 from projections.rows import (
     JobRow,
@@ -135,6 +135,9 @@ class Projection:
     _dirty_over: dict[tuple[str, str, int], OverQuotaRow] = field(default_factory=dict)
     _dirty_preemptions: dict[int, PreemptionRow] = field(default_factory=dict)
     _shares_stale: bool = False
+    #: job -> why the policy leaves it waiting (its own reason code), for jobs still pending
+    _waiting: dict[str, str] = field(default_factory=dict)
+    _waiting_stale: bool = False
 
     # -- events in ---------------------------------------------------------------------------
 
@@ -147,6 +150,7 @@ class Projection:
         lost_work = self._work_lost(event) if isinstance(event, JobPreempted) else None
         state.apply(event)
         self.last_seq = seq
+        self._waiting_stale = True
         applied = not touched or any(
             _signature(state.jobs.get(job_id)) != before[job_id] for job_id in touched
         )
@@ -344,6 +348,8 @@ class Projection:
         """The rows changed since the last take, and forget them."""
         if self._shares_stale:
             self._refresh_fair_shares()
+        if self._waiting_stale:
+            self._refresh_waiting()
         batch = Batch(
             last_seq=self.last_seq,
             timeline=self._timeline,
@@ -375,6 +381,20 @@ class Projection:
             del self._fair[key]
             self._dirty_pp.add(key)
 
+    def _refresh_waiting(self) -> None:
+        """Ask the policy itself why each pending job waits: a scheduling cycle decided on the
+        state as it stands at the end of this batch (the plan is read, never published). A job
+        the plan would place or nominate has no reason: it is about to start."""
+        self._waiting_stale = False
+        pending = any(job.phase == "pending" for job in self.state.live.values())
+        waiting: dict[str, str] = (
+            dict(decide(self.state, self.state.last_time).waiting) if pending else {}
+        )
+        for job_id in self._waiting.keys() | waiting.keys():
+            if self._waiting.get(job_id) != waiting.get(job_id) and job_id in self.state.jobs:
+                self._dirty_jobs.add(job_id)  # a view of the cycle: the row's last_seq stays
+        self._waiting = waiting
+
     def job_row(self, job_id: str) -> JobRow:
         job = self.state.jobs[job_id]
         clock = self._clocks[job_id]
@@ -404,6 +424,7 @@ class Projection:
             nominated=bool(job.nomination),
             stop_reason=job.stop_reason,
             reject_reason=job.reject_reason,
+            waiting=self._waiting.get(job_id, ""),
             last_seq=self._job_seq[job_id],
         )
 

@@ -55,6 +55,9 @@ class JobRow(msgspec.Struct, frozen=True):
     nominated: bool
     stop_reason: str
     reject_reason: str
+    #: why the policy leaves it waiting, its own reason code (`policy.pool_cycle.WaitReason`);
+    #: "" while it is not pending or the next cycle starts it
+    waiting: str
     last_seq: int
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import msgspec
+
 from events import (
     Event,
     JobAdmitted,
@@ -13,6 +15,7 @@ from events import (
     JobStarted,
     JobSubmitted,
     NodeRegistered,
+    ProjectTerms,
     Replica,
 )
 from projections import Batch, Projection
@@ -152,4 +155,38 @@ def test_a_job_as_of_any_position_equals_the_projection_then() -> None:
             if row.job_id == "large-training-job" and row.applied
         ]
         again = job_as_of("large-training-job", mine)
-        assert again == projection.job_row("large-training-job"), cut
+        then = projection.job_row("large-training-job")
+        # why it waited needs the whole cluster, like a fair share: not given as of a position
+        assert again == msgspec.structs.replace(then, waiting=""), cut
+
+
+def test_a_pending_job_row_says_why_the_policy_leaves_it_waiting() -> None:
+    """The projector asks the policy (a cycle on the state at the batch's end): a job held by its
+    project's limit says `limit`, non-preemptible work over quota says `quota`, and once the
+    limit has room the row changes to "" (the next cycle starts it) in that batch."""
+    from simulation.virtual_cluster import VirtualCluster  # noqa: PLC0415
+
+    vc = VirtualCluster()
+    vc.add_pool("default")
+    vc.add_node("n", "default", 8)
+    vc.set_project("a", {"default": ProjectTerms(quota=2, limit=2)})
+    vc.set_project("b", {"default": ProjectTerms(quota=0)})
+    vc.submit("first", JobSpec(project="a", gpus=2, priority_class="train"))
+    vc.settle()
+    vc.submit("second", JobSpec(project="a", gpus=1, priority_class="train"))
+    vc.submit("steady", JobSpec(project="b", gpus=1, priority_class="train", preemptible=False))
+    vc.settle()
+    projection = Projection()
+    for seq, event in enumerate(vc.log, start=1):
+        projection.apply(seq, event)
+    rows = {row.job_id: row for row in projection.take().jobs}
+    assert (rows["second"].state, rows["second"].waiting) == ("pending", "limit")
+    assert (rows["steady"].state, rows["steady"].waiting) == ("pending", "quota")
+    assert (rows["first"].state, rows["first"].waiting) == ("running", "")
+    done = len(vc.log)
+    vc.complete("first")
+    for seq, event in enumerate(vc.log[done:], start=done + 1):
+        projection.apply(seq, event)
+    rows = {row.job_id: row for row in projection.take().jobs}
+    assert rows["second"].waiting == ""  # its last event is older: a view of the cycle
+    assert rows["second"].last_seq < done

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import typing
 from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
@@ -148,7 +149,14 @@ def on_http_error(_: Request[Any, Any, Any], exc: HTTPException) -> Response[Err
     return _error(exc.status_code, message, field)
 
 
+#: Where msgspec says a value broke a command's bounds: "... - at `$.limit`".
+_AT_FIELD: Final = re.compile(r" - at `\$\.(\w+)")
+
+
 def on_other_error(request: Request[Any, Any, Any], exc: Exception) -> Response[Error]:
+    if isinstance(exc, msgspec.ValidationError):  # a request's values broke a command's bounds
+        at = _AT_FIELD.search(str(exc))
+        return _error(400, str(exc), at.group(1) if at else None)
     if isinstance(exc, PG_TRANSIENT):
         return _error(503, f"the read models are unavailable just now: {exc}")
     log.exception("request failed", path=request.url.path)

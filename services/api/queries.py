@@ -29,7 +29,8 @@ _json = msgspec.json.Decoder(dict[str, Any])
 _JOB_COLUMNS: Final = (
     'job_id, "order", project, pool, pools, state, priority, preemptible, gpus, replicas,'
     " min_replicas, attempt, gpus_held, nodes, submitted_at, state_since, queued_s, running_s,"
-    " gpu_s, accounted_at, first_started_at, preemptions, nominated, reject_reason, last_seq"
+    " gpu_s, accounted_at, first_started_at, preemptions, nominated, reject_reason, waiting,"
+    " last_seq"
 )
 
 
@@ -59,6 +60,7 @@ def job_from(row: asyncpg.Record | dict[str, Any], now: float) -> Job:
         preemptions=row["preemptions"],
         first_started_at=row["first_started_at"],
         last_seq=row["last_seq"],
+        waiting=row["waiting"],
     )
 
 
@@ -129,7 +131,7 @@ async def _standing(conn: asyncpg.Connection, job: asyncpg.Record) -> Standing:
     )
     return Standing(
         state=job["state"],
-        nominated=job["nominated"],
+        waiting=job["waiting"],
         preemptible=job["preemptible"],
         gpus_wanted=job["min_replicas"] * job["gpus"],
         pool=pool,

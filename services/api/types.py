@@ -110,6 +110,9 @@ class Job(msgspec.Struct):
     preemptions: int
     first_started_at: float | None
     last_seq: int
+    #: why the policy leaves it waiting (no_fit, limit, quota, preemption_delay, held,
+    #: nominated, no_pool); "" when it is not pending or the next cycle starts it
+    waiting: str = ""
 
 
 class JobDetail(Job, kw_only=True):

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+from collections.abc import Coroutine
+from typing import Any
+
 import nats
 import structlog
 from nats.aio.client import Client
@@ -12,6 +17,11 @@ from services.runtime.retry import RetryPolicy
 log = structlog.get_logger("fairlane.connection")
 
 
+class NotAuthorized(Exception):
+    """The server refused this connection's user or password: retrying cannot help (nats-py
+    would retry for ever), so the first connection gives up at once and says who was refused."""
+
+
 async def connect(
     url: str, name: str, retry_for: float = 30.0, credentials: Credentials | None = None
 ) -> Client:
@@ -20,14 +30,19 @@ async def connect(
     `credentials` default to the file named by FAIRLANE_NATS_CREDENTIALS, if any (a server
     without authentication takes a connection without them)."""
     creds = credentials or credentials_from_env()
+    who = f"user {creds.user!r}" if creds is not None else "a client without credentials"
     auth: dict[str, str] = {}
     if creds is not None:
         auth = {"user": creds.user, "password": creds.password, "inbox_prefix": creds.inbox_prefix}
 
-    async def on_error(e: Exception) -> None:  # instead of nats-py's traceback on every retry
-        log.warning("nats connection trouble", client=name, error=str(e) or repr(e))
-
     client: list[Client] = []  # filled in once connected
+    refused: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+
+    async def on_error(e: Exception) -> None:  # instead of nats-py's traceback on every retry
+        if not client and "authorization violation" in str(e).lower() and not refused.done():
+            refused.set_result(str(e))
+            return
+        log.warning("nats connection trouble", client=name, error=str(e) or repr(e))
 
     async def on_disconnected() -> None:
         if client and (client[0].is_closed or client[0].is_draining):
@@ -38,7 +53,12 @@ async def connect(
         log.info("reconnected to nats", client=name)
 
     async def attempt() -> Client:
-        nc = await nats.connect(
+        nc = await _unless_refused(refused, who, _connect())
+        client.append(nc)
+        return nc
+
+    async def _connect() -> Client:
+        return await nats.connect(
             url,
             name=name,
             max_reconnect_attempts=-1,
@@ -49,11 +69,24 @@ async def connect(
             reconnected_cb=on_reconnected,
             **auth,
         )
-        client.append(nc)
-        return nc
 
     def unreachable(e: BaseException) -> bool:
         return isinstance(e, OSError | nats.errors.NoServersError | TimeoutError)
 
     policy = RetryPolicy(first_wait_s=0.2, max_wait_s=1.0, give_up_after_s=retry_for)
     return await policy.run(attempt, f"connect to {url}", retry_if=unreachable)
+
+
+async def _unless_refused(
+    refused: asyncio.Future[str], who: str, connecting: Coroutine[Any, Any, Client]
+) -> Client:
+    """The connection, or `NotAuthorized` as soon as the server refuses `who`."""
+    task = asyncio.ensure_future(connecting)
+    either: set[asyncio.Future[Any]] = {task, refused}
+    await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+    if task.done():
+        return task.result()
+    task.cancel()
+    with contextlib.suppress(BaseException):
+        await task
+    raise NotAuthorized(f"the NATS server refused {who}: {refused.result()}")

@@ -174,7 +174,7 @@ async def up(
     )
     cluster_file(data_dir).write_bytes(msgspec.json.encode(info))
     admin_file = files[ADMIN] if files else None
-    await _node_registered(nats_url, node, admin_file)
+    await _node_registered(nats_url, node, admin_file, data_dir)
     return info
 
 
@@ -197,6 +197,10 @@ def _read_side(
     api += ["--admin-token-file", str(token_file)]
     programs.append(Program("api", api, env("api")))
     return f"http://127.0.0.1:{port}", token_file
+
+
+def _exited(data_dir: Path, program: str) -> bool:
+    return any(p.name == program and p.restarts > 0 for p in supervisor_status(data_dir))
 
 
 def supervisor_status_file(data_dir: Path) -> Path:
@@ -309,15 +313,18 @@ def _port_free(port: int) -> bool:
 
 
 async def _node_registered(
-    nats_url: str, node: str, admin_file: Path | None, within: float = 30.0
+    nats_url: str, node: str, admin_file: Path | None, data_dir: Path, within: float = 30.0
 ) -> None:
     """Wait until this machine's node executor has registered its node (it reconciles what
-    runs there first): before that, every job would be refused for want of nodes."""
+    runs there first): before that, every job would be refused for want of nodes. An executor
+    that exited instead is not waited for: `started` reports it."""
     credentials = load_credentials(admin_file) if admin_file is not None else None
     log = JetStreamLog(await connect(nats_url, "fairlane-up", credentials=credentials))
     try:
         deadline = time.monotonic() + within
         while await log.last_on(f"fl.node.{node}.node_registered") is None:
+            if _exited(data_dir, "executor"):
+                return
             if time.monotonic() > deadline:
                 raise EmbeddedError(f"the node executor for {node!r} did not register in time")
             await asyncio.sleep(0.1)

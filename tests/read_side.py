@@ -38,8 +38,8 @@ async def publish_all(log: JetStreamLog, events: Iterable[Event], chunk: int = 2
 
 
 async def wait_position(dsn: str, seq: int, within: float = 60.0, name: str = "main") -> None:
-    """Until the projector has written up to `seq` (PostgreSQL may be starting or the schema
-    not there yet: asked again until `within`)."""
+    """Until the projector has written up to `seq` or past it (PostgreSQL may be starting or
+    the schema not there yet: asked again until `within`)."""
     deadline = asyncio.get_running_loop().time() + within
     found = None
     while True:
@@ -53,7 +53,7 @@ async def wait_position(dsn: str, seq: int, within: float = 60.0, name: str = "m
                 await conn.close()
         except (asyncpg.UndefinedTableError, *PG_TRANSIENT):
             pass
-        if found == seq:
+        if found is not None and found >= seq:
             return
         if asyncio.get_running_loop().time() > deadline:
             raise AssertionError(f"projector at {found}, expected {seq}")

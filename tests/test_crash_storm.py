@@ -18,9 +18,11 @@ import pytest
 
 from events import (
     JobAdmitted,
+    JobCompleted,
     JobPreempted,
     JobPreemptionRequested,
     JobRejected,
+    JobScheduled,
     JobSpec,
     JobSubmitted,
 )
@@ -236,7 +238,13 @@ async def test_preemptor_killed_during_preemptions(nats_server: NatsServer, tmp_
         _, stored = await replay(log)
         requested = [s.event for s in stored if isinstance(s.event, JobPreemptionRequested)]
         preempted = [s.event for s in stored if isinstance(s.event, JobPreempted)]
-        assert len(requested) >= 8 and len(preempted) >= 8, (len(requested), len(preempted))
+        # a's eight GPUs were taken back from b: by preemption, or (on a slow machine) from a
+        # b job that finished first
+        last_a = max(i for i, s in enumerate(stored) if isinstance(s.event, JobScheduled)
+                     and s.event.job_id.startswith("a"))  # fmt: skip
+        finished = [s for s in stored[:last_a] if isinstance(s.event, JobCompleted)]
+        assert preempted and len(preempted) + len(finished) >= 8, (len(preempted), finished)
+        assert len(requested) >= len(preempted)
         assert {e.for_job for e in requested} <= {f"a{i}" for i in range(8)}
         once = {(e.job_id, e.attempt) for e in preempted}
         assert len(once) == len(preempted)  # no attempt preempted twice

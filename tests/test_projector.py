@@ -84,8 +84,14 @@ async def test_killed_mid_batch_loses_and_doubles_nothing(
     process = await _start_projector(nats_server.url, dsn, tmp_path)
     try:
         while kills < 4:
-            await asyncio.sleep(rng.uniform(1.0, 2.0))
-            before = await _position(dsn) if kills else 0
+            # each kill lands once the new projector is writing (a busy machine can take
+            # seconds to start one), at a random moment of its work
+            target = (seen[-1] if seen else 0) + 1
+            if writer.done():  # the whole log may be projected already
+                target = min(target, writer.result())
+            await wait_position(dsn, target)
+            await asyncio.sleep(rng.uniform(0.2, 1.0))
+            before = await _position(dsn)
             process.send_signal(signal.SIGKILL)  # wherever it is: likely inside a write
             await process.wait()
             kills += 1

@@ -89,7 +89,7 @@ class Admission:
         while job_id in self.inflight:
             with contextlib.suppress(Exception):
                 await asyncio.shield(self.inflight[job_id])
-        if job_id in self.keys and not self._name_free_again(command):
+        if await self._name_taken(command):
             return await self._repeated(command)
         done: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
         self.inflight[job_id] = done
@@ -145,14 +145,18 @@ class Admission:
         self.verdicts[verdict.job_id] = verdict
         return verdict
 
-    def _name_free_again(self, command: SubmitJob) -> bool:
-        """A rejected job's name, submitted again (not a retry with the first key)."""
+    async def _name_taken(self, command: SubmitJob) -> bool:
+        """Whether the id is a job's already: any job but a rejected one, and a rejected one
+        too when this is a retry with the key it was submitted with (answered with that
+        verdict). The key is read from the log when the submission is older than what this
+        instance folded itself (restored from a snapshot)."""
         job = self.follower.state.jobs.get(command.job_id)
-        if job is None or job.phase != "rejected":
-            return False
-        return command.idempotency_key is None or command.idempotency_key != self.keys.get(
-            command.job_id
-        )
+        if job is None:
+            return command.job_id in self.keys
+        if job.phase != "rejected":
+            return True
+        key = command.idempotency_key
+        return key is not None and key == await self._recorded_key(command.job_id)
 
     async def _repeated(self, command: SubmitJob) -> Reply:
         """A submission for an id that exists: with the same idempotency key, the first

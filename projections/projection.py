@@ -359,10 +359,16 @@ class Projection:
             over_quota=list(self._dirty_over.values()),
             preemptions=list(self._dirty_preemptions.values()),
         )
+        self.discard()
+        return batch
+
+    def discard(self) -> None:
+        """Forget the rows changed since the last take without making them (events folded again
+        after a restart, written before): the views of the whole pool (fair shares, why jobs
+        wait) are left to the next take, which sees the state they end in."""
         self._timeline = []
         self._dirty_jobs, self._dirty_nodes, self._dirty_pp = set(), set(), set()
         self._dirty_over, self._dirty_preemptions = {}, {}
-        return batch
 
     def _refresh_fair_shares(self) -> None:
         self._shares_stale = False

@@ -97,7 +97,7 @@ class Projector:
                 for stored in stored_already:  # folded again, not written again
                     projection.apply(stored.seq, stored.event)
                 if stored_already:
-                    projection.take()
+                    projection.discard()
                 if len(stored_already) == len(batch):
                     continue
                 for stored in batch[len(stored_already) :]:

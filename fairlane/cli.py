@@ -7,6 +7,7 @@ from typing import Literal
 import cyclopts
 from rich.console import Console
 
+from fairlane import audit_cli
 from fairlane.cluster_cli import register
 from fairlane.demo import run_demo
 from fairlane.scenario.command import scenario_app
@@ -20,6 +21,7 @@ app = cyclopts.App(
 app.command(scenario_app, name="scenario")
 app.command(simulate, name="simulate")
 register(app)
+audit_cli.register(app)
 
 
 @app.command

@@ -18,7 +18,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
 import msgspec
 
@@ -248,3 +248,47 @@ def differences(recorded: Decision, derived: Decision) -> dict[str, tuple[object
         for name in recorded.__struct_fields__
         if name not in skip and getattr(recorded, name) != getattr(derived, name)
     }
+
+
+def as_document(report: AuditReport) -> dict[str, Any]:
+    """The report as plain data (JSON-ready): what `fairlane audit -o json` prints and what the
+    read side's `/audit` endpoint answers with."""
+    refused: dict[str, int] = {}
+    for f in report.findings:
+        if not f.verdict.applied:
+            refused[f.verdict.reason] = refused.get(f.verdict.reason, 0) + 1
+    return {
+        "policy_version": report.policy_version,
+        "events": report.events,
+        "checked": report.checked,
+        "matched": report.matched,
+        "mismatched": len(report.mismatches),
+        "not_compared": report.not_compared,
+        "plans": report.plans,
+        "refused": refused,
+        "findings": [_finding_document(f) for f in report.findings],
+    }
+
+
+def _finding_document(f: Finding) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "seq": f.seq,
+        "outcome": f.outcome,
+        "policy_version": f.policy_version,
+        "verdict": {"applied": f.verdict.applied, "reason": f.verdict.reason},
+        "decision": msgspec.to_builtins(f.decision),
+    }
+    if f.derived is not None:
+        doc["policy_gives"] = msgspec.to_builtins(f.derived)
+        doc["differences"] = {
+            name: {"recorded": msgspec.to_builtins(a), "policy": msgspec.to_builtins(b)}
+            for name, (a, b) in differences(f.decision, f.derived).items()
+        }
+    if f.outcome == "not_derived":
+        doc["policy_gives_instead"] = [msgspec.to_builtins(e) for e in f.instead]
+    return doc
+
+
+def audit_document(log: Sequence[tuple[int, Event]], scope: Scope = Scope()) -> dict[str, Any]:
+    """One call for a reader (the API's `/audit`): audit `log` and answer with the document."""
+    return as_document(audit(log, scope))

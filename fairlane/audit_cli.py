@@ -54,7 +54,7 @@ def export(
     out
         The file to write (default: standard output).
     """
-    log = _read_cluster_log(_cluster_url(data_dir, nats))
+    log = read_log(None, data_dir, nats)
     lines = b"".join(export_line(seq, event) for seq, event in log)
     if out is None:
         sys.stdout.buffer.write(lines)
@@ -90,7 +90,7 @@ def audit_command(
     if from_ < 1 or (to is not None and to < from_):
         err.print(f"[red]error:[/] --from {from_} --to {to}: not a range of log positions")
         sys.exit(2)
-    log = _read_file(file) if file is not None else _read_cluster_log(_cluster_url(data_dir, nats))
+    log = read_log(file, data_dir, nats)
     with _bar("folding", len(log)) as advance:
         report = audit(log, Scope(from_, to, job), progress=advance)
     if output == "json":
@@ -102,6 +102,13 @@ def audit_command(
 
 
 # -- reading the log ------------------------------------------------------------------------------
+
+
+def read_log(file: Path | None, data_dir: Path, nats: str | None) -> Log:
+    """The export in `file`, else the log of the cluster at `nats` or in `data_dir`."""
+    if file is not None:
+        return _read_file(file)
+    return _read_cluster_log(_cluster_url(data_dir, nats))
 
 
 def _cluster_url(data_dir: Path, nats: str | None) -> str:

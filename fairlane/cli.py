@@ -12,6 +12,7 @@ from fairlane.cluster_cli import register
 from fairlane.demo import run_demo
 from fairlane.scenario.command import scenario_app
 from fairlane.simulator.command import simulate
+from fairlane.whatif_cli import whatif
 from services.runtime.main import configure_logging
 
 app = cyclopts.App(
@@ -22,6 +23,7 @@ app.command(scenario_app, name="scenario")
 app.command(simulate, name="simulate")
 register(app)
 audit_cli.register(app)
+app.command(whatif, name="whatif")
 
 
 @app.command

@@ -91,6 +91,11 @@ def audit_command(
         err.print(f"[red]error:[/] --from {from_} --to {to}: not a range of log positions")
         sys.exit(2)
     log = read_log(file, data_dir, nats)
+    if log and log[0][0] != 1:
+        err.print(
+            f"[yellow]warning:[/] the log starts at sequence {log[0][0]}, not 1: states are"
+            " folded from there, so decisions may not match what was decided on the whole log"
+        )
     with _bar("folding", len(log)) as advance:
         report = audit(log, Scope(from_, to, job), progress=advance)
     if output == "json":

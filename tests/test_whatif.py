@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from events import JobSpec, ProjectTerms
+from events import CheckpointModel, JobCheckpointed, JobSpec, ProjectTerms
 from events.export import read_export
 from fairlane.simulator.errors import SimulationError
 from fairlane.simulator.recorded import recorded_run
@@ -80,3 +80,18 @@ def test_the_command_prints_json_and_draws_the_plot(tmp_path: Path) -> None:
     assert doc["what if"]["policy"] == "priority" and doc["what if"]["quotas"] == {"a": 2}
     assert {"avg_queue_s", "gpu_hours_lost", "preemptions", "fairness_jain"} <= set(doc["what if"])
     assert (tmp_path / "whatif.png").stat().st_size > 10_000
+
+
+def test_a_checkpoint_due_at_a_fractional_time_fires_once() -> None:
+    # 1512.2588810113295 + 1800 - 1512.2588810113295 comes out below 1800 in floats
+    vc = VirtualCluster()
+    vc.add_pool("default")
+    vc.add_node("n0", "default", 4)
+    vc.set_project("a", {"default": ProjectTerms(quota=4)})
+    vc.advance(1512.2588810113295)
+    cp = CheckpointModel(every_s=1800, save_s=5, restore_s=20)
+    vc.submit("j", JobSpec(project="a", gpus=1, duration_s=4000, checkpoint=cp))
+    vc.advance(5000)
+    saved = [e.id for e in vc.log if isinstance(e, JobCheckpointed)]
+    assert saved == ["j/1/checkpoint/1800", "j/1/checkpoint/3600"]
+    assert vc.state.jobs["j"].phase == "completed"

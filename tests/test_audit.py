@@ -22,7 +22,7 @@ from events import (
     ProjectTerms,
 )
 from events.export import ExportError, export_line, read_export
-from policy.audit import Scope, audit
+from policy.audit import Scope, audit, differences
 from policy.version import POLICY_VERSION
 from simulation.virtual_cluster import VirtualCluster
 
@@ -47,9 +47,14 @@ def test_every_recorded_decision_is_what_the_policy_gives(path: Path) -> None:
     decisions = [e for _, e in log if isinstance(e, JobScheduled | JobNominated)]
     assert all(d.policy_version == POLICY_VERSION for d in decisions), "published unstamped"
     report = audit(log)
+    assert report.findings == [], [
+        (f.seq, f.decision.id, f.outcome, f.verdict, differences(f.decision, f.derived))
+        if f.derived is not None
+        else (f.seq, f.decision.id, f.outcome, f.verdict, f.instead)
+        for f in report.findings
+    ]
     assert report.checked == sum(isinstance(e, _DECISIONS) for _, e in log) > 0
     assert report.matched == report.checked
-    assert report.findings == [], [(f.seq, f.outcome, f.verdict) for f in report.findings]
     assert report.events == len(log)
 
 
@@ -88,6 +93,31 @@ def test_another_victim_in_a_nomination_is_reported_with_the_policys_victims() -
     assert (first.seq, first.outcome, first.derived) == (log[at][0], "differs", real)
     # the fold refuses it: the GPUs it holds are not the named victim's
     assert not first.verdict.applied and first.verdict.reason
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "outcome"),
+    [
+        ("actor", "scheduler", "differs"),
+        ("reason", "reclaim", "differs"),
+        # decided on another state or at another time: that plan has no such stop
+        ("basis_seq", 3, "not_derived"),
+        ("time", 0.5, "not_derived"),
+    ],
+)
+def test_a_stop_changed_in_any_field_is_the_one_mismatch(
+    field: str, value: object, outcome: str
+) -> None:
+    """Exact: the basis, the actor (the preemptor's own), the time and the reason count."""
+    log = load(TAMPERED)
+    at, real = next((i, e) for i, (_, e) in enumerate(log) if isinstance(e, JobPreemptionRequested))
+    forged = msgspec.structs.replace(real, **{field: value})
+    log[at] = (log[at][0], forged)
+    [finding] = audit(log).mismatches
+    assert (finding.seq, finding.outcome) == (log[at][0], outcome)
+    if outcome == "differs":
+        assert finding.derived is not None
+        assert differences(forged, finding.derived) == {field: (value, getattr(real, field))}
 
 
 def test_a_decision_of_another_policy_version_is_reported_not_failed() -> None:

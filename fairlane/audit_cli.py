@@ -18,6 +18,7 @@ from typing import Annotated
 
 import cyclopts
 import msgspec
+import nats.errors as nats_errors
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -27,11 +28,13 @@ from events.export import ExportError, export_line, read_export
 from fairlane.cluster_cli import DataDir, NatsUrl, Output
 from fairlane.embedded import DEFAULT_DATA_DIR, read_cluster
 from policy.audit import AuditReport, Finding, Scope, as_document, audit, differences
+from services.runtime.auth import ADMIN, Credentials, load_credentials
 from services.runtime.eventlog import JetStreamLog, connect
 from services.runtime.main import configure_logging
 
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 Log = list[tuple[int, Event]]
+CONNECT_WITHIN_S = 10.0
 
 
 def register(app: cyclopts.App) -> None:
@@ -113,24 +116,39 @@ def read_log(file: Path | None, data_dir: Path, nats: str | None) -> Log:
     """The export in `file`, else the log of the cluster at `nats` or in `data_dir`."""
     if file is not None:
         return _read_file(file)
-    return _read_cluster_log(_cluster_url(data_dir, nats))
+    url, credentials = _cluster(data_dir, nats)
+    return _read_cluster_log(url, credentials)
 
 
-def _cluster_url(data_dir: Path, nats: str | None) -> str:
+def _cluster(data_dir: Path, nats: str | None) -> tuple[str, Credentials | None]:
+    """Where the log is and whom to read it as. A cluster found in `data_dir` is read as its
+    admin user (reading the whole stream is an operator's act); with `--nats`, as the user
+    whose credentials file FAIRLANE_NATS_CREDENTIALS names, if any."""
     if nats is not None:
-        return nats
+        return nats, None
     running = read_cluster(data_dir.resolve())
     if running is None:
         err.print(f"[red]error:[/] no cluster runs from {data_dir} (start one: fairlane up)")
         sys.exit(2)
-    return running.nats_url
+    if not running.credentials_dir:  # a server not started here: no users of ours
+        return running.nats_url, None
+    path = Path(running.credentials_dir) / f"{ADMIN}.json"
+    try:
+        return running.nats_url, load_credentials(path)
+    except (OSError, msgspec.DecodeError, msgspec.ValidationError) as e:
+        err.print(f"[red]error:[/] the cluster's admin credentials {path}: cannot read them ({e})")
+        sys.exit(2)
 
 
-def _read_cluster_log(url: str) -> Log:
+def _read_cluster_log(url: str, credentials: Credentials | None) -> Log:
     configure_logging("error")
 
     async def read() -> Log:
-        nc = await connect(url, "fairlane-log-reader", retry_for=5)
+        # bounded: a server that refuses this user is retried forever by the client library
+        nc = await asyncio.wait_for(
+            connect(url, "fairlane-log-reader", retry_for=5, credentials=credentials),
+            CONNECT_WITHIN_S,
+        )
         try:
             stream = JetStreamLog(nc)
             log: Log = []
@@ -144,7 +162,16 @@ def _read_cluster_log(url: str) -> Log:
         finally:
             await nc.close()
 
-    return asyncio.run(read())
+    try:
+        return asyncio.run(read())
+    except TimeoutError:
+        err.print(
+            f"[red]error:[/] cannot read the log at {url}: no connection within"
+            f" {CONNECT_WITHIN_S:g} s (is the server up, and does it let this user in?)"
+        )
+    except (OSError, nats_errors.Error) as e:
+        err.print(f"[red]error:[/] cannot read the log at {url}: {e or type(e).__name__}")
+    sys.exit(2)
 
 
 def _read_file(path: Path) -> Log:

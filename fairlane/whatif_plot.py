@@ -20,7 +20,7 @@ def write_comparison(
     out.mkdir(parents=True, exist_ok=True)
     columns = 4
     rows = (len(shown) + 1 + columns - 1) // columns
-    # a Figure on the Agg canvas, not pyplot: nothing global is touched (as fairlane/simulator)
+    # a Figure on the Agg canvas, not pyplot: nothing global is touched (as simulation/trace)
     fig = Figure(figsize=(4 * columns, 3 * rows))
     FigureCanvasAgg(fig)
     axes = fig.subplots(rows, columns, squeeze=False)

@@ -35,6 +35,8 @@ from services.runtime.main import configure_logging
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 Log = list[tuple[int, Event]]
 CONNECT_WITHIN_S = 10.0
+#: events between two updates of the progress bar (rich redraws it at most 10 times a second)
+PROGRESS_EVERY = 500
 
 
 def register(app: cyclopts.App) -> None:
@@ -100,7 +102,7 @@ def audit_command(
             " folded from there, so decisions may not match what was decided on the whole log"
         )
     with _bar("folding", len(log)) as advance:
-        report = audit(log, Scope(from_, to, job), progress=advance)
+        report = audit(log, Scope(from_, to, job), progress=advance, every=PROGRESS_EVERY)
     if output == "json":
         sys.stdout.write(json.dumps(as_document(report), indent=1) + "\n")
     else:
@@ -155,7 +157,7 @@ def _read_cluster_log(url: str, credentials: Credentials | None) -> Log:
             with _bar("reading the log", await stream.last_seq()) as advance:
                 async for stored in stream.read(1):
                     log.append((stored.seq, stored.event))
-                    if len(log) % 10_000 == 0:
+                    if len(log) % PROGRESS_EVERY == 0:
                         advance(len(log))
                 advance(len(log))
             return log

@@ -174,3 +174,10 @@ def test_an_export_reads_back_and_a_bad_line_is_named() -> None:
         list(read_export([lines[0], b'{"seq": 2, "event": {"type": "JobScheduled"}}']))
     with pytest.raises(ExportError, match="line 1"):
         list(read_export([b"not json"]))
+
+
+def test_progress_is_reported_as_the_log_is_folded() -> None:
+    log = load(TAMPERED)
+    seen: list[int] = []
+    audit(log, progress=seen.append, every=10)
+    assert seen == [*range(10, len(log) + 1, 10), len(log)]

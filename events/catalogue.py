@@ -155,6 +155,8 @@ class JobNominated(Event, frozen=True, kw_only=True):
     reason: PreemptionReason
     #: the log position (stream sequence) of the state this was decided on
     basis_seq: int = 0
+    #: the version of the policy that decided it ("": not stated)
+    policy_version: str = ""
 
 
 class JobScheduled(Event, frozen=True, kw_only=True):
@@ -167,6 +169,8 @@ class JobScheduled(Event, frozen=True, kw_only=True):
     note: str = ""
     #: the log position (stream sequence) of the state this was decided on
     basis_seq: int = 0
+    #: the version of the policy that decided it ("": not stated)
+    policy_version: str = ""
 
 
 class JobStarted(Event, frozen=True, kw_only=True):
@@ -185,6 +189,8 @@ class JobPreemptionRequested(Event, frozen=True, kw_only=True):
     facts: PreemptionFacts | None = None
     #: the log position (stream sequence) of the state this was decided on
     basis_seq: int = 0
+    #: the version of the policy that decided it ("": not stated)
+    policy_version: str = ""
 
 
 class JobPreempted(Event, frozen=True, kw_only=True):

@@ -7,11 +7,13 @@ from typing import Literal
 import cyclopts
 from rich.console import Console
 
+from fairlane import audit_cli
 from fairlane.cluster_cli import register
 from fairlane.demo import run_demo
 from fairlane.projections_cli import projections_app
 from fairlane.scenario_cli import scenario_app
 from fairlane.simulate_cli import simulate
+from fairlane.whatif_cli import whatif
 from services.runtime.main import configure_logging
 
 app = cyclopts.App(
@@ -22,6 +24,8 @@ app.command(scenario_app, name="scenario")
 app.command(simulate, name="simulate")
 app.command(projections_app, name="projections")
 register(app)
+audit_cli.register(app)
+app.command(whatif, name="whatif")
 
 
 @app.command

@@ -381,7 +381,10 @@ class VirtualCluster:
         work = self.work[job.id]
         assert work.every is not None and work.run_from is not None
         done = work.progress(self.now)
-        kept = int(done / work.every) * work.every
+        # the step due now is reached even where float subtraction comes out a hair short
+        # (run_from + every - run_from < every): else the same checkpoint fires forever
+        due = (int(work.saved / work.every) + 1) * work.every
+        kept = max(int(done / work.every) * work.every, due)
         # progress continues from the checkpoint; re-anchor so later maths stays exact
         work.run_from = self.now - (done - kept)
         work.saved = kept

@@ -21,6 +21,7 @@ import structlog
 
 from events import Event, JobScheduled, LeaderElected
 from policy.cycle import decide, next_wakeup
+from policy.version import stamped
 from services.runtime.eventlog import Conflict, JetStreamLog
 from services.runtime.follower import Follower
 from services.runtime.lease import Lease
@@ -126,7 +127,8 @@ class Decider:
         # victim lets go of them), and one nomination before a later one that counts on the
         # GPUs its victims give back.
         began = time.perf_counter()
-        decisions = [e for e in decide(self.follower.state, self.clock()).events if self.mine(e)]
+        plan = decide(self.follower.state, self.clock())
+        decisions = [stamped(e) for e in plan.events if self.mine(e)]
         self.last_cycle_s = time.perf_counter() - began
         last = 0
         in_plan_order: list[Event] = []

@@ -8,7 +8,7 @@ have less of their share.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import replace
 
 from events import Replica
@@ -281,8 +281,8 @@ def try_preempt_in_project(cycle: PoolCycle, cand: Candidate) -> bool:
     def lower(unit: Unit) -> bool:
         return unit.job.priority < job.priority
 
-    def under_limit(taken: Taken) -> bool:
-        return taken.freed_by_project.get(job.project, 0) >= over_limit
+    def under_limit(freed_by_project: Mapping[str, int]) -> bool:
+        return freed_by_project.get(job.project, 0) >= over_limit
 
     taken = cycle.take_until_fits(
         cand,

@@ -155,13 +155,21 @@ def allocate(cycle: PoolCycle, cands: list[Candidate]) -> list[Candidate]:
     Every candidate takes part in the turns, whether or not it could fit: a project is ranked
     with its next job in job order, and a job that does not fit is skipped when its turn comes.
     """
-    turns = Turns(cycle, cands)
-    waiting: list[Candidate] = []
-    no_fit: set[tuple[int, int, str | None]] = set()  # idle GPUs only shrink during this pass
     left: dict[tuple[int, int, str | None], int] = {}  # candidates still queued, by shape
     for queued in cands:
         shape = queued.shape()
         left[shape] = left.get(shape, 0) + 1
+    if _nothing_fits(cycle, left, set()) and _first_turn_finds_no_fit(cycle, cands):
+        # The settled cycle's common case, found without putting every candidate in turn
+        # order (sorting the whole queue made a settled cycle grow faster than the queue):
+        # nothing fits the idle GPUs and the first turn goes to a candidate its gate lets
+        # through, which does not fit; as below, then, every candidate waits.
+        for cand in cands:
+            cycle.waiting.setdefault(cand.job.id, "no_fit")
+        return list(cands)
+    turns = Turns(cycle, cands)
+    waiting: list[Candidate] = []
+    no_fit: set[tuple[int, int, str | None]] = set()  # idle GPUs only shrink during this pass
     for cand in turns:
         shape = cand.shape()
         left[shape] -= 1
@@ -193,6 +201,27 @@ def allocate(cycle: PoolCycle, cands: list[Candidate]) -> list[Candidate]:
         else:
             waiting.append(cand)
     return waiting
+
+
+def _first_turn_finds_no_fit(cycle: PoolCycle, cands: list[Candidate]) -> bool:
+    """Is the first candidate `Turns` would give (the front of the project ranked first) one
+    its gate lets through? If so it is marked `no_fit` (the caller knows nothing fits)."""
+    fronts: dict[str, tuple[JobKey, Candidate]] = {}  # each project's smallest job_key
+    for cand in cands:
+        key = job_key(cand)
+        project = cand.job.project
+        front = fronts.get(project)
+        if front is None or key < front[0]:  # the first of equal keys, as a stable sort has it
+            fronts[project] = (key, cand)
+    first: tuple[tuple[ProjectKey, str], Candidate] | None = None
+    for project, (_, cand) in fronts.items():
+        entry = (project_key(cycle.ledger.account(project), cand), project)  # as the heap's
+        if first is None or entry < first[0]:
+            first = (entry, cand)
+    if first is None or not gate_ok(cycle.ledger.account(first[1].job.project), first[1]):
+        return False
+    cycle.waiting[first[1].job.id] = "no_fit"
+    return True
 
 
 def _nothing_fits(

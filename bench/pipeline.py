@@ -33,7 +33,7 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Annotated, Literal
@@ -218,6 +218,7 @@ async def run(
     gpus_per_node: int,
     rates: Sequence[float] = (),
     open_s: float = 5.0,
+    say: Callable[[str], object] = lambda _: None,
 ) -> Figures:
     with tempfile.TemporaryDirectory(prefix="fairlane-bench-") as tmp:
         root = Path(tmp)
@@ -281,6 +282,7 @@ async def run(
             pids |= {name: p.pid for name, p in zip(SERVICES, services, strict=True)}
             cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
             own_before = time.process_time()
+            say(f"closed loop: {jobs} jobs, {clients} clients")
             first = time.time()
             await closed_loop(server.url, closed_ids, clients, submitted)
             await starts.wait_for(closed_ids, 600)
@@ -296,6 +298,7 @@ async def run(
             for n, rate in enumerate(rates):
                 await asyncio.sleep(HOLLOW_RUNTIME_S + 0.5)  # the last load's jobs are done
                 ids = [f"o{n}-{i}" for i in range(max(2, round(rate * open_s)))]
+                say(f"open loop: {len(ids)} jobs at {rate:g} a second")
                 await open_loop(conns, ids, rate, submitted)
                 await starts.wait_for(ids, 600)
                 loads.append(open_loop_figures(rate, ids, submitted, starts))
@@ -306,6 +309,7 @@ async def run(
             group.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await group
+            say("raw JetStream publishing")
             raw = await raw_publish_rate(server.url, 5000, batched=False)
             raw_batched = await raw_publish_rate(server.url, 20000, batched=True)
             await log.nc.close()
@@ -393,7 +397,8 @@ def main(
     Console(stderr=True).print(
         f"submitting {jobs} jobs to {nodes} hollow nodes, then open loop at {rates or 'none'} ..."
     )
-    figures = asyncio.run(run(jobs, nodes, clients, gpus_per_node, offered, open_s))
+    console = Console(stderr=True)
+    figures = asyncio.run(run(jobs, nodes, clients, gpus_per_node, offered, open_s, console.log))
     if output == "json":
         sys.stdout.write(msgspec.json.encode(asdict(figures)).decode() + "\n")
         return
@@ -406,10 +411,10 @@ def main(
                 table.add_row(f"{key}: {part}", f"{amount:,}")
         elif not isinstance(value, list):
             table.add_row(key, f"{value:,}")
-    console = Console()
-    console.print(table)
+    out = Console()
+    out.print(table)
     if figures.open_loop:
-        console.print(open_loop_table(figures.open_loop))
+        out.print(open_loop_table(figures.open_loop))
 
 
 def parse_rates(text: str) -> list[float]:

@@ -250,8 +250,10 @@ class PoolCycle:
         since are still listed)."""
         if self._victim_jobs is None:
             by_project: dict[str, list[Job]] = {}
+            gone, now = self.gone, self.now
             for job in self.running:
-                if job.id not in self.gone and may_be_victim(job, self.now):
+                # `gone` is mostly empty here: asked first, it spares reading every job's id
+                if may_be_victim(job, now) and (not gone or job.id not in gone):
                     by_project.setdefault(job.project, []).append(job)
                     self._victim_ids.add(job.id)
             self._victim_jobs = by_project

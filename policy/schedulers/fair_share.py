@@ -156,10 +156,15 @@ def allocate(cycle: PoolCycle, cands: list[Candidate]) -> list[Candidate]:
     with its next job in job order, and a job that does not fit is skipped when its turn comes.
     """
     left: dict[tuple[int, int, str | None], int] = {}  # candidates still queued, by shape
-    for queued in cands:
+    fronts: dict[str, tuple[JobKey, Candidate]] = {}  # each project's first in job order
+    for queued in cands:  # one pass for both: every pass over the queue reads every job
         shape = queued.shape()
         left[shape] = left.get(shape, 0) + 1
-    if _nothing_fits(cycle, left, set()) and _first_turn_finds_no_fit(cycle, cands):
+        key = job_key(queued)
+        front = fronts.get(queued.job.project)
+        if front is None or key < front[0]:  # the first of equal keys, as a stable sort has it
+            fronts[queued.job.project] = (key, queued)
+    if _nothing_fits(cycle, left, set()) and _first_turn_finds_no_fit(cycle, fronts):
         # The settled cycle's common case, found without putting every candidate in turn
         # order (sorting the whole queue made a settled cycle grow faster than the queue):
         # nothing fits the idle GPUs and the first turn goes to a candidate its gate lets
@@ -203,16 +208,9 @@ def allocate(cycle: PoolCycle, cands: list[Candidate]) -> list[Candidate]:
     return waiting
 
 
-def _first_turn_finds_no_fit(cycle: PoolCycle, cands: list[Candidate]) -> bool:
+def _first_turn_finds_no_fit(cycle: PoolCycle, fronts: dict[str, tuple[JobKey, Candidate]]) -> bool:
     """Is the first candidate `Turns` would give (the front of the project ranked first) one
     its gate lets through? If so it is marked `no_fit` (the caller knows nothing fits)."""
-    fronts: dict[str, tuple[JobKey, Candidate]] = {}  # each project's smallest job_key
-    for cand in cands:
-        key = job_key(cand)
-        project = cand.job.project
-        front = fronts.get(project)
-        if front is None or key < front[0]:  # the first of equal keys, as a stable sort has it
-            fronts[project] = (key, cand)
     first: tuple[tuple[ProjectKey, str], Candidate] | None = None
     for project, (_, cand) in fronts.items():
         entry = (project_key(cycle.ledger.account(project), cand), project)  # as the heap's
@@ -275,9 +273,10 @@ def _may_preempt(cycle: PoolCycle, waiting: list[Candidate]) -> list[Candidate]:
     room: dict[str, int] = {}  # fair share less usage, per project
     lowest: dict[str, float] = {}  # the lowest priority of a possible victim, per project
     kept: list[Candidate] = []
+    now = cycle.now
     for cand in waiting:
         job = cand.job
-        if not cycle.delay_passed(cand):
+        if now - job.pending_since < job.preemption_delay_s:  # cycle.delay_passed, inline
             cycle.waiting[job.id] = "preemption_delay"
             continue
         project = job.project

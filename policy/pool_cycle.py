@@ -561,6 +561,15 @@ class _KeptVictims:
         before = self._jobs.get(job.id, [])
         if not any(u is unit for u in before):
             return  # left already (it freed nothing once an earlier unit of its job went)
+        if len(before) == 1:
+            # most victims are their job's only unit: nothing else to work out again
+            freed = self._freed[id(unit)]
+            self._free(unit, freed, -1)
+            if self._fit.fits() and (enough is None or enough(self.freed_by_project)):
+                self._jobs[job.id], self._freed[id(unit)] = [], []
+            else:
+                self._free(unit, freed, 1)
+            return
         self._set_job(job, [u for u in before if u is not unit])
         if self._fit.fits() and (enough is None or enough(self.freed_by_project)):
             # spared; units of its job that now free nothing leave too (_taken_of drops them)

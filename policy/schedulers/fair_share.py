@@ -304,6 +304,10 @@ def try_preempt_in_project(cycle: PoolCycle, cand: Candidate) -> bool:
     acct = cycle.ledger.account(job.project)
     if not job.preemptible and acct.np_usage + cand.gpus > acct.quota:
         return False
+    if cycle.lowest_victim_priority(job.project) >= job.priority:
+        # no victim of lower priority is left (the count may include units already taken,
+        # never too few): looking would walk every unit of the project for nothing
+        return False
     over_limit = acct.usage + cand.gpus - acct.limit  # what victims must free to get under it
 
     def lower(unit: Unit) -> bool:

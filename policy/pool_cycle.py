@@ -168,6 +168,10 @@ class PoolCycle:
         # per project (once asked): how many live units free so many GPUs / have a priority
         self._sizes: dict[str, dict[int, int]] = {}
         self._priorities: dict[str, dict[int, int]] = {}
+        #: a scheduler's bound on what preempting could free (fair_share's
+        #: _reclaim_could_fit), and the generation it was worked out in
+        self.most_freed: dict[bool, Overlay] = {}
+        self.most_freed_generation = -1
 
     # -- placing ---------------------------------------------------------------------------------
 

@@ -12,6 +12,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import replace
 
 from events import Replica
+from policy.capacity import Overlay
 from policy.ledger import Account
 from policy.pool_cycle import Candidate, PoolCycle, Taken, gate, gate_ok
 from policy.victims import Unit
@@ -353,6 +354,8 @@ def try_reclaim(cycle: PoolCycle, cand: Candidate) -> bool:
                 held[project] = victim.usage
     if not held or not _could_free_enough(cycle, cand, held, within_quota):
         return False
+    if not _reclaim_could_fit(cycle, cand, within_quota):
+        return False
 
     # Each project's next victim and how late it would then be served, as last looked at:
     # it changes only when that project gives a victim (take_until_fits passes one Taken).
@@ -433,6 +436,47 @@ def _could_free_enough(
         if room >= cand.gpus:
             return True
     return room >= cand.gpus
+
+
+def _reclaim_could_fit(cycle: PoolCycle, cand: Candidate, within_quota: bool) -> bool:
+    """Would an unpinned candidate fit if every project gave every victim a reclaim could
+    take from it? If not, taking victims one by one (what `try_reclaim` does next) never
+    makes it fit. (A pinned candidate is not bounded: its walk skips victims elsewhere, so
+    it may go further down a project's victims than this walk does.)
+
+    A failed reclaim walks every victim it may take, and at 4x the size there are 4x the
+    claimants, each walking 4x the victims: that part of the settled cycle grew with the
+    square of the size. The bound is worked out once per generation (decisions change it) and
+    standing of the claimant (within its quota or not) for all claimants: each project gives
+    its victims in order while `_may_give` lets it, so what any claimant's walk frees,
+    whatever its project, is a subset of it.
+    """
+    if cand.job.node is not None:
+        return True
+    if cycle.most_freed_generation != cycle.generation:
+        cycle.most_freed.clear()
+        cycle.most_freed_generation = cycle.generation
+    overlay = cycle.most_freed.get(within_quota)
+    if overlay is None:
+        overlay = cycle.most_freed[within_quota] = _most_reclaim_frees(cycle, within_quota)
+    return cycle.capacity.fits(cand.job.gpus, cand.replicas, None, overlay)
+
+
+def _most_reclaim_frees(cycle: PoolCycle, within_quota: bool) -> Overlay:
+    """What every project giving every victim `_may_give` allows frees (with the GPUs being
+    given back already), as `try_reclaim`'s walk counts it."""
+    taken = cycle.new_taken()
+    for project in cycle.victim_jobs():
+        victim = cycle.ledger.account(project)
+        now_held = victim.usage
+        while _may_give(victim, now_held, within_quota):
+            found = cycle.next_unit(project, taken, None, _any)
+            if found is None:
+                break
+            unit, freed = found
+            taken.add(unit, freed)
+            now_held -= len(freed) * unit.job.gpus
+    return taken.overlay
 
 
 def _any(unit: Unit) -> bool:

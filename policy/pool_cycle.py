@@ -396,11 +396,31 @@ class PoolCycle:
         victims left free is worked out as if they had been taken afresh, in this order.)"""
         if len(taken.units) < 2 and (not taken.units or not self._fits_bare(cand, enough)):
             return taken
+        alone = self._last_alone(cand, taken, enough)
+        if alone is not None:
+            return alone
         kept = _KeptVictims(self, cand, taken)
         for unit in taken.units:
             kept.spare_if_unneeded(unit, enough)
         spared = kept.units()
         return self._taken_of(spared) if len(spared) < len(taken.units) else taken
+
+    def _last_alone(self, cand: Candidate, taken: Taken, enough: Enough | None) -> Taken | None:
+        """The last victim taken, alone, if it makes room by itself (and every rule holds) and
+        no other victim is of its job: then sparing one by one spares every victim before it
+        (what is left always holds the last one, whose GPUs do not depend on victims of other
+        jobs, and more freed GPUs never fit worse) and keeps the last (the candidate did not
+        fit before it was taken). Found without sparing victim by victim: a gang waiting for a
+        whole node often takes hundreds of small victims before one frees the node."""
+        last = taken.units[-1]
+        if any(u.job.id == last.job.id for u in taken.units[:-1]):
+            return None
+        alone = self._taken_of([last])
+        if not self.fits_with(cand, alone):
+            return None
+        if enough is not None and not enough(alone.freed_by_project):
+            return None
+        return alone
 
     def _fits_bare(self, cand: Candidate, enough: Enough | None) -> bool:
         bare = self.new_taken()

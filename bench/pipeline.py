@@ -10,12 +10,19 @@ as Kubernetes' kubemark does) in this process on one connection; short jobs. Rep
 - raw JetStream publish throughput with the same client library in the same run (acks
   awaited one by one, and in batches of 1,000), and the pipeline's ratio to it;
 - CPU milliseconds per job of each process (nats-server, each service, and this process with
-  the clients and the executors) over the same window: where the machine's time goes.
+  the clients and the executors) over the same window: where the machine's time goes;
+- open loop, at each fixed offered load (`--rates`, jobs a second, for `--open-s` seconds
+  each): submissions go out on a fixed schedule whatever the answers, so the latency is that
+  of a pipeline offered this load, not of clients that saturate it (the closed loop above
+  measures the most it can take, with a queue in front). Per load: the rate the sender kept,
+  the throughput achieved (jobs started per second), and submit-to-start latency p50/p99.
+  Each load starts on an idle cluster (the previous load's jobs have finished).
 
 The watcher that times starts reads only `fl.job.*.job_started` (a filtered consumer), so
 measuring adds little to what is measured.
 
-    uv run python -m bench.pipeline [--jobs 3000] [--nodes 100] [--clients 8] [-o json]
+    uv run python -m bench.pipeline [--jobs 3000] [--nodes 100] [--clients 8]
+        [--rates 200,400,800] [--open-s 5] [-o json]
 """
 
 from __future__ import annotations
@@ -26,12 +33,14 @@ import os
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Annotated, Literal
 
 import cyclopts
 import msgspec
+from nats.aio.client import Client
 from rich.console import Console
 from rich.table import Table
 
@@ -43,6 +52,21 @@ from services.runtime.client import send
 from services.runtime.eventlog import JetStreamLog, connect
 from services.runtime.main import configure_logging
 from services.runtime.servers import NatsServer
+
+
+@dataclass
+class OpenLoop:
+    """Submit-to-start latency at one fixed offered load."""
+
+    offered_per_s: float
+    jobs: int
+    #: the submission rate kept (below the offered one if this process fell behind)
+    sent_per_s: float
+    #: achieved throughput: jobs started per second, first submission to last start
+    started_per_s: float
+    latency_p50_ms: float
+    latency_p99_ms: float
+    latency_max_ms: float
 
 
 @dataclass
@@ -59,6 +83,8 @@ class Figures:
     ratio_to_raw_batched: float
     #: CPU time per job, milliseconds, by process, over the whole run (Linux /proc)
     cpu_ms_per_job: dict[str, float]
+    #: latency at fixed offered loads, one per rate
+    open_loop: list[OpenLoop] = field(default_factory=list)
 
 
 SERVICES = ("admission", "ledger", "scheduler", "preemptor")
@@ -92,7 +118,108 @@ async def raw_publish_rate(url: str, count: int, batched: bool) -> float:
     return rate
 
 
-async def run(jobs: int, nodes: int, clients: int, gpus_per_node: int) -> Figures:
+#: How long a hollow replica runs before it finishes
+HOLLOW_RUNTIME_S = 1.0
+#: The most one run may submit, closed and open loop together (every input is bounded)
+MAX_JOBS = 1_000_000
+
+
+class Starts:
+    """When each of the bench's jobs started, as the watcher reads `JobStarted` events."""
+
+    def __init__(self) -> None:
+        self.at: dict[str, float] = {}
+        self._waiting: set[str] = set()
+        self._all = asyncio.Event()
+
+    def record(self, job_id: str, at: float) -> None:
+        self.at.setdefault(job_id, at)
+        self._waiting.discard(job_id)
+        if not self._waiting:
+            self._all.set()
+
+    async def wait_for(self, job_ids: Sequence[str], timeout_s: float) -> None:
+        self._waiting = {j for j in job_ids if j not in self.at}
+        if not self._waiting:
+            return
+        self._all.clear()
+        try:
+            await asyncio.wait_for(self._all.wait(), timeout_s)
+        except TimeoutError:
+            raise RuntimeError(
+                f"only {len(job_ids) - len(self._waiting)} of {len(job_ids)} jobs started"
+            ) from None
+
+
+async def _submit(nc: Client, job_id: str) -> None:
+    spec = JobSpec(project="bench", gpus=1)
+    reply = await send(nc, SubmitJob(job_id=job_id, spec=spec, idempotency_key=job_id))
+    if not reply.ok:
+        raise RuntimeError(reply.error)
+
+
+async def closed_loop(
+    url: str, job_ids: list[str], clients: int, submitted: dict[str, float]
+) -> None:
+    """Each client submits the next job as soon as the last one was answered."""
+    queue: asyncio.Queue[str] = asyncio.Queue()
+    for job_id in job_ids:
+        queue.put_nowait(job_id)
+
+    async def client(k: int) -> None:
+        nc = await connect(url, f"client{k}")
+        while not queue.empty():
+            job_id = queue.get_nowait()
+            submitted[job_id] = time.time()
+            await _submit(nc, job_id)
+        await nc.close()
+
+    await asyncio.gather(*(client(k) for k in range(clients)))
+
+
+async def open_loop(
+    conns: list[Client], job_ids: list[str], rate: float, submitted: dict[str, float]
+) -> None:
+    """Submit the jobs `rate` a second on a fixed schedule: each submission is due at its
+    time whether or not earlier ones were answered (one that falls behind goes at once)."""
+    loop = asyncio.get_running_loop()
+    begin = loop.time()
+    sends = []
+    for i, job_id in enumerate(job_ids):
+        delay = begin + i / rate - loop.time()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        submitted[job_id] = time.time()
+        sends.append(asyncio.create_task(_submit(conns[i % len(conns)], job_id)))
+    await asyncio.gather(*sends)
+
+
+def open_loop_figures(
+    rate: float, job_ids: list[str], submitted: dict[str, float], starts: Starts
+) -> OpenLoop:
+    sent = [submitted[j] for j in job_ids]
+    latencies = sorted((starts.at[j] - submitted[j]) * 1000 for j in job_ids)
+    sending_s = max(sent) - min(sent)
+    return OpenLoop(
+        offered_per_s=rate,
+        jobs=len(job_ids),
+        sent_per_s=round((len(sent) - 1) / sending_s, 1) if sending_s > 0 else 0.0,
+        started_per_s=round(len(job_ids) / (max(starts.at[j] for j in job_ids) - min(sent)), 1),
+        latency_p50_ms=round(percentile(latencies, 0.50), 1),
+        latency_p99_ms=round(percentile(latencies, 0.99), 1),
+        latency_max_ms=round(latencies[-1], 1),
+    )
+
+
+async def run(
+    jobs: int,
+    nodes: int,
+    clients: int,
+    gpus_per_node: int,
+    rates: Sequence[float] = (),
+    open_s: float = 5.0,
+    say: Callable[[str], object] = lambda _: None,
+) -> Figures:
     with tempfile.TemporaryDirectory(prefix="fairlane-bench-") as tmp:
         root = Path(tmp)
         server = NatsServer(store_dir=root / "nats")
@@ -124,7 +251,7 @@ async def run(jobs: int, nodes: int, clients: int, gpus_per_node: int) -> Figure
                         pool="default",
                         gpus=gpus_per_node,
                         hollow=True,
-                        hollow_runtime_s=1.0,
+                        hollow_runtime_s=HOLLOW_RUNTIME_S,
                         data_dir=root / "executors" / f"n{i}",
                     ),
                 )
@@ -139,60 +266,50 @@ async def run(jobs: int, nodes: int, clients: int, gpus_per_node: int) -> Figure
                 log, SetProject(project="bench", pool="default", quota=nodes * gpus_per_node)
             )
 
-            started: dict[str, float] = {}
-            done = asyncio.Event()
+            starts = Starts()
 
             async def watch() -> None:
                 async for stored in log.follow(1, subject="fl.job.*.job_started"):
                     e = stored.event
-                    if isinstance(e, JobStarted) and e.attempt == 1 and e.job_id.startswith("b"):
-                        started[e.job_id] = e.time
-                        if len(started) >= jobs:
-                            done.set()
-                            return
+                    if isinstance(e, JobStarted) and e.attempt == 1:
+                        starts.record(e.job_id, e.time)
 
             watching = asyncio.create_task(watch())
             submitted: dict[str, float] = {}
-            queue: asyncio.Queue[int] = asyncio.Queue()
-            for i in range(jobs):
-                queue.put_nowait(i)
-
-            async def client(k: int) -> None:
-                nc = await connect(server.url, f"client{k}")
-                while not queue.empty():
-                    i = queue.get_nowait()
-                    job_id = f"b{i}"
-                    submitted[job_id] = time.time()
-                    spec = JobSpec(project="bench", gpus=1)
-                    reply = await send(
-                        nc, SubmitJob(job_id=job_id, spec=spec, idempotency_key=job_id)
-                    )
-                    if not reply.ok:
-                        raise RuntimeError(reply.error)
-                await nc.close()
+            closed_ids = [f"b{i}" for i in range(jobs)]
 
             pids = {"nats-server": server.process.pid if server.process else 0}
             pids |= {name: p.pid for name, p in zip(SERVICES, services, strict=True)}
             cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
             own_before = time.process_time()
+            say(f"closed loop: {jobs} jobs, {clients} clients")
             first = time.time()
-            await asyncio.gather(*(client(k) for k in range(clients)))
-            try:
-                await asyncio.wait_for(done.wait(), 600)
-            except TimeoutError:
-                raise RuntimeError(
-                    f"only {len(started)} of {jobs} jobs started ({len(submitted)} submitted)"
-                ) from None
-            last = max(started.values())
-            latencies = sorted((started[j] - submitted[j]) * 1000 for j in started)
-            watching.cancel()
-            group.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await group
+            await closed_loop(server.url, closed_ids, clients, submitted)
+            await starts.wait_for(closed_ids, 600)
+            last = max(starts.at[j] for j in closed_ids)
+            latencies = sorted((starts.at[j] - submitted[j]) * 1000 for j in closed_ids)
             jobs_per_s = jobs / (last - first)
             cpu = {name: cpu_seconds(pid) - cpu_before[name] for name, pid in pids.items()}
             cpu["bench (clients, 100 hollow executors)"] = time.process_time() - own_before
             cpu_ms_per_job = {name: round(1000 * s / jobs, 3) for name, s in cpu.items()}
+
+            conns = [await connect(server.url, f"open{k}") for k in range(clients)]
+            loads: list[OpenLoop] = []
+            for n, rate in enumerate(rates):
+                await asyncio.sleep(HOLLOW_RUNTIME_S + 0.5)  # the last load's jobs are done
+                ids = [f"o{n}-{i}" for i in range(max(2, round(rate * open_s)))]
+                say(f"open loop: {len(ids)} jobs at {rate:g} a second")
+                await open_loop(conns, ids, rate, submitted)
+                await starts.wait_for(ids, 600)
+                loads.append(open_loop_figures(rate, ids, submitted, starts))
+            for nc in conns:
+                await nc.close()
+
+            watching.cancel()
+            group.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await group
+            say("raw JetStream publishing")
             raw = await raw_publish_rate(server.url, 5000, batched=False)
             raw_batched = await raw_publish_rate(server.url, 20000, batched=True)
             await log.nc.close()
@@ -215,6 +332,7 @@ async def run(jobs: int, nodes: int, clients: int, gpus_per_node: int) -> Figure
         ratio_to_raw=round(jobs_per_s / raw, 3),
         ratio_to_raw_batched=round(jobs_per_s / raw_batched, 3),
         cpu_ms_per_job=cpu_ms_per_job,
+        open_loop=loads,
     )
 
 
@@ -244,6 +362,8 @@ def main(
     nodes: int = 100,
     clients: int = 8,
     gpus_per_node: int = 8,
+    rates: str = "200,400,800",
+    open_s: float = 5.0,
     output: Annotated[
         Literal["text", "json"], cyclopts.Parameter(name=["--output", "-o"])
     ] = "text",
@@ -253,32 +373,82 @@ def main(
     Parameters
     ----------
     jobs
-        Jobs to submit (1 GPU each; hollow replicas finish after 1 s).
+        Jobs to submit in the closed loop (1 GPU each; hollow replicas finish after 1 s).
     nodes
         Hollow node executors.
     clients
-        Concurrent submitting clients.
+        Concurrent submitting clients (closed loop), and connections the open loop sends on.
     gpus_per_node
         GPUs each hollow node declares.
+    rates
+        Comma-separated offered loads for the open loop, jobs a second ("" for none).
+    open_s
+        Seconds each offered load lasts (rate x seconds jobs).
     output
-        text (a table) or json.
+        text (tables) or json.
     """
+    offered = parse_rates(rates)
+    if not 0 < open_s <= 600:
+        raise ValueError(f"--open-s must be above 0 and at most 600 seconds, not {open_s}")
+    total = jobs + sum(round(r * open_s) for r in offered)
+    if not jobs >= 1 or total > MAX_JOBS:
+        raise ValueError(f"--jobs must be at least 1, and all jobs at most {MAX_JOBS:,}: {total:,}")
     configure_logging("error")
-    Console(stderr=True).print(f"submitting {jobs} jobs to {nodes} hollow nodes ...")
-    figures = asyncio.run(run(jobs, nodes, clients, gpus_per_node))
+    Console(stderr=True).print(
+        f"submitting {jobs} jobs to {nodes} hollow nodes, then open loop at {rates or 'none'} ..."
+    )
+    console = Console(stderr=True)
+    figures = asyncio.run(run(jobs, nodes, clients, gpus_per_node, offered, open_s, console.log))
     if output == "json":
         sys.stdout.write(msgspec.json.encode(asdict(figures)).decode() + "\n")
         return
-    table = Table(title="Submit to running, through the whole pipeline")
+    table = Table(title="Submit to running, through the whole pipeline (closed loop)")
     table.add_column("figure")
     table.add_column("value", justify="right")
     for key, value in asdict(figures).items():
         if isinstance(value, dict):
             for part, amount in value.items():
                 table.add_row(f"{key}: {part}", f"{amount:,}")
-        else:
+        elif not isinstance(value, list):
             table.add_row(key, f"{value:,}")
-    Console().print(table)
+    out = Console()
+    out.print(table)
+    if figures.open_loop:
+        out.print(open_loop_table(figures.open_loop))
+
+
+def parse_rates(text: str) -> list[float]:
+    """'200,400,800' -> [200.0, 400.0, 800.0]; each above 0 and at most 100,000 a second."""
+    rates = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        try:
+            rate = float(part)
+        except ValueError:
+            raise ValueError(f"--rates: {part!r} is not a number of jobs a second") from None
+        if not 0 < rate <= 100_000:
+            raise ValueError(f"--rates: {part!r} must be above 0 and at most 100,000 a second")
+        rates.append(rate)
+    return rates
+
+
+def open_loop_table(loads: list[OpenLoop]) -> Table:
+    table = Table(title="Open loop: latency at fixed offered loads")
+    columns = ("offered /s", "jobs", "sent /s", "started /s", "p50 ms", "p99 ms", "max ms")
+    for column in columns:
+        table.add_column(column, justify="right")
+    for load in loads:
+        table.add_row(
+            f"{load.offered_per_s:g}",
+            f"{load.jobs:,}",
+            f"{load.sent_per_s:,.1f}",
+            f"{load.started_per_s:,.1f}",
+            f"{load.latency_p50_ms:,.1f}",
+            f"{load.latency_p99_ms:,.1f}",
+            f"{load.latency_max_ms:,.1f}",
+        )
+    return table
 
 
 if __name__ == "__main__":

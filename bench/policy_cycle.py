@@ -18,7 +18,8 @@ is pure, so every run does the same work.
 Figures are p50/p99 milliseconds (time.perf_counter) over `--runs` runs, and the growth of each
 against the smallest scale. Nothing is asserted about time: machines are shared and noisy.
 
-    uv run python -m bench.policy_cycle [--runs 30] [--scales 1,2,4] [-o json] [--profile]
+    uv run python -m bench.policy_cycle [--runs 30] [--scales 1,2,4] [--no-burst] [-o json]
+        [--profile]
 """
 
 from __future__ import annotations
@@ -331,13 +332,14 @@ def measure(
     base: Size | None = None,
     seed: int = 7,
     settled: bool = True,
+    burst: bool = True,
     scheduler: SchedulerType = "fair_share",
     fitting: Fitting = "best",
     victim_order: VictimOrder = "newest",
     gc_mode: GcMode = "on",
 ) -> list[Figures]:
     built = build((base or BASE).times(scale), seed, scheduler, fitting, victim_order)
-    figures = [time_cycle(built.state, scale, "burst", runs, gc_mode)]
+    figures = [time_cycle(built.state, scale, "burst", runs, gc_mode)] if burst else []
     if settled:
         vc = VirtualCluster(state=built.state, now=NOW)
         vc.settle()  # carry out the burst's decisions, and the cycles after it, until quiet
@@ -412,6 +414,7 @@ def main(
     scales: str = "1,2,4",
     seed: int = 7,
     settled: bool = True,
+    burst: bool = True,
     scheduler: SchedulerType = "fair_share",
     fitting: Fitting = "best",
     victim_order: VictimOrder = "newest",
@@ -433,6 +436,8 @@ def main(
         Seed of the random cluster.
     settled
         Also time the cycle once the burst's decisions have been carried out.
+    burst
+        Time the cycle on the state as built (--no-burst: only the settled cycle).
     scheduler
         The pool's scheduler.
     fitting
@@ -462,6 +467,7 @@ def main(
                     runs,
                     seed=seed,
                     settled=settled,
+                    burst=burst,
                     scheduler=scheduler,
                     fitting=fitting,
                     victim_order=victim_order,

@@ -8,7 +8,7 @@ thing again publishes the same ids, which the log drops as duplicates).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -22,7 +22,7 @@ from events import (
     SchedulerSettings,
 )
 from events.catalogue import PreemptionReason
-from policy.capacity import Capacity
+from policy.capacity import Capacity, Overlay, OverlayFit
 from policy.ledger import Account, Ledger
 from policy.state import ClusterState, Job
 from policy.victims import Unit, lost_work_gpu_s, may_be_victim, units_of
@@ -116,6 +116,10 @@ class Taken:
         return list(seen.values())
 
 
+#: A rule a set of victims must satisfy besides making room, given the GPUs they free per project
+Enough = Callable[[Mapping[str, int]], bool]
+
+
 class PoolCycle:
     def __init__(
         self,
@@ -164,6 +168,10 @@ class PoolCycle:
         # per project (once asked): how many live units free so many GPUs / have a priority
         self._sizes: dict[str, dict[int, int]] = {}
         self._priorities: dict[str, dict[int, int]] = {}
+        #: a scheduler's bound on what preempting could free (fair_share's
+        #: _reclaim_could_fit), and the generation it was worked out in
+        self.most_freed: dict[bool, Overlay] = {}
+        self.most_freed_generation = -1
 
     # -- placing ---------------------------------------------------------------------------------
 
@@ -246,8 +254,10 @@ class PoolCycle:
         since are still listed)."""
         if self._victim_jobs is None:
             by_project: dict[str, list[Job]] = {}
+            gone, now = self.gone, self.now
             for job in self.running:
-                if job.id not in self.gone and may_be_victim(job, self.now):
+                # `gone` is mostly empty here: asked first, it spares reading every job's id
+                if may_be_victim(job, now) and (not gone or job.id not in gone):
                     by_project.setdefault(job.project, []).append(job)
                     self._victim_ids.add(job.id)
             self._victim_jobs = by_project
@@ -360,36 +370,61 @@ class PoolCycle:
         self,
         cand: Candidate,
         pick: Callable[[Taken], tuple[Unit, list[Replica]] | None],
-        enough: Callable[[Taken], bool] | None = None,
+        enough: Enough | None = None,
     ) -> Taken | None:
         """Take victims one at a time (`pick` chooses the next) until the candidate fits (and
         `enough` holds), then spare every victim the candidate can do without (rule 5: only
         as many as needed). None if it never fits: then nobody is preempted."""
         taken = self.new_taken()
-        while not (self.fits_with(cand, taken) and (enough is None or enough(taken))):
+        fit = self.overlay_fit(cand, taken.overlay)  # asked after every victim: kept up to date
+        while not (fit.fits() and (enough is None or enough(taken.freed_by_project))):
             chosen = pick(taken)
             if chosen is None:
                 return None
             taken.add(*chosen)
+            for r in chosen[1]:
+                fit.resize(r.node, len(taken.overlay[r.node]))
         return self.spare_unneeded(cand, taken, enough)
 
-    def spare_unneeded(
-        self, cand: Candidate, taken: Taken, enough: Callable[[Taken], bool] | None
-    ) -> Taken:
+    def overlay_fit(self, cand: Candidate, overlay: Overlay) -> OverlayFit:
+        job = cand.job
+        return OverlayFit(self.capacity, job.gpus, cand.replicas, job.node, overlay)
+
+    def spare_unneeded(self, cand: Candidate, taken: Taken, enough: Enough | None) -> Taken:
         """Go through the victims in the order they were taken and spare each one the candidate
-        can do without: it still fits, and every rule (`enough`) still holds."""
+        can do without: it still fits, and every rule (`enough`) still holds. (What the
+        victims left free is worked out as if they had been taken afresh, in this order.)"""
         if len(taken.units) < 2 and (not taken.units or not self._fits_bare(cand, enough)):
             return taken
-        kept = list(taken.units)
+        alone = self._last_alone(cand, taken, enough)
+        if alone is not None:
+            return alone
+        kept = _KeptVictims(self, cand, taken)
         for unit in taken.units:
-            trial = self._taken_of([u for u in kept if u is not unit])
-            if self.fits_with(cand, trial) and (enough is None or enough(trial)):
-                kept = trial.units
-        return self._taken_of(kept) if len(kept) < len(taken.units) else taken
+            kept.spare_if_unneeded(unit, enough)
+        spared = kept.units()
+        return self._taken_of(spared) if len(spared) < len(taken.units) else taken
 
-    def _fits_bare(self, cand: Candidate, enough: Callable[[Taken], bool] | None) -> bool:
+    def _last_alone(self, cand: Candidate, taken: Taken, enough: Enough | None) -> Taken | None:
+        """The last victim taken, alone, if it makes room by itself (and every rule holds) and
+        no other victim is of its job: then sparing one by one spares every victim before it
+        (what is left always holds the last one, whose GPUs do not depend on victims of other
+        jobs, and more freed GPUs never fit worse) and keeps the last (the candidate did not
+        fit before it was taken). Found without sparing victim by victim: a gang waiting for a
+        whole node often takes hundreds of small victims before one frees the node."""
+        last = taken.units[-1]
+        if any(u.job.id == last.job.id for u in taken.units[:-1]):
+            return None
+        alone = self._taken_of([last])
+        if not self.fits_with(cand, alone):
+            return None
+        if enough is not None and not enough(alone.freed_by_project):
+            return None
+        return alone
+
+    def _fits_bare(self, cand: Candidate, enough: Enough | None) -> bool:
         bare = self.new_taken()
-        return self.fits_with(cand, bare) and (enough is None or enough(bare))
+        return self.fits_with(cand, bare) and (enough is None or enough(bare.freed_by_project))
 
     def _taken_of(self, units: list[Unit]) -> Taken:
         """These victims taken afresh, in this order (what each frees is worked out again)."""
@@ -512,6 +547,97 @@ class PoolCycle:
         """Rule 7: the delay holds for the whole job, its extra replicas included."""
         job = cand.job
         return self.now - job.pending_since >= job.preemption_delay_s
+
+
+class _KeptVictims:
+    """The victims kept while sparing (`PoolCycle.spare_unneeded`), what they free and whether
+    the candidate fits, changed one victim at a time.
+
+    Sparing asks, for each victim in turn, whether the candidate still fits without it. Taking
+    every kept victim afresh for each question cost k^2 for k victims, and k grows with the
+    pool (a gang waiting for whole nodes takes hundreds of small victims at 4x the bench's
+    size). A victim's going changes what only its own job's other units free (a surplus
+    replica frees the job's newest replica not yet taken), so only that job is worked out
+    again, with `Taken`'s own rules, and the fit follows the nodes that changed.
+    """
+
+    def __init__(self, cycle: PoolCycle, cand: Candidate, taken: Taken) -> None:
+        self._order = taken.units
+        self._base = (taken.base_surplus, taken.base_used)
+        releasing = cycle.new_taken().overlay
+        self._fit = cycle.overlay_fit(cand, releasing)
+        # the overlay per node: the releasing GPUs, plus each GPU a kept victim frees, counted
+        # once however many free it (as Taken.add counts it)
+        self._releasing = {node: set(gpus) for node, gpus in releasing.items()}
+        self._releasing_len = {node: len(gpus) for node, gpus in releasing.items()}
+        self._freeing: dict[str, dict[int, int]] = {}  # node -> GPU -> kept victims freeing it
+        self._new: dict[str, int] = {}  # node -> GPUs freed that are not releasing anyway
+        self.freed_by_project: dict[str, int] = {}
+        self._freed: dict[int, list[Replica]] = {}  # id(unit) -> what it frees now
+        self._jobs: dict[str, list[Unit]] = {}  # each job's kept units, in taking order
+        for unit in taken.units:
+            self._jobs.setdefault(unit.job.id, []).append(unit)
+        for units in list(self._jobs.values()):
+            self._set_job(units[0].job, units)
+
+    def spare_if_unneeded(self, unit: Unit, enough: Enough | None) -> None:
+        job = unit.job
+        before = self._jobs.get(job.id, [])
+        if not any(u is unit for u in before):
+            return  # left already (it freed nothing once an earlier unit of its job went)
+        if len(before) == 1:
+            # most victims are their job's only unit: nothing else to work out again
+            freed = self._freed[id(unit)]
+            self._free(unit, freed, -1)
+            if self._fit.fits() and (enough is None or enough(self.freed_by_project)):
+                self._jobs[job.id], self._freed[id(unit)] = [], []
+            else:
+                self._free(unit, freed, 1)
+            return
+        self._set_job(job, [u for u in before if u is not unit])
+        if self._fit.fits() and (enough is None or enough(self.freed_by_project)):
+            # spared; units of its job that now free nothing leave too (_taken_of drops them)
+            self._jobs[job.id] = [u for u in self._jobs[job.id] if self._freed[id(u)]]
+        else:
+            self._set_job(job, before)
+
+    def units(self) -> list[Unit]:
+        """The victims kept, in taking order."""
+        kept = {id(u) for units in self._jobs.values() for u in units}
+        return [u for u in self._order if id(u) in kept]
+
+    def _set_job(self, job: Job, units: list[Unit]) -> None:
+        """Keep these units of the job (in taking order) instead of those kept so far."""
+        for unit in self._jobs.get(job.id, ()):
+            self._free(unit, self._freed.pop(id(unit), []), -1)
+        # what a job's units free depends on none of the other jobs' units
+        alone = Taken(*self._base, overlay={})
+        for unit in units:
+            freed = alone.replicas_freed(unit)
+            if freed:
+                alone.add(unit, freed)
+            self._freed[id(unit)] = freed
+            self._free(unit, freed, 1)
+        self._jobs[job.id] = units
+
+    def _free(self, unit: Unit, replicas: list[Replica], sign: int) -> None:
+        if not replicas:
+            return
+        gpus = len(replicas) * unit.job.gpus
+        self.freed_by_project[unit.project] = self.freed_by_project.get(unit.project, 0) + (
+            sign * gpus
+        )
+        for r in replicas:
+            counts = self._freeing.setdefault(r.node, {})
+            releasing = self._releasing.get(r.node, set())
+            new = self._new.get(r.node, 0)
+            for g in r.gpus:
+                n = counts.get(g, 0) + sign
+                counts[g] = n
+                if g not in releasing and n == (1 if sign > 0 else 0):
+                    new += sign  # the first to free it, or the last one gone
+            self._new[r.node] = new
+            self._fit.resize(r.node, self._releasing_len.get(r.node, 0) + new)
 
 
 def _count_units(job: Job, sizes: dict[int, int], priorities: dict[int, int], sign: int) -> None:

@@ -68,3 +68,35 @@ async def test_memory_bench_runs_on_a_small_log() -> None:
     few = await nats_memory.measure("few-subjects", 2000, settle_s=0.1)
     assert fairlane.events == 2000 and fairlane.rss_after_mib > 0
     assert few.subjects == 8 and fairlane.subjects > few.subjects
+
+
+@pytest.mark.nats
+@pytest.mark.slow
+async def test_pipeline_bench_measures_latency_at_a_fixed_offered_load() -> None:
+    figures = await pipeline.run(
+        jobs=10, nodes=4, clients=2, gpus_per_node=8, rates=(20.0,), open_s=1.0
+    )
+    (load,) = figures.open_loop
+    assert load.offered_per_s == 20.0 and load.jobs == 20
+    # what the bench measured: the sender's pace, starts per second, latency (a start comes
+    # after its submission)
+    assert load.sent_per_s > 0 and load.started_per_s > 0
+    assert 0 < load.latency_p50_ms <= load.latency_p99_ms <= load.latency_max_ms
+
+
+def test_open_loop_figures_come_from_the_timestamps() -> None:
+    ids = [f"o0-{i}" for i in range(11)]
+    submitted = {j: 100.0 + i * 0.1 for i, j in enumerate(ids)}  # 10 a second for 1 s
+    starts = pipeline.Starts()
+    for i, j in enumerate(ids):
+        starts.record(j, submitted[j] + (0.5 if i == 10 else 0.05))  # the last one waits
+    load = pipeline.open_loop_figures(10.0, ids, submitted, starts)
+    assert load.sent_per_s == 10.0
+    assert load.latency_p50_ms == 50.0 and load.latency_max_ms == 500.0
+    assert load.started_per_s == round(11 / 1.5, 1)  # first submission to last start
+
+
+@pytest.mark.parametrize("text", ["200,fast", "0", "-5", "1e9"])
+def test_pipeline_bench_refuses_a_bad_rate(text: str) -> None:
+    with pytest.raises(ValueError, match="--rates"):
+        pipeline.parse_rates(text)

@@ -8,10 +8,11 @@ have less of their share.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import replace
 
 from events import Replica
+from policy.capacity import Overlay
 from policy.ledger import Account
 from policy.pool_cycle import Candidate, PoolCycle, Taken, gate, gate_ok
 from policy.victims import Unit
@@ -155,13 +156,26 @@ def allocate(cycle: PoolCycle, cands: list[Candidate]) -> list[Candidate]:
     Every candidate takes part in the turns, whether or not it could fit: a project is ranked
     with its next job in job order, and a job that does not fit is skipped when its turn comes.
     """
+    left: dict[tuple[int, int, str | None], int] = {}  # candidates still queued, by shape
+    fronts: dict[str, tuple[JobKey, Candidate]] = {}  # each project's first in job order
+    for queued in cands:  # one pass for both: every pass over the queue reads every job
+        shape = queued.shape()
+        left[shape] = left.get(shape, 0) + 1
+        key = job_key(queued)
+        front = fronts.get(queued.job.project)
+        if front is None or key < front[0]:  # the first of equal keys, as a stable sort has it
+            fronts[queued.job.project] = (key, queued)
+    if _nothing_fits(cycle, left, set()) and _first_turn_finds_no_fit(cycle, fronts):
+        # The settled cycle's common case, found without putting every candidate in turn
+        # order (sorting the whole queue made a settled cycle grow faster than the queue):
+        # nothing fits the idle GPUs and the first turn goes to a candidate its gate lets
+        # through, which does not fit; as below, then, every candidate waits.
+        for cand in cands:
+            cycle.waiting.setdefault(cand.job.id, "no_fit")
+        return list(cands)
     turns = Turns(cycle, cands)
     waiting: list[Candidate] = []
     no_fit: set[tuple[int, int, str | None]] = set()  # idle GPUs only shrink during this pass
-    left: dict[tuple[int, int, str | None], int] = {}  # candidates still queued, by shape
-    for queued in cands:
-        shape = queued.shape()
-        left[shape] = left.get(shape, 0) + 1
     for cand in turns:
         shape = cand.shape()
         left[shape] -= 1
@@ -193,6 +207,20 @@ def allocate(cycle: PoolCycle, cands: list[Candidate]) -> list[Candidate]:
         else:
             waiting.append(cand)
     return waiting
+
+
+def _first_turn_finds_no_fit(cycle: PoolCycle, fronts: dict[str, tuple[JobKey, Candidate]]) -> bool:
+    """Is the first candidate `Turns` would give (the front of the project ranked first) one
+    its gate lets through? If so it is marked `no_fit` (the caller knows nothing fits)."""
+    first: tuple[tuple[ProjectKey, str], Candidate] | None = None
+    for project, (_, cand) in fronts.items():
+        entry = (project_key(cycle.ledger.account(project), cand), project)  # as the heap's
+        if first is None or entry < first[0]:
+            first = (entry, cand)
+    if first is None or not gate_ok(cycle.ledger.account(first[1].job.project), first[1]):
+        return False
+    cycle.waiting[first[1].job.id] = "no_fit"
+    return True
 
 
 def _nothing_fits(
@@ -246,9 +274,10 @@ def _may_preempt(cycle: PoolCycle, waiting: list[Candidate]) -> list[Candidate]:
     room: dict[str, int] = {}  # fair share less usage, per project
     lowest: dict[str, float] = {}  # the lowest priority of a possible victim, per project
     kept: list[Candidate] = []
+    now = cycle.now
     for cand in waiting:
         job = cand.job
-        if not cycle.delay_passed(cand):
+        if now - job.pending_since < job.preemption_delay_s:  # cycle.delay_passed, inline
             cycle.waiting[job.id] = "preemption_delay"
             continue
         project = job.project
@@ -276,13 +305,17 @@ def try_preempt_in_project(cycle: PoolCycle, cand: Candidate) -> bool:
     acct = cycle.ledger.account(job.project)
     if not job.preemptible and acct.np_usage + cand.gpus > acct.quota:
         return False
+    if cycle.lowest_victim_priority(job.project) >= job.priority:
+        # no victim of lower priority is left (the count may include units already taken,
+        # never too few): looking would walk every unit of the project for nothing
+        return False
     over_limit = acct.usage + cand.gpus - acct.limit  # what victims must free to get under it
 
     def lower(unit: Unit) -> bool:
         return unit.job.priority < job.priority
 
-    def under_limit(taken: Taken) -> bool:
-        return taken.freed_by_project.get(job.project, 0) >= over_limit
+    def under_limit(freed_by_project: Mapping[str, int]) -> bool:
+        return freed_by_project.get(job.project, 0) >= over_limit
 
     taken = cycle.take_until_fits(
         cand,
@@ -320,6 +353,8 @@ def try_reclaim(cycle: PoolCycle, cand: Candidate) -> bool:
             if _may_give(victim, victim.usage, within_quota):
                 held[project] = victim.usage
     if not held or not _could_free_enough(cycle, cand, held, within_quota):
+        return False
+    if not _reclaim_could_fit(cycle, cand, within_quota):
         return False
 
     # Each project's next victim and how late it would then be served, as last looked at:
@@ -401,6 +436,47 @@ def _could_free_enough(
         if room >= cand.gpus:
             return True
     return room >= cand.gpus
+
+
+def _reclaim_could_fit(cycle: PoolCycle, cand: Candidate, within_quota: bool) -> bool:
+    """Would an unpinned candidate fit if every project gave every victim a reclaim could
+    take from it? If not, taking victims one by one (what `try_reclaim` does next) never
+    makes it fit. (A pinned candidate is not bounded: its walk skips victims elsewhere, so
+    it may go further down a project's victims than this walk does.)
+
+    A failed reclaim walks every victim it may take, and at 4x the size there are 4x the
+    claimants, each walking 4x the victims: that part of the settled cycle grew with the
+    square of the size. The bound is worked out once per generation (decisions change it) and
+    standing of the claimant (within its quota or not) for all claimants: each project gives
+    its victims in order while `_may_give` lets it, so what any claimant's walk frees,
+    whatever its project, is a subset of it.
+    """
+    if cand.job.node is not None:
+        return True
+    if cycle.most_freed_generation != cycle.generation:
+        cycle.most_freed.clear()
+        cycle.most_freed_generation = cycle.generation
+    overlay = cycle.most_freed.get(within_quota)
+    if overlay is None:
+        overlay = cycle.most_freed[within_quota] = _most_reclaim_frees(cycle, within_quota)
+    return cycle.capacity.fits(cand.job.gpus, cand.replicas, None, overlay)
+
+
+def _most_reclaim_frees(cycle: PoolCycle, within_quota: bool) -> Overlay:
+    """What every project giving every victim `_may_give` allows frees (with the GPUs being
+    given back already), as `try_reclaim`'s walk counts it."""
+    taken = cycle.new_taken()
+    for project in cycle.victim_jobs():
+        victim = cycle.ledger.account(project)
+        now_held = victim.usage
+        while _may_give(victim, now_held, within_quota):
+            found = cycle.next_unit(project, taken, None, _any)
+            if found is None:
+                break
+            unit, freed = found
+            taken.add(unit, freed)
+            now_held -= len(freed) * unit.job.gpus
+    return taken.overlay
 
 
 def _any(unit: Unit) -> bool:

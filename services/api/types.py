@@ -35,6 +35,9 @@ class SubmitRequest(msgspec.Struct, forbid_unknown_fields=True):
     node: Name | None = None
     command: Annotated[list[Arg], msgspec.Meta(max_length=256)] = []
     image: Annotated[str, msgspec.Meta(max_length=512)] | None = None
+    preemptible: bool | None = None
+    preemption_delay_s: Annotated[float, msgspec.Meta(ge=0, le=365 * 86400)] = 0.0
+    min_runtime_s: Annotated[float, msgspec.Meta(ge=0, le=365 * 86400)] = 0.0
     idempotency_key: Annotated[str, msgspec.Meta(max_length=256)] | None = None
 
 

@@ -22,6 +22,7 @@ from services.executor.checkpoints import checkpointed
 from services.executor.endpoint import SOCKET_ENV
 from services.executor.local import LocalAttempt, LocalReplica
 from services.executor.logs import attempt_log_path
+from services.executor.logship import ship_replica
 from services.executor.logview import accepted, desired
 from services.executor.runtime import (
     SIGTERM_EXIT,
@@ -103,6 +104,8 @@ def launch_of(ex: Executor, job: Job, index: int, replica: Replica) -> Launch:
 
 async def run_replica(ex: Executor, lr: LocalReplica, launch: Launch | None) -> None:
     """Start (or adopt) one replica, wait for it to end, then deal with its end."""
+    if ex.runtime.real:  # its output, to the log stream as it comes
+        ex.spawn(ship_replica(ex, lr))
     if lr.workload is None:
         if launch is None:
             return

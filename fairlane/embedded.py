@@ -25,6 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import msgspec
+import nats
 
 from fairlane.supervisor import STARTUP_S, Plan, Program, ProgramStatus, read_status
 from services.api.tokens import admin_token_file
@@ -109,6 +110,8 @@ async def up(
     running = read_cluster(data_dir)
     if running is not None:
         raise EmbeddedError(f"a cluster already runs from {data_dir} (nats {running.nats_url})")
+    if nats_url is not None:
+        await _reachable(nats_url)
     (data_dir / "logs").mkdir(parents=True, exist_ok=True)
     pids: dict[str, int] = {}
     node = socket.gethostname().split(".")[0] or "local"
@@ -297,6 +300,24 @@ def _reaped(pid: int) -> bool:
     except ChildProcessError:
         return False
     return done == pid
+
+
+async def _reachable(nats_url: str, within: float = 5.0) -> None:
+    """Refuse a NATS server that cannot be reached before starting anything, rather than
+    leave services retrying against it (nats-py itself retries a first connection forever)."""
+
+    async def quiet(_: Exception) -> None:
+        pass
+
+    try:
+        async with asyncio.timeout(within):
+            nc = await nats.connect(
+                nats_url, connect_timeout=2, allow_reconnect=False, error_cb=quiet
+            )
+    except Exception as e:  # unreachable, refused, a bad URL: all the same to the user
+        why = f"no answer within {within:g}s" if isinstance(e, TimeoutError) else str(e)
+        raise EmbeddedError(f"cannot reach NATS at {nats_url}: {why}") from None
+    await nc.close()
 
 
 def _port_free(port: int) -> bool:

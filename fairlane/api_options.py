@@ -11,7 +11,9 @@ from typing import Annotated
 import cyclopts
 
 from fairlane.client import Api, resolve
-from fairlane.embedded import DEFAULT_DATA_DIR
+
+#: fairlane.embedded.DEFAULT_DATA_DIR (not imported: it would slow every command down)
+DEFAULT_DATA_DIR = Path(".fairlane")
 
 
 @cyclopts.Parameter(name="*", group="Connection")

@@ -6,17 +6,10 @@ import sys
 from typing import Literal
 
 import cyclopts
-from rich.console import Console
 
 from fairlane import cluster_view_cli, jobs_cli
-from fairlane.cluster_cli import register
-from fairlane.demo import run_demo
 from fairlane.output import EXIT_STATUS_HELP
-from fairlane.projections_cli import projections_app
-from fairlane.scenario_cli import scenario_app
-from fairlane.simulate_cli import simulate
 from fairlane.top import top
-from services.runtime.main import configure_logging
 
 HELP = f"""Fairlane: share GPUs between teams with quotas, over-quota lending and reclaim.
 
@@ -40,22 +33,18 @@ app = cyclopts.App(
     help_format="md",
     default_parameter=cyclopts.Parameter(negative_iterable=()),
 )
-app.command(scenario_app, name="scenario")
-app.command(simulate, name="simulate")
-app.command(projections_app, name="projections")
-register(app)
+# Commands that start clusters or simulations are imported only when run (import paths):
+# the everyday commands stay quick to start.
+app.command("fairlane.scenario_cli:scenario_app", name="scenario")
+app.command("fairlane.simulate_cli:simulate", name="simulate")
+app.command("fairlane.projections_cli:projections_app", name="projections")
+app.command("fairlane.cluster_cli:up_command", name="up")
+app.command("fairlane.cluster_cli:down_command", name="down")
+app.command("fairlane.cluster_cli:status_command", name="status")
+app.command("fairlane.demo:demo_command", name="demo")
 jobs_cli.register(app)
 cluster_view_cli.register(app)
 app.command(top)
-
-
-@app.command
-def demo(engine: Literal["core", "live"] = "live") -> None:
-    """Play the Run:AI preemption exercise and print the training job's timeline, with the
-    reason for its preemption and the job it made room for; then check the example scenarios."""
-    configure_logging("warning")
-    if not run_demo(Console(soft_wrap=True), engine):
-        raise SystemExit(1)
 
 
 @app.command

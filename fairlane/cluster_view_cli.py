@@ -54,10 +54,10 @@ def projects(
     """
     with errors_said(), connected(connection) as api:
         found = [api.get(f"/v1/projects/{name}")] if name else api.get("/v1/projects")
-        emit(found, output, _projects_table)
+        emit(found, output, projects_table)
 
 
-def _projects_table(found: list[dict[str, Any]]) -> None:
+def projects_table(found: list[dict[str, Any]]) -> None:
     if not found:
         console.print("no projects")
         return

@@ -267,6 +267,7 @@ async def submit_job(ctx: Ctx, caller: Who, data: JSONBody[SubmitRequest]) -> Ac
         node=data.node,
         command=tuple(data.command),
         image=data.image,
+        env=tuple(f"{k}={v}" for k, v in data.env.items()),
         preemptible=data.preemptible,
         preemption_delay_s=data.preemption_delay_s,
         min_runtime_s=data.min_runtime_s,

@@ -74,7 +74,9 @@ def on_scheduled(ex: Executor, e: JobScheduled) -> None:
 def launch_of(ex: Executor, job: Job, index: int, replica: Replica) -> Launch:
     """Everything the runtime needs to start replica `index` of the job's current attempt."""
     directory = checkpoint_dir(ex.data_dir, job.id)
+    own = dict(entry.partition("=")[::2] for entry in job.spec.env)
     env = {
+        **own,
         "FAIRLANE_JOB_ID": job.id,
         "FAIRLANE_ATTEMPT": str(job.attempt),
         "FAIRLANE_CHECKPOINT_DIR": str(directory),

@@ -53,6 +53,8 @@ def up_command(
     postgres: str | None = None,
     detach: bool = False,
     runtime: Literal["process", "docker"] = "process",
+    nats_port: int | None = None,
+    api_port: int | None = None,
 ) -> None:
     """Start an embedded cluster: nats-server, PostgreSQL, the services and one node executor.
 
@@ -72,12 +74,24 @@ def up_command(
     runtime
         How the node executor runs jobs: local processes, or Docker containers of each job's
         image (DOCKER_HOST names the engine).
+    nats_port
+        The port of the nats-server it starts (default: 4222 where free, else any free one).
+    api_port
+        The HTTP API's port (default: 8080 where free, else any free one).
     """
 
     configure_logging("warning")  # the table below says what started
 
     async def start() -> tuple[ClusterFile, list[ProgramStatus]]:
-        info = await up(data_dir, gpus=gpus, nats_url=nats, postgres_dsn=postgres, runtime=runtime)
+        info = await up(
+            data_dir,
+            gpus=gpus,
+            nats_url=nats,
+            postgres_dsn=postgres,
+            runtime=runtime,
+            nats_port=nats_port,
+            api_port=api_port,
+        )
         return info, await started(data_dir)
 
     try:

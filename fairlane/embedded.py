@@ -104,8 +104,11 @@ async def up(
     nats_url: str | None = None,
     postgres_dsn: str | None = None,
     runtime: str = "process",
+    nats_port: int | None = None,
+    api_port: int | None = None,
 ) -> ClusterFile:
-    """Start what is missing and return where everything listens."""
+    """Start what is missing and return where everything listens (nats-server and the API
+    on their default ports where free, else on free ones, unless told which)."""
     data_dir = data_dir.resolve()
     running = read_cluster(data_dir)
     if running is not None:
@@ -117,7 +120,7 @@ async def up(
     node = socket.gethostname().split(".")[0] or "local"
     files: dict[str, Path] = {}
     if nats_url is None:
-        port = DEFAULT_NATS_PORT if _port_free(DEFAULT_NATS_PORT) else free_port()
+        port = nats_port or (DEFAULT_NATS_PORT if _port_free(DEFAULT_NATS_PORT) else free_port())
         config = credentials_dir(data_dir) / "nats-server.conf"
         files = write_auth(data_dir, config, [node])
         server = NatsServer(store_dir=data_dir / "nats", port=port, config=config)
@@ -151,7 +154,7 @@ async def up(
     if gpus is not None:
         executor += ["--gpus", str(gpus)]
     programs.append(Program("executor", executor, env(executor_user(node))))
-    api_url, token_file = _read_side(data_dir, nats_url, postgres_dsn, programs, env)
+    api_url, token_file = _read_side(data_dir, nats_url, postgres_dsn, programs, env, api_port)
     plan = Plan(
         programs=programs,
         log_dir=str(data_dir / "logs"),
@@ -187,6 +190,7 @@ def _read_side(
     postgres_dsn: str,
     programs: list[Program],
     env: Callable[[str], dict[str, str]],
+    api_port: int | None = None,
 ) -> tuple[str, Path]:
     """The projector and the HTTP API, supervised like the services; the admin token is made
     here (only its owner may read the file) so that `up` can say where it is before the API
@@ -195,7 +199,7 @@ def _read_side(
     admin_token_file(token_file)
     common = ["--nats", nats_url, "--postgres", postgres_dsn]
     programs.append(Program("projector", ["-m", "services.projector", *common], env("projector")))
-    port = DEFAULT_API_PORT if _port_free(DEFAULT_API_PORT) else free_port()
+    port = api_port or (DEFAULT_API_PORT if _port_free(DEFAULT_API_PORT) else free_port())
     api = ["-m", "services.api", *common, "--port", str(port)]
     api += ["--admin-token-file", str(token_file)]
     programs.append(Program("api", api, env("api")))

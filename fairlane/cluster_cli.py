@@ -94,14 +94,47 @@ def up_command(
         )
         return info, await started(data_dir)
 
-    try:
-        info, failed = asyncio.run(start())
-    except EmbeddedError as e:
-        err.print(f"[red]error:[/] {e}")
-        sys.exit(1)
-    except KeyboardInterrupt:  # while starting: stop what had started, quietly
-        _stop_quietly(data_dir)
-        sys.exit(130)
+    async def foreground() -> int:
+        """Start, wait for Ctrl-C (or SIGTERM), stop: all in one event loop, so that the
+        processes it started are watched by a loop that is still open when they exit."""
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        if not detach:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(sig, stop.set)
+        starting = asyncio.create_task(start())
+        await asyncio.wait({starting, asyncio.create_task(stop.wait())},
+                           return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
+        if stop.is_set() and not starting.done():  # stopping half-started would leave orphans
+            console.print("stopping once everything has started ...")
+        try:
+            info, failed = await starting
+        except EmbeddedError as e:
+            err.print(f"[red]error:[/] {e}")
+            return 1
+        if stop.is_set():
+            await _stop(data_dir)
+            return 130
+        _print_started(info, failed, data_dir)
+        if detach:
+            return 1 if failed else 0
+        console.print("[dim]Ctrl-C stops everything.[/]")
+        await stop.wait()
+        await _stop(data_dir)
+        return 0
+
+    code = asyncio.run(foreground())
+    if code:
+        sys.exit(code)
+
+
+async def _stop(data_dir: Path) -> None:
+    console.print("stopping ...")
+    stopped = await down(data_dir)
+    console.print(f"stopped: {', '.join(stopped) or 'nothing'}")
+
+
+def _print_started(info: ClusterFile, failed: list[ProgramStatus], data_dir: Path) -> None:
     title = "Fairlane is up" if not failed else "Fairlane started, but not everything is up"
     table = Table(title=title, title_justify="left")
     table.add_column("what")
@@ -126,21 +159,6 @@ def up_command(
         )
         for line in _tail(Path(info.data_dir) / "logs" / f"{program.name}.log"):
             err.print(f"  {line}", markup=False)
-    if detach:
-        if failed:
-            sys.exit(1)
-        return
-    console.print("[dim]Ctrl-C stops everything.[/]")
-    _wait_for_signal()
-    _stop_quietly(data_dir)
-
-
-def _stop_quietly(data_dir: Path) -> None:
-    """Stop the cluster; a second Ctrl-C meanwhile does not cut the stopping short."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    console.print("stopping ...")
-    stopped = asyncio.run(down(data_dir))
-    console.print(f"stopped: {', '.join(stopped) or 'nothing'}")
 
 
 def _log_of(name: str, data_dir: str) -> str:
@@ -148,17 +166,6 @@ def _log_of(name: str, data_dir: str) -> str:
     if name == "nats-server":
         return f"{data_dir}/nats/nats-server.log"
     return f"{data_dir}/logs/{name}.log"
-
-
-def _wait_for_signal() -> None:
-    async def wait() -> None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        await stop.wait()
-
-    asyncio.run(wait())
 
 
 def _program_state(program: ProgramStatus, data_dir: str) -> str:

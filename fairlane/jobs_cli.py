@@ -215,23 +215,29 @@ def _jobs_table(jobs: list[dict[str, Any]]) -> None:
         console.print("no jobs")
         return
     table = Table(box=None, header_style="bold", pad_edge=False)
-    for column in ("JOB", "PROJECT", "STATE", "GPUS", "REPLICAS", "POOL", "NODES", "ATTEMPT"):
+    # names whole (up to 48 characters): the other columns give way first
+    for column, key in (("JOB", "job_id"), ("PROJECT", "project")):
+        table.add_column(column, no_wrap=True, min_width=min(48, max(len(j[key]) for j in jobs)))
+    table.add_column("STATE", no_wrap=True, min_width=9)
+    table.add_column("FOR", justify="right", no_wrap=True)
+    for column in ("GPUS", "REPLICAS", "POOL", "NODES", "ATTEMPT"):
         table.add_column(column)
-    table.add_column("SINCE", justify="right")
     table.add_column("PREEMPTED", justify="right")
     now = time.time()
     for j in jobs:
+        replicas = str(j["replicas"])
+        if j["min_replicas"] != j["replicas"]:
+            replicas += f" (min {j['min_replicas']})"
         table.add_row(
             escape(j["job_id"]),
             escape(j["project"]),
             state(j["state"]),
+            duration(now - j["state_since"]),
             f"{j['gpus_held']}/{j['gpus'] * j['replicas']}",
-            str(j["replicas"])
-            + (f" (min {j['min_replicas']})" if j["min_replicas"] != j["replicas"] else ""),
+            replicas,
             escape(j["pool"] or "-"),
             escape(",".join(j["nodes"]) or "-"),
             str(j["attempt"]),
-            ago(j["state_since"], now),
             str(j["preemptions"]),
         )
     console.print(table)

@@ -168,6 +168,7 @@ class _JobSpecBounds(msgspec.Struct, frozen=True):
     command: Annotated[tuple[Text, ...], msgspec.Meta(max_length=MAX_COMMAND_ARGS)] = ()
     image: Text | None = None
     env: Annotated[tuple[EnvEntry, ...], msgspec.Meta(max_length=MAX_ENV)] = ()
+    grace_s: Duration | None = None
     duration_s: Duration | None = None
     checkpoint: _CheckpointBounds | None = None
 

@@ -58,6 +58,7 @@ def submit(
     preemptible: bool | None = None,
     preemption_delay: float | None = None,
     min_runtime: float | None = None,
+    grace: float | None = None,
     idempotency_key: str | None = None,
     connection: Connection | None = None,
     output: Output = "table",
@@ -102,6 +103,8 @@ def submit(
         Seconds it waits pending before it may preempt others.
     min_runtime
         Seconds it runs before it may be preempted.
+    grace
+        Seconds between SIGTERM and SIGKILL when it is stopped (default: the cluster's).
     idempotency_key
         Submitting again with the same key returns the first answer instead of a second job.
     """
@@ -123,6 +126,7 @@ def submit(
         "preemptible": preemptible,
         "preemption_delay_s": preemption_delay,
         "min_runtime_s": min_runtime,
+        "grace_s": grace,
         "idempotency_key": idempotency_key,
     }
     body.update({k: v for k, v in optional.items() if v is not None})

@@ -180,6 +180,30 @@ def test_workload_arguments_after_double_dash_and_logs_follow(data: Path) -> Non
     assert done["attempt"] == 1
 
 
+def test_a_job_grace_period_of_its_own(data: Path) -> None:
+    ignores_sigterm = (
+        "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+        "print('up', flush=True); time.sleep(600)"
+    )
+    fairlane(
+        data, "submit", "stubborn", "--project", "tools", "--gpus", "0", "--grace", "1",
+        "--", "python3", "-c", ignores_sigterm,
+    )  # fmt: skip
+    until(lambda: fairlane(data, "logs", "stubborn", check=False).stdout, lambda o: o == "up\n",
+          "stubborn runs")  # fmt: skip
+    fairlane(data, "delete", "stubborn")
+    events = until(
+        lambda: read(data, "events", "--job", "stubborn"),
+        lambda e: "JobPreempted" in [x["type"] for x in e],
+        "stubborn stopped",
+    )
+    asked = next(e for e in events if e["type"] == "JobPreemptionRequested")
+    stopped = next(e for e in events if e["type"] == "JobPreempted")
+    assert stopped["event"]["killed"] is True
+    # SIGKILL after its own grace of 1 s, not the cluster's 30 s
+    assert stopped["time"] - asked["time"] < 20
+
+
 def test_errors_a_person_understands(data: Path) -> None:
     missing = fairlane(data, "describe", "large-trainin-job", check=False)
     assert missing.returncode == 1

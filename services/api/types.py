@@ -41,6 +41,7 @@ class SubmitRequest(msgspec.Struct, forbid_unknown_fields=True):
     preemptible: bool | None = None
     preemption_delay_s: Annotated[float, msgspec.Meta(ge=0, le=365 * 86400)] = 0.0
     min_runtime_s: Annotated[float, msgspec.Meta(ge=0, le=365 * 86400)] = 0.0
+    grace_s: Annotated[float, msgspec.Meta(ge=0, le=86400)] | None = None
     idempotency_key: Annotated[str, msgspec.Meta(max_length=256)] | None = None
 
 

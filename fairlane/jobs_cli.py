@@ -20,6 +20,7 @@ from fairlane.output import (
     console,
     duration,
     emit,
+    err,
     errors_said,
     fail,
     state,
@@ -30,6 +31,8 @@ JobState = Literal[
     "submitted", "pending", "starting", "running", "stopping", "paused",
     "completed", "failed", "cancelled", "rejected",
 ]  # fmt: skip
+#: States of a job that may still start.
+WAITING = frozenset({"submitted", "pending", "paused"})
 #: Most events `describe --events` shows (the API pages them; `events --job` goes further).
 DESCRIBE_EVENTS_MAX = 2000
 
@@ -359,9 +362,14 @@ def logs(
     if attempt is not None and attempt < 1:
         fail(f"--attempt must be 1 or more, got {attempt}", USAGE)
     with errors_said(), connected(connection) as api:
-        job_or_suggest(api, job_id)
+        job = job_or_suggest(api, job_id)
         out = sys.stdout.buffer
         try:
+            if follow and job["attempt"] == 0:  # not started yet: wait for it
+                err.print(f"[dim]waiting for {escape(job_id)} to start ({job['state']}) ...[/]")
+                while job["attempt"] == 0 and job["state"] in WAITING:
+                    time.sleep(1.0)
+                    job = api.get(f"/v1/jobs/{job_id}")
             for chunk in api.stream(f"/v1/jobs/{job_id}/logs", attempt=attempt, follow=follow):
                 out.write(chunk)
                 out.flush()

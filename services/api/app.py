@@ -393,7 +393,7 @@ async def job_logs(
     caller: Who,
     job_id: PathName,
     attempt: Annotated[int | None, QueryParameter(ge=1, le=1_000_000)] = None,
-    follow: bool = False,
+    follow: Annotated[bool, QueryParameter(description="stream until the attempt ends")] = False,
     max_bytes: Annotated[int, QueryParameter(ge=1, le=64 << 20)] = logs.DEFAULT_MAX_BYTES,
 ) -> Response[bytes] | Stream:
     """An attempt's output (default: the latest), every replica's, as the workload wrote it

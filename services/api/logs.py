@@ -20,6 +20,7 @@ from typing import Final
 import nats.errors
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+from nats.js.errors import NotFoundError
 
 from services.runtime.logstream import END_HEADER, LOG_STREAM, OFFSET_HEADER, attempt_filter
 from services.runtime.logstream import replica_of as replica_of_subject
@@ -87,7 +88,12 @@ async def read_output(
         inactive_threshold=30.0,
         mem_storage=True,
     )
-    sub = await js.pull_subscribe(attempt_filter(job_id, attempt), stream=LOG_STREAM, config=config)
+    try:
+        sub = await js.pull_subscribe(
+            attempt_filter(job_id, attempt), stream=LOG_STREAM, config=config
+        )
+    except NotFoundError:  # no stream: no executor has shipped any output here yet
+        return
     info = await sub.consumer_info()
     try:
         pending = info.num_pending

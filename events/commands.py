@@ -42,6 +42,11 @@ MAX_TEXT: Final = 4096
 
 Name = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_NAME)]
 Text = Annotated[str, msgspec.Meta(max_length=MAX_TEXT)]
+MAX_ENV: Final = 256
+#: KEY=VALUE, the key a shell variable name
+EnvEntry = Annotated[
+    str, msgspec.Meta(max_length=MAX_TEXT, pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}=")
+]
 Gpus = Annotated[int, msgspec.Meta(ge=0, le=MAX_GPUS)]
 Replicas = Annotated[int, msgspec.Meta(ge=1, le=MAX_REPLICAS)]
 GpuCount = Annotated[int, msgspec.Meta(ge=0, le=MAX_GPUS_TOTAL)]
@@ -162,6 +167,8 @@ class _JobSpecBounds(msgspec.Struct, frozen=True):
     min_runtime_s: Duration = 0.0
     command: Annotated[tuple[Text, ...], msgspec.Meta(max_length=MAX_COMMAND_ARGS)] = ()
     image: Text | None = None
+    env: Annotated[tuple[EnvEntry, ...], msgspec.Meta(max_length=MAX_ENV)] = ()
+    grace_s: Duration | None = None
     duration_s: Duration | None = None
     checkpoint: _CheckpointBounds | None = None
 

@@ -80,6 +80,12 @@ class JobSpec(msgspec.Struct, frozen=True, omit_defaults=True):
     min_runtime_s: float = 0.0
     command: tuple[str, ...] = ()
     image: str | None = None
+    #: The workload's own environment, as KEY=VALUE (Fairlane's own FAIRLANE_* and GPU
+    #: variables are set after these and win).
+    env: tuple[str, ...] = ()
+    #: Seconds between SIGTERM and SIGKILL when it is stopped (default: the cluster's
+    #: preemption grace).
+    grace_s: float | None = None
     duration_s: float | None = None
     checkpoint: CheckpointModel | None = None
 

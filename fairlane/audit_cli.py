@@ -39,13 +39,10 @@ CONNECT_WITHIN_S = 10.0
 PROGRESS_EVERY = 500
 
 
-def register(app: cyclopts.App) -> None:
-    log_app = cyclopts.App(name="log", help="The cluster's event log.")
-    log_app.command(export, name="export")
-    app.command(log_app)
-    app.command(audit_command, name="audit")
+log_app = cyclopts.App(name="log", help="The cluster's event log.")
 
 
+@log_app.command(name="export")
 def export(
     *,
     out: Annotated[Path | None, cyclopts.Parameter(name=["--out", "-O"])] = None,

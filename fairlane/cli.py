@@ -2,39 +2,58 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Literal
 
 import cyclopts
-from rich.console import Console
 
-from fairlane import audit_cli
-from fairlane.cluster_cli import register
-from fairlane.demo import run_demo
-from fairlane.projections_cli import projections_app
-from fairlane.scenario_cli import scenario_app
-from fairlane.simulate_cli import simulate
-from fairlane.whatif_cli import whatif
-from services.runtime.main import configure_logging
+from fairlane import cluster_view_cli, jobs_cli
+from fairlane.output import EXIT_STATUS_HELP
+from fairlane.top import top
+
+HELP = f"""Fairlane: share GPUs between teams with quotas, over-quota lending and reclaim.
+
+```
+fairlane up --gpus 8 --detach
+fairlane project set team-a --quota 4
+fairlane submit train-1 --project team-a --class train --gpus 4 -- python3 train.py
+fairlane list ; fairlane describe train-1 --events ; fairlane logs train-1 -f
+fairlane projects ; fairlane top
+```
+
+The job and cluster commands talk to the HTTP API: --api/--token, else FAIRLANE_API and
+FAIRLANE_TOKEN, else ~/.config/fairlane/config.yaml (api, token or token_file), else the
+embedded cluster in ./.fairlane and its admin token. Every one takes -o json and -o yaml.
+
+{EXIT_STATUS_HELP}"""
 
 app = cyclopts.App(
     name="fairlane",
-    help="Fairlane: share GPUs between teams with quotas, over-quota lending and reclaim.",
+    help=HELP,
+    help_format="md",
+    default_parameter=cyclopts.Parameter(negative_iterable=()),
 )
-app.command(scenario_app, name="scenario")
-app.command(simulate, name="simulate")
-app.command(projections_app, name="projections")
-register(app)
-audit_cli.register(app)
-app.command(whatif, name="whatif")
+# Commands that start clusters or simulations are imported only when run (import paths):
+# the everyday commands stay quick to start.
+app.command("fairlane.scenario_cli:scenario_app", name="scenario")
+app.command("fairlane.simulate_cli:simulate", name="simulate")
+app.command("fairlane.projections_cli:projections_app", name="projections")
+app.command("fairlane.cluster_cli:up_command", name="up")
+app.command("fairlane.cluster_cli:down_command", name="down")
+app.command("fairlane.cluster_cli:status_command", name="status")
+app.command("fairlane.demo:demo_command", name="demo")
+app.command("fairlane.audit_cli:log_app", name="log")
+app.command("fairlane.audit_cli:audit_command", name="audit")
+app.command("fairlane.whatif_cli:whatif", name="whatif")
+jobs_cli.register(app)
+cluster_view_cli.register(app)
+app.command(top)
 
 
 @app.command
-def demo(engine: Literal["core", "live"] = "live") -> None:
-    """Play the Run:AI preemption exercise and print the training job's timeline, with the
-    reason for its preemption and the job it made room for; then check the example scenarios."""
-    configure_logging("warning")
-    if not run_demo(Console(soft_wrap=True), engine):
-        raise SystemExit(1)
+def completion(shell: Literal["bash", "zsh", "fish"], /) -> None:
+    """Print the shell completion script, for example: eval "$(fairlane completion bash)"."""
+    sys.stdout.write(app.generate_completion(prog_name="fairlane", shell=shell))
 
 
 def main() -> None:

@@ -1,8 +1,5 @@
-"""Commands for a running cluster: up, down, and the job and project commands.
-
-Job and configuration commands go to admission and the quota ledger by NATS request/reply
-and print the event that resulted, or the error (exit status 1).
-"""
+"""The embedded cluster's own commands: up, down and status (the job, project and view
+commands talk to its HTTP API: fairlane/jobs_cli.py, fairlane/cluster_view_cli.py)."""
 
 from __future__ import annotations
 
@@ -14,21 +11,9 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import cyclopts
-import msgspec
-import nats.errors as nats_errors
 from rich.console import Console
 from rich.table import Table
 
-from events import JobSpec, SchedulerSettings
-from events.commands import (
-    AnyCommand,
-    CancelJob,
-    PauseJob,
-    ResumeJob,
-    SetPool,
-    SetProject,
-    SubmitJob,
-)
 from fairlane.embedded import (
     DEFAULT_DATA_DIR,
     ClusterFile,
@@ -42,9 +27,6 @@ from fairlane.embedded import (
     up,
 )
 from fairlane.supervisor import STABLE_S, ProgramStatus
-from services.runtime.auth import CLIENT, load_credentials
-from services.runtime.client import send
-from services.runtime.eventlog import connect
 from services.runtime.main import configure_logging
 
 console = Console(highlight=False, soft_wrap=True)
@@ -61,16 +43,6 @@ def register(app: cyclopts.App) -> None:
     app.command(up_command, name="up")
     app.command(down_command, name="down")
     app.command(status_command, name="status")
-    app.command(submit)
-    app.command(delete)
-    app.command(pause)
-    app.command(resume)
-    project = cyclopts.App(name="project", help="Projects: quotas, weights, limits, priorities.")
-    project.command(project_set, name="set")
-    app.command(project)
-    pool = cyclopts.App(name="pool", help="Pools and their scheduler settings.")
-    pool.command(pool_set, name="set")
-    app.command(pool)
 
 
 def up_command(
@@ -81,6 +53,8 @@ def up_command(
     postgres: str | None = None,
     detach: bool = False,
     runtime: Literal["process", "docker"] = "process",
+    nats_port: int | None = None,
+    api_port: int | None = None,
 ) -> None:
     """Start an embedded cluster: nats-server, PostgreSQL, the services and one node executor.
 
@@ -100,19 +74,67 @@ def up_command(
     runtime
         How the node executor runs jobs: local processes, or Docker containers of each job's
         image (DOCKER_HOST names the engine).
+    nats_port
+        The port of the nats-server it starts (default: 4222 where free, else any free one).
+    api_port
+        The HTTP API's port (default: 8080 where free, else any free one).
     """
 
     configure_logging("warning")  # the table below says what started
 
     async def start() -> tuple[ClusterFile, list[ProgramStatus]]:
-        info = await up(data_dir, gpus=gpus, nats_url=nats, postgres_dsn=postgres, runtime=runtime)
+        info = await up(
+            data_dir,
+            gpus=gpus,
+            nats_url=nats,
+            postgres_dsn=postgres,
+            runtime=runtime,
+            nats_port=nats_port,
+            api_port=api_port,
+        )
         return info, await started(data_dir)
 
-    try:
-        info, failed = asyncio.run(start())
-    except EmbeddedError as e:
-        err.print(f"[red]error:[/] {e}")
-        sys.exit(1)
+    async def foreground() -> int:
+        """Start, wait for Ctrl-C (or SIGTERM), stop: all in one event loop, so that the
+        processes it started are watched by a loop that is still open when they exit."""
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        if not detach:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(sig, stop.set)
+        starting = asyncio.create_task(start())
+        await asyncio.wait({starting, asyncio.create_task(stop.wait())},
+                           return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
+        if stop.is_set() and not starting.done():  # stopping half-started would leave orphans
+            console.print("stopping once everything has started ...")
+        try:
+            info, failed = await starting
+        except EmbeddedError as e:
+            err.print(f"[red]error:[/] {e}")
+            return 1
+        if stop.is_set():
+            await _stop(data_dir)
+            return 130
+        _print_started(info, failed, data_dir)
+        if detach:
+            return 1 if failed else 0
+        console.print("[dim]Ctrl-C stops everything.[/]")
+        await stop.wait()
+        await _stop(data_dir)
+        return 0
+
+    code = asyncio.run(foreground())
+    if code:
+        sys.exit(code)
+
+
+async def _stop(data_dir: Path) -> None:
+    console.print("stopping ...")
+    stopped = await down(data_dir)
+    console.print(f"stopped: {', '.join(stopped) or 'nothing'}")
+
+
+def _print_started(info: ClusterFile, failed: list[ProgramStatus], data_dir: Path) -> None:
     title = "Fairlane is up" if not failed else "Fairlane started, but not everything is up"
     table = Table(title=title, title_justify="left")
     table.add_column("what")
@@ -126,7 +148,7 @@ def up_command(
         table.add_row("HTTP API", f"{info.api_url} (docs: {info.api_url}/docs)")
         table.add_row("admin token", f"in {info.admin_token_file} (mode 0600)")
     for name, pid in info.pids.items():
-        table.add_row(name, f"pid {pid}, log {info.data_dir}/logs/{name}.log")
+        table.add_row(name, f"pid {pid}, log {_log_of(name, info.data_dir)}")
     for program in supervisor_status(data_dir):
         table.add_row(program.name, _program_state(program, info.data_dir))
     console.print(table)
@@ -137,25 +159,13 @@ def up_command(
         )
         for line in _tail(Path(info.data_dir) / "logs" / f"{program.name}.log"):
             err.print(f"  {line}", markup=False)
-    if detach:
-        if failed:
-            sys.exit(1)
-        return
-    console.print("[dim]Ctrl-C stops everything.[/]")
-    _wait_for_signal()
-    stopped = asyncio.run(down(data_dir))
-    console.print(f"stopped: {', '.join(stopped) or 'nothing'}")
 
 
-def _wait_for_signal() -> None:
-    async def wait() -> None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        await stop.wait()
-
-    asyncio.run(wait())
+def _log_of(name: str, data_dir: str) -> str:
+    """Where a program `up` started writes its log (nats-server beside its store)."""
+    if name == "nats-server":
+        return f"{data_dir}/nats/nats-server.log"
+    return f"{data_dir}/logs/{name}.log"
 
 
 def _program_state(program: ProgramStatus, data_dir: str) -> str:
@@ -209,221 +219,3 @@ def down_command(*, data_dir: DataDir = DEFAULT_DATA_DIR) -> None:
     """Stop the embedded cluster started from --data-dir."""
     stopped = asyncio.run(down(data_dir))
     console.print(f"stopped: {', '.join(stopped) or 'nothing was running'}")
-
-
-def submit(
-    job_id: str,
-    /,
-    *,
-    project: str,
-    gpus: int = 1,
-    replicas: int = 1,
-    min_replicas: int | None = None,
-    job_class: Annotated[str | None, cyclopts.Parameter(name="--class")] = None,
-    priority: int | None = None,
-    pool: list[str] | None = None,
-    node: str | None = None,
-    command: list[str] | None = None,
-    image: str | None = None,
-    idempotency_key: str | None = None,
-    data_dir: DataDir = DEFAULT_DATA_DIR,
-    nats: NatsUrl = None,
-    output: Output = "text",
-) -> None:
-    """Submit a job.
-
-    Parameters
-    ----------
-    job_id
-        A unique name: letters, digits, '-' and '_'.
-    project
-        The project (team) the job belongs to.
-    gpus
-        GPUs per replica (0: CPU only).
-    replicas
-        Replicas, placed together as one gang.
-    min_replicas
-        Fewer than replicas makes the job elastic.
-    job_class
-        Priority class: train, interactive, build, inference (or the cluster's own).
-    priority
-        An explicit priority instead of a class (higher is more important).
-    pool
-        Pools to try in order (repeat the flag).
-    node
-        Run only on this node.
-    command
-        The workload's command (repeat the flag per argument); default: the built-in workload.
-    image
-        The container image the command runs in (nodes whose executor runs `--runtime docker`).
-    idempotency_key
-        Submitting again with the same key returns the first answer instead of a second job.
-    """
-    spec = JobSpec(
-        project=project,
-        priority_class=job_class,
-        priority=priority,
-        gpus=gpus,
-        replicas=replicas,
-        min_replicas=min_replicas,
-        pools=tuple(pool or ()),
-        node=node,
-        command=tuple(command or ()),
-        image=image,
-    )
-    _send(
-        SubmitJob(job_id=job_id, spec=spec, idempotency_key=idempotency_key), data_dir, nats, output
-    )
-
-
-def delete(
-    job_id: str,
-    /,
-    *,
-    data_dir: DataDir = DEFAULT_DATA_DIR,
-    nats: NatsUrl = None,
-    output: Output = "text",
-) -> None:
-    """Delete (cancel) a job; a running one is stopped."""
-    _send(CancelJob(job_id=job_id), data_dir, nats, output)
-
-
-def pause(
-    job_id: str,
-    /,
-    *,
-    data_dir: DataDir = DEFAULT_DATA_DIR,
-    nats: NatsUrl = None,
-    output: Output = "text",
-) -> None:
-    """Pause a job: it checkpoints, gives its GPUs back and waits until resumed."""
-    _send(PauseJob(job_id=job_id), data_dir, nats, output)
-
-
-def resume(
-    job_id: str,
-    /,
-    *,
-    data_dir: DataDir = DEFAULT_DATA_DIR,
-    nats: NatsUrl = None,
-    output: Output = "text",
-) -> None:
-    """Resume a paused job: it queues again for GPUs."""
-    _send(ResumeJob(job_id=job_id), data_dir, nats, output)
-
-
-def project_set(
-    name: str,
-    /,
-    *,
-    quota: int | None = None,
-    pool: str | None = None,
-    weight: int | None = None,
-    limit: int | None = None,
-    no_limit: bool = False,
-    priority: int | None = None,
-    data_dir: DataDir = DEFAULT_DATA_DIR,
-    nats: NatsUrl = None,
-    output: Output = "text",
-) -> None:
-    """Create or change a project in one pool; what is not given keeps its value.
-
-    Parameters
-    ----------
-    quota
-        Guaranteed GPUs.
-    pool
-        The pool (default: the default compute pool).
-    weight
-        Over-quota weight: its share of idle GPUs beyond quotas (0: none).
-    limit
-        Hard cap on GPUs.
-    no_limit
-        Remove the limit.
-    priority
-        Project priority (higher is served first).
-    """
-    command = SetProject(
-        project=name,
-        pool=pool,
-        quota=quota,
-        over_quota_weight=weight,
-        limit=limit,
-        no_limit=no_limit,
-        priority=priority,
-    )
-    _send(command, data_dir, nats, output)
-
-
-def pool_set(
-    name: str,
-    /,
-    *,
-    scheduler: Literal["fair_share", "priority", "round_robin"] | None = None,
-    fitting: Literal["best", "worst"] = "best",
-    victim_order: Literal["newest", "cost"] = "newest",
-    data_dir: DataDir = DEFAULT_DATA_DIR,
-    nats: NatsUrl = None,
-    output: Output = "text",
-) -> None:
-    """Create a pool or set its own scheduler settings (they replace the cluster's as a whole).
-
-    Parameters
-    ----------
-    scheduler
-        The pool's scheduler; leave out to follow the cluster's settings.
-    fitting
-        best packs, worst spreads (with --scheduler).
-    victim_order
-        newest, or cost (least lost work) (with --scheduler).
-    """
-    settings = (
-        SchedulerSettings(type=scheduler, fitting=fitting, victim_order=victim_order)
-        if scheduler is not None
-        else None
-    )
-    _send(SetPool(pool=name, scheduler=settings), data_dir, nats, output)
-
-
-def _send(command: AnyCommand, data_dir: Path, nats: str | None, output: str) -> None:
-    configure_logging("error")  # a command's own answer is the output; no connection chatter
-    url = nats
-    credentials = None
-    if url is None:
-        running = read_cluster(data_dir.resolve())
-        if running is None:
-            err.print(f"[red]error:[/] no cluster runs from {data_dir} (start one: fairlane up)")
-            sys.exit(1)
-        url = running.nats_url
-        if running.credentials_dir:  # the client user: commands and their answers only
-            credentials = load_credentials(Path(running.credentials_dir) / f"{CLIENT}.json")
-
-    async def go() -> object:
-        nc = await connect(url, "fairlane-cli", retry_for=5, credentials=credentials)
-        try:
-            return await send(nc, command)
-        finally:
-            await nc.close()
-
-    try:
-        reply = asyncio.run(go())
-    except msgspec.ValidationError as e:  # out of bounds: refused before it was sent
-        err.print(f"[red]error:[/] invalid {type(command).__name__}: {e}")
-        sys.exit(1)
-    except (nats_errors.NoRespondersError, nats_errors.TimeoutError):
-        err.print(
-            f"[red]error:[/] no answer to {type(command).__name__} from the cluster at {url}"
-            " (is it still starting, or stopped?)"
-        )
-        sys.exit(1)
-    if output == "json":
-        sys.stdout.write(msgspec.json.encode(reply).decode() + "\n")
-    else:
-        ok = getattr(reply, "ok", False)
-        event = getattr(reply, "event", None)
-        if event is not None:
-            console.print(f"{type(event).__name__}: {msgspec.json.encode(event).decode()}")
-        if not ok:
-            err.print(f"[red]error:[/] {getattr(reply, 'error', '')}")
-    if not getattr(reply, "ok", False):
-        sys.exit(1)

@@ -1,12 +1,14 @@
 """`fairlane demo`: the Run:AI preemption exercise, played for real, told as a timeline.
 
-By default it runs on a private embedded cluster (the live engine: nats-server, the services and
-a node executor running real workloads); `--engine core` plays it on the pure policy instead.
+By default it runs on a private embedded cluster (`fairlane up` in a temporary folder:
+nats-server, PostgreSQL, the services, a node executor running real workloads, the projector
+and the HTTP API) and plays the exercise through the API, as `fairlane submit` / `delete`
+would, printing each project's usage after every step and the training job's timeline as the
+API tells it; `--engine core` plays it on the pure policy instead.
 """
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import Literal
 
@@ -14,8 +16,9 @@ from rich.console import Console
 from rich.table import Table
 
 from events import Event, JobNominated, JobPreempted, JobPreemptionRequested, JobScheduled
+from fairlane.demo_api import play_through_api
+from services.runtime.main import configure_logging
 from simulation.scenario.core_engine import CoreEngine
-from simulation.scenario.live_engine import LiveEngine, LiveError, start_process_executor
 from simulation.scenario.observe import check
 from simulation.scenario.runner import run_file
 from simulation.spec import Scenario, load_scenario
@@ -36,13 +39,15 @@ def run_demo(console: Console, engine: Literal["core", "live"] = "live") -> bool
     console.print(scenario.description.strip(), style="dim")
     if engine == "live":
         console.print(
-            "[dim]A private embedded cluster: nats-server with JetStream, admission, the quota "
-            "ledger, the scheduler, the preemptor and a node executor running real workloads.[/]"
+            "[dim]A private embedded cluster: nats-server with JetStream, PostgreSQL, admission, "
+            "the quota ledger, the scheduler, the preemptor, a node executor running real "
+            "workloads, the projector and the HTTP API; the exercise is played through the "
+            "API.[/]"
         )
-        ok, log = asyncio.run(_play_live(console, scenario))
+        ok = play_through_api(console)
     else:
         ok, log = _play_core(console, scenario)
-    _print_timeline(console, log, "large-training-job")
+        _print_timeline(console, log, "large-training-job")
     console.rule("[bold]Example scenarios (core engine)")
     for name in EXAMPLES:
         result = run_file(SUITE / name)
@@ -64,30 +69,6 @@ def _play_core(console: Console, scenario: Scenario) -> tuple[bool, list[Event]]
             engine.step(step)
             console.print(f"  step {step.number}: {step.kind} {_what(step.value)}")
     return ok, engine.vc.log
-
-
-async def _play_live(console: Console, scenario: Scenario) -> tuple[bool, list[Event]]:
-    engine = LiveEngine(scenario, start_process_executor)
-    ok = True
-    try:
-        with console.status("starting the cluster ..."):
-            await engine.start()
-        for step in scenario.steps:
-            if step.kind == "expect":
-                if step.value.stable:
-                    with console.status("watching that nothing moves ..."):
-                        await engine.check_stable()
-                ok = _report(console, step.number, check(step.value, engine.observe())) and ok
-            else:
-                with console.status(f"step {step.number}: {step.kind} ..."):
-                    await engine.step(step)
-                console.print(f"  step {step.number}: {step.kind} {_what(step.value)}")
-    except LiveError as e:
-        console.print(f"[red]the live cluster failed: {e}[/]")
-        ok = False
-    finally:
-        await engine.stop()
-    return ok, engine.events
 
 
 def _report(console: Console, number: int, problems: list[str]) -> bool:
@@ -130,3 +111,17 @@ def _details(event: Event) -> str:
         case JobNominated(victims=victims):
             return f"GPUs held while {', '.join(victims)} stop"
     return ""
+
+
+def demo_command(engine: Literal["core", "live"] = "live") -> None:
+    """Play the Run:AI preemption exercise and print the training job's timeline, with the
+    reason for its preemption and the job it made room for; then check the example scenarios.
+
+    Parameters
+    ----------
+    engine
+        live: a private embedded cluster, driven through its HTTP API; core: the pure policy.
+    """
+    configure_logging("warning")
+    if not run_demo(Console(soft_wrap=True, highlight=False), engine):
+        raise SystemExit(1)

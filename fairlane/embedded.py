@@ -25,6 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import msgspec
+import nats
 
 from fairlane.supervisor import STARTUP_S, Plan, Program, ProgramStatus, read_status
 from services.api.tokens import admin_token_file
@@ -103,18 +104,23 @@ async def up(
     nats_url: str | None = None,
     postgres_dsn: str | None = None,
     runtime: str = "process",
+    nats_port: int | None = None,
+    api_port: int | None = None,
 ) -> ClusterFile:
-    """Start what is missing and return where everything listens."""
+    """Start what is missing and return where everything listens (nats-server and the API
+    on their default ports where free, else on free ones, unless told which)."""
     data_dir = data_dir.resolve()
     running = read_cluster(data_dir)
     if running is not None:
         raise EmbeddedError(f"a cluster already runs from {data_dir} (nats {running.nats_url})")
+    if nats_url is not None:
+        await _reachable(nats_url)
     (data_dir / "logs").mkdir(parents=True, exist_ok=True)
     pids: dict[str, int] = {}
     node = socket.gethostname().split(".")[0] or "local"
     files: dict[str, Path] = {}
     if nats_url is None:
-        port = DEFAULT_NATS_PORT if _port_free(DEFAULT_NATS_PORT) else free_port()
+        port = nats_port or (DEFAULT_NATS_PORT if _port_free(DEFAULT_NATS_PORT) else free_port())
         config = credentials_dir(data_dir) / "nats-server.conf"
         files = write_auth(data_dir, config, [node])
         server = NatsServer(store_dir=data_dir / "nats", port=port, config=config)
@@ -148,7 +154,7 @@ async def up(
     if gpus is not None:
         executor += ["--gpus", str(gpus)]
     programs.append(Program("executor", executor, env(executor_user(node))))
-    api_url, token_file = _read_side(data_dir, nats_url, postgres_dsn, programs, env)
+    api_url, token_file = _read_side(data_dir, nats_url, postgres_dsn, programs, env, api_port)
     plan = Plan(
         programs=programs,
         log_dir=str(data_dir / "logs"),
@@ -184,6 +190,7 @@ def _read_side(
     postgres_dsn: str,
     programs: list[Program],
     env: Callable[[str], dict[str, str]],
+    api_port: int | None = None,
 ) -> tuple[str, Path]:
     """The projector and the HTTP API, supervised like the services; the admin token is made
     here (only its owner may read the file) so that `up` can say where it is before the API
@@ -192,7 +199,7 @@ def _read_side(
     admin_token_file(token_file)
     common = ["--nats", nats_url, "--postgres", postgres_dsn]
     programs.append(Program("projector", ["-m", "services.projector", *common], env("projector")))
-    port = DEFAULT_API_PORT if _port_free(DEFAULT_API_PORT) else free_port()
+    port = api_port or (DEFAULT_API_PORT if _port_free(DEFAULT_API_PORT) else free_port())
     api = ["-m", "services.api", *common, "--port", str(port)]
     api += ["--admin-token-file", str(token_file)]
     programs.append(Program("api", api, env("api")))
@@ -301,6 +308,24 @@ def _reaped(pid: int) -> bool:
     except ChildProcessError:
         return False
     return done == pid
+
+
+async def _reachable(nats_url: str, within: float = 5.0) -> None:
+    """Refuse a NATS server that cannot be reached before starting anything, rather than
+    leave services retrying against it (nats-py itself retries a first connection forever)."""
+
+    async def quiet(_: Exception) -> None:
+        pass
+
+    try:
+        async with asyncio.timeout(within):
+            nc = await nats.connect(
+                nats_url, connect_timeout=2, allow_reconnect=False, error_cb=quiet
+            )
+    except Exception as e:  # unreachable, refused, a bad URL: all the same to the user
+        why = f"no answer within {within:g}s" if isinstance(e, TimeoutError) else str(e)
+        raise EmbeddedError(f"cannot reach NATS at {nats_url}: {why}") from None
+    await nc.close()
 
 
 def _port_free(port: int) -> bool:

@@ -25,7 +25,7 @@ from events import JobCompleted, JobScheduled, JobSpec, NodeLost, Replica, encod
 from events.commands import SetPool, SetProject
 from policy.snapshot import encode_snapshot
 from policy.state import ClusterState
-from services.runtime import auth
+from services.runtime import auth, logstream
 from services.runtime.auth import (
     ADMIN,
     CLIENT,
@@ -211,6 +211,7 @@ async def test_leases_and_snapshots_work_for_their_owners(secured: Secured) -> N
 
 def test_the_permissions_name_the_stream_the_log_uses() -> None:
     assert auth.STREAM == STREAM
+    assert (auth.LOG_STREAM, auth.LOG_PREFIX) == (logstream.LOG_STREAM, logstream.LOG_PREFIX)
 
 
 def test_credentials_are_private_and_kept(tmp_path: Path) -> None:

@@ -39,6 +39,7 @@ from litestar.openapi.config import OpenAPIConfig
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.openapi.spec import Components, SecurityScheme
 from litestar.params import HeaderParameter, JSONBody, PathParameter, QueryParameter
+from litestar.response import Stream
 from litestar.response.sse import ServerSentEvent, ServerSentEventMessage
 from nats.aio.client import Client
 
@@ -53,7 +54,7 @@ from events.commands import (
     SetProject,
     SubmitJob,
 )
-from services.api import metrics, queries, tokens
+from services.api import logs, metrics, queries, tokens
 from services.api.tokens import Caller
 from services.api.types import (
     Accepted,
@@ -274,6 +275,11 @@ async def submit_job(ctx: Ctx, caller: Who, data: JSONBody[SubmitRequest]) -> Ac
         node=data.node,
         command=tuple(data.command),
         image=data.image,
+        env=tuple(f"{k}={v}" for k, v in data.env.items()),
+        preemptible=data.preemptible,
+        preemption_delay_s=data.preemption_delay_s,
+        min_runtime_s=data.min_runtime_s,
+        grace_s=data.grace_s,
     )
     command = SubmitJob(
         actor=caller.name, job_id=data.job_id, spec=spec, idempotency_key=data.idempotency_key
@@ -382,6 +388,64 @@ async def job_detail(ctx: Ctx, caller: Who, job_id: PathName) -> JobDetail:
     if found is None:
         raise _fail(404, f"unknown job id {job_id!r}", "job_id")
     return found
+
+
+@get(
+    "/v1/jobs/{job_id:str}/logs",
+    media_type="text/plain; charset=utf-8",
+    responses=FOUND_ERRORS,
+    tags=["jobs"],
+)
+async def job_logs(
+    ctx: Ctx,
+    caller: Who,
+    job_id: PathName,
+    attempt: Annotated[int | None, QueryParameter(ge=1, le=1_000_000)] = None,
+    follow: Annotated[bool, QueryParameter(description="stream until the attempt ends")] = False,
+    max_bytes: Annotated[int, QueryParameter(ge=1, le=64 << 20)] = logs.DEFAULT_MAX_BYTES,
+) -> Response[bytes] | Stream:
+    """An attempt's output (default: the latest), every replica's, as the workload wrote it
+    (lines prefixed `[replica N]` where there are several). `follow` streams it as it comes
+    until the attempt ends; otherwise the last `max_bytes` of what there is."""
+    async with ctx.db.acquire() as conn:
+        job = await queries.job_detail(conn, job_id)
+    if job is None:
+        raise _fail(404, f"unknown job id {job_id!r}", "job_id")
+    if job.attempt == 0:
+        raise _fail(404, f"job {job_id!r} has not started yet ({job.state})", "attempt")
+    wanted = attempt or job.attempt
+    if wanted > job.attempt:
+        raise _fail(404, f"job {job_id!r} has had {job.attempt} attempt(s), not {wanted}",
+                    "attempt")  # fmt: skip
+
+    async def over() -> bool:
+        async with ctx.db.acquire() as conn:
+            now = await queries.job_detail(conn, job_id)
+        return now is None or now.attempt != wanted or now.state not in LIVE_STATES
+
+    lines = logs.Lines(prefixed=job.replicas > 1)
+    js = ctx.nc.jetstream()
+    output = logs.read_output(js, job_id, wanted, lines, follow=follow, attempt_over=over)
+    if not follow:
+        return Response(await logs.tail(output, max_bytes), media_type="text/plain")
+    if ctx.streams.locked():
+        raise ServiceUnavailableException(detail="too many live streams open; try again later")
+    return Stream(_held(ctx, output), media_type="text/plain")
+
+
+#: The states in which an attempt may still write output.
+LIVE_STATES: Final = frozenset({"starting", "running", "stopping"})
+
+
+async def _held(ctx: Context, source: AsyncGenerator[bytes, None]) -> AsyncIterator[bytes]:
+    """The stream, holding a place among the live streams; its consumer is closed as soon as
+    the client goes."""
+    async with ctx.streams:
+        try:
+            async for chunk in source:
+                yield chunk
+        finally:
+            await source.aclose()
 
 
 @get("/v1/jobs/{job_id:str}/as-of/{seq:int}", responses=FOUND_ERRORS, tags=["timeline"])
@@ -679,6 +743,7 @@ def create_app(settings: Settings) -> Litestar:
             set_pool,
             list_jobs,
             job_detail,
+            job_logs,
             job_as_of,
             job_timeline,
             project_timeline,

@@ -13,6 +13,7 @@ import msgspec
 Name = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")]
 Count = Annotated[int, msgspec.Meta(ge=0, le=100_000)]
 Arg = Annotated[str, msgspec.Meta(max_length=4096)]
+EnvKey = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")]
 
 
 class Error(msgspec.Struct):
@@ -35,6 +36,12 @@ class SubmitRequest(msgspec.Struct, forbid_unknown_fields=True):
     node: Name | None = None
     command: Annotated[list[Arg], msgspec.Meta(max_length=256)] = []
     image: Annotated[str, msgspec.Meta(max_length=512)] | None = None
+    #: the workload's environment (Fairlane's own FAIRLANE_* and GPU variables win)
+    env: Annotated[dict[EnvKey, Arg], msgspec.Meta(max_length=256)] = {}
+    preemptible: bool | None = None
+    preemption_delay_s: Annotated[float, msgspec.Meta(ge=0, le=365 * 86400)] = 0.0
+    min_runtime_s: Annotated[float, msgspec.Meta(ge=0, le=365 * 86400)] = 0.0
+    grace_s: Annotated[float, msgspec.Meta(ge=0, le=86400)] | None = None
     idempotency_key: Annotated[str, msgspec.Meta(max_length=256)] | None = None
 
 

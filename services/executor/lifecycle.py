@@ -22,6 +22,7 @@ from services.executor.checkpoints import checkpointed
 from services.executor.endpoint import SOCKET_ENV
 from services.executor.local import LocalAttempt, LocalReplica
 from services.executor.logs import attempt_log_path
+from services.executor.logship import ship_replica
 from services.executor.logview import accepted, desired
 from services.executor.runtime import (
     SIGTERM_EXIT,
@@ -73,7 +74,9 @@ def on_scheduled(ex: Executor, e: JobScheduled) -> None:
 def launch_of(ex: Executor, job: Job, index: int, replica: Replica) -> Launch:
     """Everything the runtime needs to start replica `index` of the job's current attempt."""
     directory = checkpoint_dir(ex.data_dir, job.id)
+    own = dict(entry.partition("=")[::2] for entry in job.spec.env)
     env = {
+        **own,
         "FAIRLANE_JOB_ID": job.id,
         "FAIRLANE_ATTEMPT": str(job.attempt),
         "FAIRLANE_CHECKPOINT_DIR": str(directory),
@@ -103,6 +106,8 @@ def launch_of(ex: Executor, job: Job, index: int, replica: Replica) -> Launch:
 
 async def run_replica(ex: Executor, lr: LocalReplica, launch: Launch | None) -> None:
     """Start (or adopt) one replica, wait for it to end, then deal with its end."""
+    if ex.runtime.real:  # its output, to the log stream as it comes
+        ex.spawn(ship_replica(ex, lr))
     if lr.workload is None:
         if launch is None:
             return

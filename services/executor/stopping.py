@@ -47,7 +47,7 @@ def begin_stop(ex: Executor, job: Job, request: JobPreemptionRequested) -> None:
         attempt=request.attempt,
         reason=request.reason,
         replicas=[lr.index for lr in local],
-        grace_s=ex.state.settings.preemption_grace_s,
+        grace_s=grace_of(ex, job.id),
     )
     ex.spawn(stop(ex, local, request if reporter else None))
 
@@ -69,7 +69,7 @@ async def _stopping(
     fresh: list[LocalReplica],
     request: JobPreemptionRequested | None,
 ) -> None:
-    grace = ex.state.settings.preemption_grace_s
+    grace = grace_of(ex, replicas[0].job_id if replicas else "")
     killed = await terminate(fresh, grace)
     # Replicas that an earlier request is already stopping end on that one's schedule.
     await wait_all((lr.finished for lr in replicas), grace + KILL_WAIT_S)
@@ -94,6 +94,13 @@ async def _stopping(
     for lr in replicas:
         if not desired(ex.state.jobs.get(lr.job_id), lr.attempt, lr.replica):
             ex.drop(lr)
+
+
+def grace_of(ex: Executor, job_id: str) -> float:
+    """The job's own grace period if it has one, else the cluster's."""
+    job = ex.state.jobs.get(job_id)
+    own = job.spec.grace_s if job is not None else None
+    return own if own is not None else ex.state.settings.preemption_grace_s
 
 
 def sync_job(ex: Executor, job_id: str) -> None:

@@ -42,6 +42,9 @@ CREDENTIALS_ENV: Final = "FAIRLANE_NATS_CREDENTIALS"
 #: eventlog.STREAM, which cannot be imported here (the event log connects through this module);
 #: tests/test_auth.py checks they agree
 STREAM: Final = "FAIRLANE"
+#: logstream.LOG_STREAM and LOG_PREFIX: the workloads' output (tests/test_auth.py checks them)
+LOG_STREAM: Final = "FAIRLANE_LOGS"
+LOG_PREFIX: Final = "fairlane.logs"
 SERVICES: Final = (
     "admission",
     "ledger",
@@ -185,12 +188,15 @@ def _projector(user: str, inbox: list[str]) -> Permissions:
 
 
 def _api(user: str, inbox: list[str]) -> Permissions:
-    return Permissions(_log_reader() + _COMMANDS, inbox)
+    return Permissions(_log_reader() + _COMMANDS + _reading(LOG_STREAM), inbox)
 
 
 def _executor(node: str, inbox: list[str]) -> Permissions:
     publish = _log_reader() + _jobs(EXECUTOR_EVENTS) + [f"fl.node.{node}.>"]
     publish += [*_reading(f"KV_{HEARTBEATS}"), f"$KV.{HEARTBEATS}.{node}"]
+    # its own node's workload output, and where its shipping of a replica got to
+    publish += [f"{LOG_PREFIX}.{node}.>", f"$JS.API.STREAM.INFO.{LOG_STREAM}"]
+    publish += [f"$JS.API.DIRECT.GET.{LOG_STREAM}.{LOG_PREFIX}.{node}.>"]
     return Permissions(publish, inbox)
 
 

@@ -27,6 +27,7 @@ from services.runtime.eventlog import STREAM, SUBJECTS
 from services.runtime.heartbeats import heartbeat_bucket
 from services.runtime.lease import BUCKET as LEASES
 from services.runtime.lease import LEASE_TTL_S
+from services.runtime.logstream import LOG_STREAM, log_stream_config
 from services.runtime.snapshots import BUCKET as SNAPSHOTS
 
 DEFAULT_MAX_BYTES: Final = 8 << 30
@@ -75,6 +76,10 @@ async def provision(
     except (BucketNotFoundError, NotFoundError):
         await js.create_key_value(KeyValueConfig(bucket=LEASES, ttl=LEASE_TTL_S, replicas=replicas))
     await heartbeat_bucket(js)
+    try:  # the workloads' output, bounded apart from the log (services/runtime/logstream.py)
+        await js.stream_info(LOG_STREAM)
+    except NotFoundError:
+        await js.add_stream(log_stream_config(replicas=replicas))
     try:
         await js.object_store(SNAPSHOTS)
     except NotFoundError:

@@ -1,0 +1,119 @@
+"""How commands answer: rich tables for people, `-o json` and `-o yaml` for scripts, and one
+exit-status convention.
+
+Exit status: 0 done; 1 the operation failed, was refused, or what it names does not exist;
+2 bad usage or a bad value (the message names it).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Annotated, Any, Final, Literal, NoReturn
+
+import cyclopts
+import msgspec
+from rich.console import Console
+from rich.markup import escape
+from ruamel.yaml import YAML
+
+from fairlane.client import CliError
+
+OK: Final = 0
+FAILED: Final = 1
+USAGE: Final = 2
+EXIT_STATUS_HELP: Final = (
+    "Exit status: 0 done; 1 the operation failed, was refused or names something that does "
+    "not exist; 2 bad usage or a bad value."
+)
+
+Format = Literal["table", "json", "yaml"]
+Output = Annotated[
+    Format,
+    cyclopts.Parameter(name=["--output", "-o"], help="table for people; json or yaml for scripts"),
+]
+
+#: Piped output is not cut to 80 columns (a terminal's own width, or COLUMNS, wins).
+_WIDTH: Final = None if sys.stdout.isatty() or "COLUMNS" in os.environ else 160
+console = Console(highlight=False, soft_wrap=True, width=_WIDTH)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def fail(message: str, code: int = FAILED) -> NoReturn:
+    err.print(f"[red]error:[/] {escape(message)}")
+    sys.exit(code)
+
+
+@contextmanager
+def errors_said() -> Iterator[None]:
+    """Turn a CliError into its message and exit status; never a traceback."""
+    try:
+        yield
+    except CliError as e:
+        fail(str(e), e.code)
+
+
+def emit(data: Any, output: Format, table: Callable[[Any], None]) -> None:
+    """`data` as JSON or YAML, or drawn by `table` for people."""
+    if output == "json":
+        sys.stdout.write(msgspec.json.encode(data).decode() + "\n")
+    elif output == "yaml":
+        sys.stdout.write(to_yaml(data))
+    else:
+        table(data)
+
+
+def to_yaml(data: Any) -> str:
+    yaml = YAML(typ="safe", pure=True)
+    yaml.default_flow_style = False
+    yaml.representer.sort_base_mapping_type_on_output = False  # keep the API's order
+    buffer = io.StringIO()
+    yaml.dump(msgspec.to_builtins(data), buffer)
+    return buffer.getvalue()
+
+
+def ago(then: float | None, now: float | None = None) -> str:
+    """'3m ago'-style age of a time, or '-'."""
+    if then is None:
+        return "-"
+    return duration((now or time.time()) - then) + " ago"
+
+
+def duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    s = max(0, int(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+
+
+def clock(t: float) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(t))
+
+
+STATE_STYLES: Final = {
+    "running": "green",
+    "starting": "green",
+    "pending": "yellow",
+    "submitted": "yellow",
+    "stopping": "magenta",
+    "paused": "blue",
+    "completed": "dim",
+    "cancelled": "dim",
+    "failed": "red",
+    "rejected": "red",
+}
+
+
+def state(name: str) -> str:
+    style = STATE_STYLES.get(name)
+    return f"[{style}]{name}[/]" if style else name

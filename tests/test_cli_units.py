@@ -1,0 +1,116 @@
+"""The command line's pieces that need no cluster: where the API is found, output formats,
+suggestions, and how shipped log chunks become output."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from ruamel.yaml import YAML
+
+from fairlane.client import CliError, closest, resolve
+from fairlane.output import duration, to_yaml
+from services.api.logs import Lines
+
+
+@pytest.fixture
+def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    for name in ("FAIRLANE_API", "FAIRLANE_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    config = tmp_path / "config.yaml"
+    monkeypatch.setenv("FAIRLANE_CONFIG", str(config))
+    return config
+
+
+def running_cluster(data: Path, api: str) -> None:
+    data.mkdir()
+    (data / "admin-token").write_text("admin-secret\n")
+    info = {
+        "api_url": api,
+        "admin_token_file": str(data / "admin-token"),
+        "pids": {"supervisor": os.getpid()},  # a live process: the cluster "runs"
+    }
+    (data / "cluster.json").write_text(json.dumps(info))
+
+
+def test_the_embedded_cluster_is_the_default(clean_env: Path, tmp_path: Path) -> None:
+    running_cluster(tmp_path / "fl", "http://127.0.0.1:8123")
+    target = resolve(None, None, tmp_path / "fl")
+    assert (target.api, target.token) == ("http://127.0.0.1:8123", "admin-secret")
+
+
+def test_flags_then_environment_then_config_then_cluster(
+    clean_env: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    running_cluster(tmp_path / "fl", "http://cluster:1")
+    clean_env.write_text(f"api: http://config:2\ntoken_file: {tmp_path / 'tok'}\n")
+    (tmp_path / "tok").write_text("from-config-file\n")
+    assert resolve(None, None, tmp_path / "fl").api == "http://config:2"
+    assert resolve(None, None, tmp_path / "fl").token == "from-config-file"
+    monkeypatch.setenv("FAIRLANE_API", "http://env:3/")
+    monkeypatch.setenv("FAIRLANE_TOKEN", "from-env")
+    assert (resolve(None, None, tmp_path / "fl").api, resolve(None, None, tmp_path).token) == (
+        "http://env:3",
+        "from-env",
+    )
+    flagged = resolve("http://flag:4", "from-flag", tmp_path / "fl")
+    assert (flagged.api, flagged.token, flagged.source) == ("http://flag:4", "from-flag", "--api")
+
+
+def test_no_cluster_and_bad_config_are_explained(clean_env: Path, tmp_path: Path) -> None:
+    with pytest.raises(CliError, match=r"no cluster runs from .* start one"):
+        resolve(None, None, tmp_path / "none")
+    with pytest.raises(CliError, match="no API token"):
+        resolve("http://somewhere:1", None, tmp_path / "none")
+    clean_env.write_text("api: [unclosed\n")
+    with pytest.raises(CliError, match="not valid YAML") as bad:
+        resolve(None, None, tmp_path)
+    assert bad.value.code == 2
+    clean_env.write_text("server: http://x\n")
+    with pytest.raises(CliError, match="only api, token and token_file"):
+        resolve(None, None, tmp_path)
+
+
+def test_closest_names() -> None:
+    names = ["large-training-job", "jupyter-workspace", "build-1"]
+    assert closest("large-trainig-job", names) == " (did you mean large-training-job?)"
+    assert closest("zzz", names) == ""
+
+
+def test_yaml_keeps_the_api_order_and_nulls() -> None:
+    data = [{"name": "a", "limit": None, "pools": [{"quota": 4}]}]
+    text = to_yaml(data)
+    assert text.splitlines()[0] == "- name: a"
+    assert YAML(typ="safe").load(text) == data
+
+
+def test_durations() -> None:
+    assert [duration(s) for s in (5, 65, 3700, 90000)] == ["5s", "1m05s", "1h01m", "1d01h"]
+
+
+SUBJECT = "fairlane.logs.n1.job-1.2.{}"
+
+
+def test_one_replica_is_raw_and_a_chunk_shipped_twice_is_skipped() -> None:
+    lines = Lines(prefixed=False)
+    r0 = SUBJECT.format(0)
+    assert lines.take(r0, 0, b"step 1\nstep", end=False) == b"step 1\nstep"
+    # an executor restarted mid-way ships from an earlier offset: only the new part shows
+    assert lines.take(r0, 0, b"step 1\nstep 2\n", end=False) == b" 2\n"
+    assert lines.take(r0, 7, b"step 2\n", end=False) == b""
+    assert not lines.all_ended()
+    assert lines.take(r0, 14, b"", end=True) == b""
+    assert lines.all_ended()
+
+
+def test_several_replicas_are_prefixed_whole_lines() -> None:
+    lines = Lines(prefixed=True)
+    r0, r1 = SUBJECT.format(0), SUBJECT.format(1)
+    assert lines.take(r0, 0, b"a1\na", end=False) == b"[replica 0] a1\n"
+    assert lines.take(r1, 0, b"b1\n", end=False) == b"[replica 1] b1\n"
+    assert lines.take(r0, 4, b"2\n", end=False) == b"[replica 0] a2\n"
+    assert lines.take(r1, 3, b"tail without newline", end=False) == b""
+    assert lines.take(r1, 23, b"", end=True) == b"[replica 1] tail without newline\n"
+    assert not lines.all_ended()  # replica 0 has not said it is done

@@ -76,6 +76,7 @@ from services.api.types import (
 from services.api.types import (
     Pool as PoolView,
 )
+from services.api.ui import dashboard_routes
 from services.runtime.client import send
 from services.runtime.eventlog import JetStreamLog, Stored, connect
 from services.runtime.postgres import PG_TRANSIENT, connect_pool, migrate
@@ -687,6 +688,7 @@ def create_app(settings: Settings) -> Litestar:
             event_stream,
             health,
             prometheus,
+            *dashboard_routes(),
         ],
         dependencies={
             "ctx": Provide(get_context, sync_to_thread=False),

@@ -6,6 +6,7 @@ phone widths are saved in the test's folder (see tests/dashboard_support.py)."""
 from __future__ import annotations
 
 import asyncio
+import sys
 import tempfile
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
@@ -25,6 +26,10 @@ from tests.dashboard_support import Screens, binaries, chromium, wait_for
 pytestmark = [pytest.mark.nats, pytest.mark.slow]
 TRAINING = "large-training-job"
 WORKSPACE = "jupyter-workspace"
+#: A training loop that reports progress and checkpoints on the job's timeline (about once a
+#: second) and resumes from its checkpoint.
+TRAIN_COMMAND = [sys.executable, str(Path(__file__).resolve().parent.parent / "examples/train.py"),
+                 "--steps=1000000", "--report-every=100", "--checkpoint-every=500"]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -154,11 +159,15 @@ def types(chrome: webdriver.Chrome) -> list[str]:
     return [e.type for e in timeline(chrome)]
 
 
-def state(chrome: webdriver.Chrome) -> str:
+def text_of(chrome: webdriver.Chrome, css: str) -> str:
     shown = chrome.execute_script(
-        "return document.querySelector('.heading-state .state')?.textContent ?? ''"
+        "return document.querySelector(arguments[0])?.textContent ?? ''", css
     )
     return str(shown)
+
+
+def state(chrome: webdriver.Chrome) -> str:
+    return text_of(chrome, ".heading-state .state")
 
 
 def submit(cluster: Cluster, job: dict[str, Any], token: str | None = None) -> None:
@@ -189,7 +198,8 @@ def the_usage_chart_moves_to_4_of_4(
     chrome: webdriver.Chrome, cluster: Cluster, screens: Screens
 ) -> None:
     # the training job takes all 8 GPUs: 8 of project-a's quota of 4
-    submit(cluster, {"job_id": TRAINING, "project": "project-a", "class": "train", "gpus": 8})
+    submit(cluster, {"job_id": TRAINING, "project": "project-a", "class": "train", "gpus": 8,
+                     "command": TRAIN_COMMAND})  # fmt: skip
     wait_for(chrome, shows_usage(chrome, "project-a", "8/4"), "project-a at 8/4")
     pool = chrome.find_element(By.CSS_SELECTOR, 'figure.pool-chart[data-pool="default"]')
     assert pool.get_attribute("data-in-use") == "8" and pool.get_attribute("data-free") == "0"
@@ -234,7 +244,19 @@ def its_page_shows_the_preemption_and_its_return(
     asked = kinds.index("JobPreemptionRequested")
     back = kinds.index("JobStarted", asked)
     assert asked < kinds.index("JobPreempted") < back, kinds
-    assert "attempt 2" in shown[back].text
+    assert "attempt 2" in shown[back].text and "resumed" in shown[back].text
+    # the workload's own reports: it resumed from its checkpoint, and goes on from there
+    wait_for(chrome, lambda: "Attempt 2: step" in text_of(chrome, "#progress-title + p"),
+             "attempt 2's progress")  # fmt: skip
+    messages = [e.text for e in timeline(chrome) if e.type == "JobMessage"]
+    assert any("resumed from step" in m for m in messages), messages
+    saved = attributes(chrome, "table.checkpoints tbody tr", "data-attempt")
+    assert "1" in saved, saved  # saved on SIGTERM, at least
+    progress = chrome.find_element(By.ID, "show-progress")
+    progress.send_keys(Keys.SPACE)  # the reports on the timeline too
+    wait_for(chrome, lambda: "JobProgress" in types(chrome), "progress on the timeline")
+    assert not chrome.find_elements(By.CSS_SELECTOR, "#timeline > li.no-effect")
+    progress.send_keys(Keys.SPACE)
     not_reloaded(chrome)
     screens.take(chrome, "job-back")
 

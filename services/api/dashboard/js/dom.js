@@ -62,6 +62,18 @@ export function duration(seconds) {
   return `${Math.floor(s / 3600)}h ${Math.floor((s % 3600) / 60)}m`;
 }
 
+export function bytes(count) {
+  if (count === null || count === undefined) return "—";
+  const units = ["B", "KB", "MB", "GB", "TB"];
+  let value = count;
+  let unit = 0;
+  while (value >= 1024 && unit < units.length - 1) {
+    value /= 1024;
+    unit += 1;
+  }
+  return `${unit === 0 ? value : value.toFixed(1)} ${units[unit]}`;
+}
+
 export function stateBadge(state) {
   return h("span", { class: `state state-${state}`, "data-state": state }, state);
 }

@@ -2,10 +2,11 @@
 // and progress, its whole timeline with reasons, its logs, and the buttons that act on it.
 
 import { del, get, post, request } from "../api.js";
-import { duration, h, jobLink, problem, replace, s, stateBadge, table, time } from "../dom.js";
-import { describe, TYPE_NAMES } from "./timeline.js";
+import { bytes, duration, h, jobLink, problem, replace, s, stateBadge, table, time } from "../dom.js";
+import { describe, takesEffect, TYPE_NAMES } from "./timeline.js";
 
 const TIMELINE_MAX = 5000;
+const CHECKPOINTS_SHOWN = 10;
 const FINISHED = ["completed", "failed", "cancelled", "rejected"];
 const ACTIONS = {
   pause: { label: "Pause", when: ["submitted", "pending", "starting", "running"], done: "paused" },
@@ -182,7 +183,7 @@ function attemptsOf(timeline) {
   };
   for (const e of timeline) {
     const n = e.event.attempt;
-    if (n === undefined || !e.applied) continue;
+    if (n === undefined || !takesEffect(e)) continue;
     const a = at(n);
     if (e.type === "JobScheduled") a.scheduled ??= e.time;
     if (e.type === "JobStarted") { a.started = e.time; a.resumed = e.event.resumed; }
@@ -210,12 +211,13 @@ function attemptsSection(timeline) {
         h("td", { class: "num" }, a.checkpoints.length),
         h("td", { class: "num" }, a.step ?? "—"))),
       { class: "attempts" }),
-    checkpoints.length ? table("Checkpoints", ["Attempt", "Saved", "Step", "Size", "Took"],
-      checkpoints.map((c) => h("tr", {},
+    checkpoints.length ? table("Checkpoints", [["Attempt", "num"], "Saved", ["Step", "num"], ["Size", "num"], ["Took", "num"]],
+      checkpoints.slice(-CHECKPOINTS_SHOWN).reverse().map((c) => h("tr", { "data-attempt": c.event.attempt },
         h("td", { class: "num" }, c.event.attempt), h("td", {}, time(c.time)),
         h("td", { class: "num" }, c.event.step ?? "—"),
-        h("td", { class: "num" }, c.event.size_bytes === undefined ? "—" : `${(c.event.size_bytes / 1e6).toFixed(1)} MB`),
-        h("td", { class: "num" }, `${(c.event.save_s ?? 0).toFixed(1)}s`)))) : null);
+        h("td", { class: "num" }, bytes(c.event.size_bytes)),
+        h("td", { class: "num" }, `${(c.event.save_s ?? 0).toFixed(1)}s`))), { class: "checkpoints" }) : null,
+    checkpoints.length > CHECKPOINTS_SHOWN ? h("p", { class: "help" }, `The last ${CHECKPOINTS_SHOWN} of ${checkpoints.length} checkpoints.`) : null);
 }
 
 function progressSection(timeline) {
@@ -245,12 +247,12 @@ function sparkline(reports) {
 }
 
 function entry(e) {
-  return h("li", { class: `event${e.applied ? "" : " no-effect"}`, "data-type": e.type, "data-seq": e.seq,
+  return h("li", { class: `event${takesEffect(e) ? "" : " no-effect"}`, "data-type": e.type, "data-seq": e.seq,
     "data-reason": e.reason ?? "", "data-for-job": e.for_job ?? "" },
     h("div", { class: "event-head" },
       time(e.time),
       h("strong", { class: "event-type" }, TYPE_NAMES[e.type] ?? e.type),
-      e.applied ? null : h("span", { class: "tag" }, "no effect: the log had moved on")),
+      takesEffect(e) ? null : h("span", { class: "tag" }, "no effect: the log had moved on")),
     h("p", { class: "event-text" }, describe(e, jobLink)),
     h("details", {}, h("summary", {}, "Facts and the whole event"),
       e.event.facts ? factsTable(e.event.facts) : null,

@@ -20,6 +20,14 @@ export const TYPE_NAMES = {
   JobPriorityChanged: "Priority changed",
 };
 
+/** A workload's own reports change no state, so the read models call them "not applied";
+ * only a decision the log had moved past had no effect. */
+const REPORTS = new Set(["JobProgress", "JobMessage", "JobCheckpointed"]);
+
+export function takesEffect(e) {
+  return e.applied || REPORTS.has(e.type);
+}
+
 const REASONS = {
   reclaim: "reclaim: another project took back GPUs within its fair share",
   priority: "priority: a more important job of its project needed the GPUs",

@@ -188,7 +188,7 @@ def test_the_runai_exercise_seen_in_the_browser(
     the_queue_says_why_the_training_job_waits(chrome, screens)
     its_page_shows_the_preemption_and_its_return(chrome, cluster, screens)
     pause_and_resume_from_the_buttons(chrome, screens)
-    its_logs_or_why_there_are_none(chrome)
+    its_logs_or_why_there_are_none(chrome, screens)
     go(chrome, "Pools", "Pools")
     wait_for(chrome, shows_usage(chrome, "project-a", "8/4"), "project-a back at 8/4")
     not_reloaded(chrome)
@@ -234,9 +234,17 @@ def its_page_shows_the_preemption_and_its_return(
     assert attributes(chrome, "table.lost tbody tr", "data-for-job") == [WORKSPACE]
     screens.take(chrome, "job-preempted")
 
-    # the workspace is deleted: the training job comes back on the same page, live
-    with cluster.api(cluster.team_b) as api:
-        assert api.delete(f"/v1/jobs/{WORKSPACE}").status_code == 200
+    # the workspace's page names the job it preempted; it is deleted from there (confirmed in
+    # a dialog), and the training job comes back on its own page, live
+    chrome.find_element(By.CSS_SELECTOR, "table.lost").find_element(By.LINK_TEXT, WORKSPACE).click()
+    wait_for(chrome, lambda: attributes(chrome, "table.gained tbody td:first-child", "textContent")
+             == [TRAINING], "the workspace's page names its victim")  # fmt: skip
+    screens.take(chrome, "job-workspace")
+    chrome.find_element(By.ID, "action-delete").click()
+    chrome.find_element(By.ID, "confirm-delete").click()
+    wait_for(chrome, lambda: state(chrome) == "cancelled", "the workspace deleted")
+    chrome.back()
+    wait_for(chrome, lambda: heading(chrome) == f"Job {TRAINING}", "the training job's page")
     wait_for(chrome, lambda: state(chrome) == "running" and types(chrome).count("JobStarted") == 2,
              "the training job back")  # fmt: skip
     shown = timeline(chrome)
@@ -277,13 +285,14 @@ def pause_and_resume_from_the_buttons(chrome: webdriver.Chrome, screens: Screens
     assert kinds.index("JobResumed") > kinds.index("JobPaused")
 
 
-def its_logs_or_why_there_are_none(chrome: webdriver.Chrome) -> None:
+def its_logs_or_why_there_are_none(chrome: webdriver.Chrome, screens: Screens) -> None:
     """The output, or (where the API has no logs route) a clear message; never an error."""
     chrome.find_element(By.ID, "show-logs").click()
     shown = wait_for(chrome, lambda: chrome.find_elements(
         By.CSS_SELECTOR, ".log-output pre.log, .log-output .notice, .log-output .empty"),
         "the logs, or why there are none")  # fmt: skip
     assert not chrome.find_elements(By.CSS_SELECTOR, ".log-output .error"), shown[0].text
+    screens.take(chrome, "job-resumed-logs")
 
 
 def test_a_token_of_one_project_sees_only_that_project(

@@ -84,3 +84,13 @@ export async function mapLimited(items, width, work) {
   await Promise.all(Array.from({ length: Math.min(width, items.length) }, worker));
   return results;
 }
+
+/** The most projects asked for one by one; a token with more gets the listing unfiltered and
+ * keeps its own projects' rows (the API lets any token read). */
+const PER_PROJECT_MAX = 10;
+
+/** The `project` filters that list what a session may see: undefined means every project. */
+export function scopes(session) {
+  if (session.admin || session.projects.length > PER_PROJECT_MAX) return [undefined];
+  return session.projects;
+}

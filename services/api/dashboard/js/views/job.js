@@ -169,7 +169,7 @@ function preemptionSection(lost, gained) {
         h("td", {}, p.checkpointed === null ? "—" : p.checkpointed ? "yes" : "no"),
         h("td", { class: "num wide" }, p.work_lost_gpu_s === null ? "—" : `${p.work_lost_gpu_s.toFixed(0)} GPU·s`))),
     { class: "lost" }) : null,
-    gained.length ? table("Jobs preempted to make room for this one", ["Job", "Attempt", "Reason", "GPUs", "Asked"],
+    gained.length ? table("Jobs preempted to make room for this one", ["Job", ["Attempt", "num"], "Reason", ["GPUs", "num"], "Asked"],
       gained.map((p) => h("tr", {}, h("td", {}, jobLink(p.victim)), h("td", { class: "num" }, p.attempt),
         h("td", {}, p.reason), h("td", { class: "num" }, p.gpus), h("td", {}, time(p.requested_at)))),
     { class: "gained" }) : null);

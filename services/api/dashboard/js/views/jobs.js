@@ -1,6 +1,6 @@
 // Jobs, filtered by project and state (the filters are in the address, so a view can be shared).
 
-import { get } from "../api.js";
+import { get, scopes } from "../api.js";
 import { duration, h, jobLink, problem, replace, stateBadge, table, time } from "../dom.js";
 
 const STATES = ["submitted", "pending", "starting", "running", "stopping", "paused",
@@ -57,8 +57,7 @@ async function visibleProjects(ctx) {
 }
 
 async function load(ctx, project, state, max) {
-  const scopes = project ? [project] : ctx.session.admin ? [undefined] : ctx.session.projects;
-  const pages = await Promise.all(scopes.map((p) =>
+  const pages = await Promise.all((project ? [project] : scopes(ctx.session)).map((p) =>
     get("/v1/jobs", { project: p, state: state || undefined, limit: Math.min(500, max) })));
   const jobs = pages.flatMap((p) => p.items).filter((j) => ctx.visible(j.project));
   jobs.sort((a, b) => a.submitted_at - b.submitted_at);

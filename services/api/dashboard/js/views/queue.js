@@ -1,6 +1,6 @@
 // The queue: every job waiting for GPUs, paused or stopping, with why it waits.
 
-import { allPages, get, mapLimited } from "../api.js";
+import { allPages, get, mapLimited, scopes } from "../api.js";
 import { duration, h, jobLink, problem, replace, stateBadge, table } from "../dom.js";
 
 const WAITING = ["submitted", "pending", "stopping", "paused"];
@@ -25,8 +25,7 @@ export function mount(main, ctx) {
 }
 
 async function waitingJobs(ctx) {
-  const scopes = ctx.session.admin ? [undefined] : ctx.session.projects;
-  const pages = await Promise.all(scopes.flatMap((project) =>
+  const pages = await Promise.all(scopes(ctx.session).flatMap((project) =>
     WAITING.map((state) => allPages("/v1/jobs", { project, state }, SHOWN_MAX))));
   const jobs = pages.flatMap((p) => p.items).filter((j) => ctx.visible(j.project));
   jobs.sort((a, b) => a.submitted_at - b.submitted_at);

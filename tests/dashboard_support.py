@@ -43,6 +43,7 @@ def chromium() -> Iterator[webdriver.Chrome]:
     for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage",
                      "--disable-gpu", f"--window-size={LAPTOP[0]},{LAPTOP[1]}"):  # fmt: skip
         options.add_argument(argument)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     chrome = webdriver.Chrome(service=Service(executable_path=driver), options=options)
     chrome.set_window_size(*LAPTOP)
     try:
@@ -66,6 +67,17 @@ def wait_for(
         return WebDriverWait(chrome, within, poll_frequency=0.2).until(check)
     except Exception as e:
         raise AssertionError(f"{what} (page: {chrome.current_url})") from e
+
+
+def console_errors(chrome: webdriver.Chrome, expected: str | None = None) -> list[str]:
+    """The page's errors in the browser's console (a script's uncaught error, a refused
+    policy, a failed request), except those that mention `expected`."""
+    entries = chrome.get_log("browser")
+    return [
+        e["message"]
+        for e in entries
+        if e["level"] == "SEVERE" and (expected is None or expected not in e["message"])
+    ]
 
 
 class Screens:

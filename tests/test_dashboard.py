@@ -21,7 +21,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 
 from fairlane.embedded import down, up
-from tests.dashboard_support import Screens, binaries, chromium, wait_for
+from tests.dashboard_support import Screens, binaries, chromium, console_errors, wait_for
 
 pytestmark = [pytest.mark.nats, pytest.mark.slow]
 TRAINING = "large-training-job"
@@ -192,6 +192,8 @@ def test_the_runai_exercise_seen_in_the_browser(
     go(chrome, "Pools", "Pools")
     wait_for(chrome, shows_usage(chrome, "project-a", "8/4"), "project-a back at 8/4")
     not_reloaded(chrome)
+    # (a 404 for the logs, where the API has no logs route, is the one error expected)
+    assert console_errors(chrome, expected="/logs?") == []
 
 
 def the_usage_chart_moves_to_4_of_4(
@@ -322,6 +324,7 @@ def test_a_token_of_one_project_sees_only_that_project(
              "another project's job hidden")  # fmt: skip
     assert not chrome.find_elements(By.ID, "action-pause")
     assert not chrome.find_elements(By.ID, "timeline")
+    assert console_errors(chrome) == []
 
 
 def test_the_dashboard_is_served_with_a_strict_policy(cluster: Cluster) -> None:

@@ -22,7 +22,7 @@ export function mount(main, ctx, { jobId }) {
   const outcome = h("div", { class: "outcome", role: "status", "aria-live": "polite" });
   const buttons = Object.fromEntries(Object.entries(ACTIONS).map(([name, action]) =>
     [name, h("button", { type: "button", id: `action-${name}`, class: name === "delete" ? "danger" : "", disabled: true,
-      onclick: () => (name === "delete" ? confirmDelete.showModal() : act(name)) }, action.label)]));
+      onclick: () => (name === "delete" ? askToDelete() : act(name)) }, action.label)]));
   const actions = h("div", { class: "actions", role: "group", "aria-label": "Act on this job" },
     Object.values(buttons), h("p", { class: "help", id: "actions-help" }));
   const confirmDelete = h("dialog", { "aria-labelledby": "confirm-title" },
@@ -32,6 +32,10 @@ export function mount(main, ctx, { jobId }) {
       h("div", { class: "actions" },
         h("button", { value: "delete", class: "danger", id: "confirm-delete" }, "Delete"),
         h("button", { value: "keep", autofocus: true }, "Keep it"))));
+  function askToDelete() {
+    confirmDelete.returnValue = ""; // Escape closes it without a value: keep it from the last time
+    confirmDelete.showModal();
+  }
   confirmDelete.addEventListener("close", () => {
     if (confirmDelete.returnValue === "delete") act("delete");
     else buttons.delete.focus();

@@ -327,6 +327,33 @@ def test_a_token_of_one_project_sees_only_that_project(
     assert console_errors(chrome) == []
 
 
+def test_a_refusal_is_shown_and_the_stream_comes_back(
+    cluster: Cluster, browser: webdriver.Chrome
+) -> None:
+    """A page that missed an event (its live stream cut) offers an action the API refuses: the
+    page shows the API's reason; once the stream is back, so is the page."""
+    chrome = browser
+    submit(cluster, {"job_id": "b-stale", "project": "project-b", "gpus": 0}, cluster.team_b)
+    sign_in(chrome, cluster, cluster.team_b)
+    chrome.execute_cdp_cmd("Network.enable", {})
+    chrome.execute_cdp_cmd("Network.setBlockedURLs", {"urls": ["*/v1/events*"]})
+    chrome.get(f"{cluster.url}/ui/#/jobs/b-stale")
+    chrome.refresh()  # loaded again: its stream is cut now
+    wait_for(chrome, lambda: state(chrome) == "running", "the job's page")
+    wait_for(chrome, lambda: text_of(chrome, "#live") == "reconnecting…", "the stream cut")
+
+    with cluster.api(cluster.team_b) as api:
+        assert api.delete("/v1/jobs/b-stale").status_code == 200
+    chrome.find_element(By.ID, "action-pause").click()
+    refusal = wait_for(chrome, lambda: text_of(chrome, ".outcome .error"), "the refusal shown")
+    assert "cannot be paused" in refusal and "cancelled" in refusal, refusal
+    wait_for(chrome, lambda: state(chrome) == "cancelled", "the page up to date again")
+
+    chrome.execute_cdp_cmd("Network.setBlockedURLs", {"urls": []})
+    wait_for(chrome, lambda: text_of(chrome, "#live") == "live", "the stream back")
+    assert console_errors(chrome, expected="/v1/") == []  # (the cut stream, the refusal)
+
+
 def test_the_dashboard_is_served_with_a_strict_policy(cluster: Cluster) -> None:
     with httpx.Client(base_url=cluster.url, timeout=30) as c:
         page = c.get("/ui/")

@@ -78,6 +78,7 @@ from services.api.types import (
 from services.api.types import (
     Pool as PoolView,
 )
+from services.api.ui import dashboard_routes
 from services.runtime.client import send
 from services.runtime.eventlog import JetStreamLog, Stored, connect
 from services.runtime.postgres import PG_TRANSIENT, connect_pool, migrate
@@ -760,6 +761,7 @@ def create_app(settings: Settings) -> Litestar:
             event_stream,
             health,
             prometheus,
+            *dashboard_routes(),
         ],
         dependencies={
             "ctx": Provide(get_context, sync_to_thread=False),

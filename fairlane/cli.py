@@ -9,6 +9,7 @@ from rich.console import Console
 
 from fairlane.cluster_cli import register
 from fairlane.demo import run_demo
+from fairlane.deploy_cli import deploy_app
 from fairlane.projections_cli import projections_app
 from fairlane.scenario_cli import scenario_app
 from fairlane.simulate_cli import simulate
@@ -21,6 +22,7 @@ app = cyclopts.App(
 app.command(scenario_app, name="scenario")
 app.command(simulate, name="simulate")
 app.command(projections_app, name="projections")
+app.command(deploy_app, name="deploy")
 register(app)
 
 

@@ -17,8 +17,11 @@ async def connect(
 ) -> Client:
     """Connect, retrying the first connection (nats-py does not), and never give up later.
 
-    `credentials` default to the file named by FAIRLANE_NATS_CREDENTIALS, if any (a server
-    without authentication takes a connection without them)."""
+    `url` may name several servers of one cluster, comma-separated: the first that answers
+    is used, the others when it goes away. `credentials` default to the file named by
+    FAIRLANE_NATS_CREDENTIALS, if any (a server without authentication takes a connection
+    without them)."""
+    servers = [u.strip() for u in url.split(",") if u.strip()]
     creds = credentials or credentials_from_env()
     auth: dict[str, str] = {}
     if creds is not None:
@@ -39,7 +42,7 @@ async def connect(
 
     async def attempt() -> Client:
         nc = await nats.connect(
-            url,
+            servers,
             name=name,
             max_reconnect_attempts=-1,
             reconnect_time_wait=0.5,

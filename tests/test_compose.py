@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+import msgspec
 import pytest
 from ruamel.yaml import YAML
 
@@ -330,6 +331,13 @@ def test_compose_stack_survives_kills_and_plays_the_runai_exercise(stack: Stack)
         stored = asyncio.run(read_log(stack))
         submitted = [*batch, "large-training-job", "jupyter-workspace"]
         check_the_log(stored, submitted, batch)
+        # and the check sees a completion doubled or lost
+        completion = next(x for x in stored if isinstance(x.event, JobCompleted))
+        doubled = Stored(stored[-1].seq + 1, msgspec.structs.replace(completion.event, id="x"))
+        with pytest.raises(AssertionError):
+            check_the_log([*stored, doubled], submitted, batch)
+        with pytest.raises(AssertionError):
+            check_the_log([x for x in stored if x is not completion], submitted, batch)
         wait_for("the read models caught up", lambda: len(all_jobs(client)) == len(submitted))
         states = {j["job_id"]: j["state"] for j in all_jobs(client)}
         assert all(states[name] == "completed" for name in batch), states

@@ -35,16 +35,61 @@ app = cyclopts.App(
 )
 # Commands that start clusters or simulations are imported only when run (import paths):
 # the everyday commands stay quick to start.
-app.command("fairlane.scenario_cli:scenario_app", name="scenario")
-app.command("fairlane.simulate_cli:simulate", name="simulate")
-app.command("fairlane.projections_cli:projections_app", name="projections")
-app.command("fairlane.cluster_cli:up_command", name="up")
-app.command("fairlane.cluster_cli:down_command", name="down")
-app.command("fairlane.cluster_cli:status_command", name="status")
-app.command("fairlane.demo:demo_command", name="demo")
-app.command("fairlane.audit_cli:log_app", name="log")
-app.command("fairlane.audit_cli:audit_command", name="audit")
-app.command("fairlane.whatif_cli:whatif", name="whatif")
+app.command(
+    "fairlane.scenario_cli:scenario_app",
+    name="scenario",
+    help="Run scenario files (YAML) on the core or live engine and check their expectations.",
+)
+app.command(
+    "fairlane.simulate_cli:simulate",
+    name="simulate",
+    help="Replay a real trace through the policy: waits, utilisation, preemptions.",
+)
+app.command(
+    "fairlane.projections_cli:projections_app",
+    name="projections",
+    help="The PostgreSQL read models: rebuild them from the whole log.",
+)
+app.command(
+    "fairlane.cluster_cli:up_command",
+    name="up",
+    help="Start an embedded cluster: nats-server, PostgreSQL, the services and one node executor.",
+)
+app.command(
+    "fairlane.cluster_cli:down_command",
+    name="down",
+    help="Stop the embedded cluster in --data-dir, its workloads included.",
+)
+app.command(
+    "fairlane.cluster_cli:status_command",
+    name="status",
+    help="The embedded cluster's services: running, restarts, last exit.",
+)
+app.command(
+    "fairlane.demo:demo_command",
+    name="demo",
+    help="Play the Run:AI preemption exercise on a private cluster and print what the API tells.",
+)
+app.command(
+    "fairlane.audit_cli:log_app",
+    name="log",
+    help="The cluster's event log: export it as JSON lines.",
+)
+app.command(
+    "fairlane.audit_cli:audit_command",
+    name="audit",
+    help="Re-derive every decision on the log with the policy and report any that differs.",
+)
+app.command(
+    "fairlane.whatif_cli:whatif",
+    name="whatif",
+    help="Replay the recorded workload under changed settings, side by side with what happened.",
+)
+app.command(
+    "fairlane.deploy_cli:deploy_app",
+    name="deploy",
+    help="Compose deployments: NATS credentials, stream provisioning, migrations.",
+)
 jobs_cli.register(app)
 cluster_view_cli.register(app)
 app.command(top)

@@ -28,7 +28,8 @@ from aiodocker.exceptions import DockerError
 REPO = Path(__file__).resolve().parent.parent
 DOCKER_HOST = os.environ.get("FAIRLANE_DOCKER_HOST", "unix:///run/fairlane-docker.sock")
 CACHE = Path(os.environ.get("FAIRLANE_IMAGE_CACHE", "/var/cache/fairlane"))
-BASE = "fairlane-test/python:bookworm"
+#: v2: its root folder is 0755 (the first was 0700, which locked out any non-root user)
+BASE = "fairlane-test/python:bookworm-v2"
 APT_SOURCE = os.environ.get("FAIRLANE_APT_SOURCE", "http://deb.debian.org/debian")
 EXAMPLE_FILES = ("fairlane/workload.py", "examples/train.py", "examples/train_torch.py")
 
@@ -60,8 +61,12 @@ async def has_image(docker: aiodocker.Docker, name: str) -> bool:
 
 def base_tarball() -> Path:
     """The base root filesystem as a tarball, made once per machine."""
-    tarball = CACHE / "bookworm-python3-rootfs.tar"
+    tarball = CACHE / "bookworm-python3-rootfs-v2.tar"
     if tarball.exists():
+        return tarball
+    legacy = CACHE / "bookworm-python3-rootfs.tar"
+    if legacy.exists():  # made before v2: the same files, its root folder opened up
+        _open_root(legacy, tarball)
         return tarball
     if shutil.which("debootstrap") is None:
         missing("debootstrap is not installed (apt-get install debootstrap)")
@@ -72,10 +77,21 @@ def base_tarball() -> Path:
             check=True,
             capture_output=True,
         )
+        os.chmod(root, 0o755)  # a temporary folder is 0700: the image's / must not be
         partial = tarball.with_suffix(".partial")
         subprocess.run(["tar", "-C", root, "-cf", str(partial), "."], check=True)
         partial.rename(tarball)
     return tarball
+
+
+def _open_root(source: Path, target: Path) -> None:
+    partial = target.with_suffix(".partial")
+    with tarfile.open(source, "r|") as old, tarfile.open(partial, "w|", format=old.format) as new:
+        for member in old:
+            if member.name in (".", "./"):
+                member.mode = 0o755
+            new.addfile(member, old.extractfile(member) if member.isreg() else None)
+    partial.rename(target)
 
 
 async def base_image(docker: aiodocker.Docker) -> str:

@@ -27,8 +27,11 @@ async def connect(
 ) -> Client:
     """Connect, retrying the first connection (nats-py does not), and never give up later.
 
-    `credentials` default to the file named by FAIRLANE_NATS_CREDENTIALS, if any (a server
-    without authentication takes a connection without them)."""
+    `url` may name several servers of one cluster, comma-separated: the first that answers
+    is used, the others when it goes away. `credentials` default to the file named by
+    FAIRLANE_NATS_CREDENTIALS, if any (a server without authentication takes a connection
+    without them)."""
+    servers = [u.strip() for u in url.split(",") if u.strip()]
     creds = credentials or credentials_from_env()
     who = f"user {creds.user!r}" if creds is not None else "a client without credentials"
     auth: dict[str, str] = {}
@@ -59,7 +62,7 @@ async def connect(
 
     async def _connect() -> Client:
         return await nats.connect(
-            url,
+            servers,
             name=name,
             max_reconnect_attempts=-1,
             reconnect_time_wait=0.5,

@@ -468,78 +468,70 @@ async def job_as_of(
 EVENT_TYPES: Final = frozenset(t.__name__ for t in typing.get_args(AnyEvent))
 
 
-async def _timeline(ctx: Context, **filters: Any) -> TimelinePage:
-    for name in filters.get("types") or ():
+@dataclass(frozen=True, slots=True)
+class Window:
+    """Which events of a timeline a request asks for: the same query parameters on every
+    timeline route (a dependency, so they are declared, documented and checked once)."""
+
+    types: list[str] | None
+    since: float | None
+    until: float | None
+    after: int | None
+    limit: int
+
+
+def get_window(
+    types: Types = None,
+    since: Since = None,
+    until: Until = None,
+    after: After = None,
+    limit: Limit = 100,
+) -> Window:
+    for name in types or ():
         if name not in EVENT_TYPES:
             raise _fail(400, f"unknown event type {name!r}", "type")
+    return Window(types, since, until, after, limit)
+
+
+Span = NamedDependency[Window]
+
+
+async def _timeline(ctx: Context, window: Window, **about: str) -> TimelinePage:
     async with ctx.db.acquire() as conn:
-        items, next_after = await queries.timeline(conn, **filters)
+        items, next_after = await queries.timeline(
+            conn,
+            **about,
+            types=window.types,
+            since=window.since,
+            until=window.until,
+            after=window.after,
+            limit=window.limit,
+        )
     return TimelinePage(items=items, next=next_after)
 
 
 @get("/v1/jobs/{job_id:str}/timeline", responses=ERRORS, tags=["timeline"])
-async def job_timeline(
-    ctx: Ctx,
-    caller: Who,
-    job_id: PathName,
-    types: Types = None,
-    since: Since = None,
-    until: Until = None,
-    after: After = None,
-    limit: Limit = 100,
-) -> TimelinePage:
+async def job_timeline(ctx: Ctx, caller: Who, window: Span, job_id: PathName) -> TimelinePage:
     """A job's events in log order, each with its reason and the facts the policy used."""
-    return await _timeline(
-        ctx, job=job_id, types=types, since=since, until=until, after=after, limit=limit
-    )
+    return await _timeline(ctx, window, job=job_id)
 
 
 @get("/v1/projects/{name:str}/timeline", responses=ERRORS, tags=["timeline"])
-async def project_timeline(
-    ctx: Ctx,
-    caller: Who,
-    name: PathName,
-    types: Types = None,
-    since: Since = None,
-    until: Until = None,
-    after: After = None,
-    limit: Limit = 100,
-) -> TimelinePage:
+async def project_timeline(ctx: Ctx, caller: Who, window: Span, name: PathName) -> TimelinePage:
     """The events of a project and of its jobs."""
-    return await _timeline(
-        ctx, project=name, types=types, since=since, until=until, after=after, limit=limit
-    )
+    return await _timeline(ctx, window, project=name)
 
 
 @get("/v1/nodes/{name:str}/timeline", responses=ERRORS, tags=["timeline"])
-async def node_timeline(
-    ctx: Ctx,
-    caller: Who,
-    name: PathName,
-    types: Types = None,
-    since: Since = None,
-    until: Until = None,
-    after: After = None,
-    limit: Limit = 100,
-) -> TimelinePage:
+async def node_timeline(ctx: Ctx, caller: Who, window: Span, name: PathName) -> TimelinePage:
     """The events of a node and of the jobs placed on it."""
-    return await _timeline(
-        ctx, node=name, types=types, since=since, until=until, after=after, limit=limit
-    )
+    return await _timeline(ctx, window, node=name)
 
 
 @get("/v1/timeline", responses=ERRORS, tags=["timeline"])
-async def whole_timeline(
-    ctx: Ctx,
-    caller: Who,
-    types: Types = None,
-    since: Since = None,
-    until: Until = None,
-    after: After = None,
-    limit: Limit = 100,
-) -> TimelinePage:
+async def whole_timeline(ctx: Ctx, caller: Who, window: Span) -> TimelinePage:
     """Every event, by type and between times."""
-    return await _timeline(ctx, types=types, since=since, until=until, after=after, limit=limit)
+    return await _timeline(ctx, window)
 
 
 @get("/v1/projects", responses=ERRORS, tags=["projects"])
@@ -766,6 +758,7 @@ def create_app(settings: Settings) -> Litestar:
         dependencies={
             "ctx": Provide(get_context, sync_to_thread=False),
             "caller": Provide(get_caller),
+            "window": Provide(get_window, sync_to_thread=False),
         },
         exception_handlers={HTTPException: on_http_error, Exception: on_other_error},
         lifespan=[lifespan],

@@ -34,7 +34,7 @@ from events import JobCompleted, JobPreempted, JobScheduled, JobStarted, JobSubm
 from fairlane.deploy_cli import API_ADMIN_TOKEN, write_secrets
 from services.runtime.auth import ADMIN, credentials_file, load_credentials
 from services.runtime.eventlog import STREAM, JetStreamLog, Stored, connect
-from tests.compose_support import build_images, docker
+from tests.compose_support import build_images, docker, project_name, remove_stale_stacks
 from tests.docker_support import DOCKER_HOST, REPO, missing
 from tests.holdings import check_holdings
 
@@ -128,6 +128,7 @@ def free_ports(count: int) -> list[int]:
 def stack() -> Iterator[Stack]:
     began = time.monotonic()
     images = build_images()
+    remove_stale_stacks()
     built = time.monotonic() - began
     folder = Path(tempfile.mkdtemp(prefix="fairlane-compose-"))
     secrets = folder / "secrets"
@@ -157,7 +158,7 @@ def stack() -> Iterator[Stack]:
         env[f"FAIRLANE_TEST_ROUTE_{i + 1}"] = str(routes[i])
         env[f"FAIRLANE_TEST_MONITOR_{i + 1}"] = str(monitors[i])
     result = Stack(
-        project=f"fairlane-test-{os.getpid()}",
+        project=project_name(),
         env=env,
         api=f"http://127.0.0.1:{api}",
         token=(secrets / API_ADMIN_TOKEN).read_text().strip(),

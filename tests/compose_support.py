@@ -119,3 +119,41 @@ def _small_image(
             build += ["--build-arg", f"{key}={value}"]
         docker(*build, context)
     return tag
+
+
+#: The compose project of a test run: the prefix and the test process's id.
+PROJECT_PREFIX = "fairlane-test-"
+
+
+def project_name() -> str:
+    return f"{PROJECT_PREFIX}{os.getpid()}"
+
+
+def remove_stale_stacks() -> None:
+    """Containers and volumes left by a test run that was killed before it could take its stack
+    down (its process is gone): they would hold loopback ports and CPU."""
+    label = "com.docker.compose.project"
+    listed = docker(
+        "ps", "-a", "--filter", f"label={label}", "--format", f'{{{{.Label "{label}"}}}}'
+    )
+    for project in set(listed.split()):
+        pid = project.removeprefix(PROJECT_PREFIX)
+        if not project.startswith(PROJECT_PREFIX) or not pid.isdigit() or _alive(int(pid)):
+            continue
+        owned = f"label={label}={project}"
+        containers = docker("ps", "-aq", "--filter", owned).split()
+        if containers:
+            docker("rm", "-f", "-v", *containers)
+        volumes = docker("volume", "ls", "-q", "--filter", owned).split()
+        if volumes:
+            docker("volume", "rm", *volumes)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -44,8 +44,10 @@ def projects(
     """Projects per pool: quota, over-quota weight, limit, priority, fair share, GPUs in use,
     and whether they are over quota.
 
-        fairlane projects
-        fairlane projects team-a -o yaml
+    ```
+    fairlane projects
+    fairlane projects team-a -o yaml
+    ```
 
     Parameters
     ----------
@@ -99,7 +101,9 @@ def project_set(
 ) -> None:
     """Create or change a project in one pool (admin token); what is not given keeps its value.
 
-        fairlane project set team-a --quota 4 --weight 1 --limit 6
+    ```
+    fairlane project set team-a --quota 4 --weight 1 --limit 6
+    ```
 
     Parameters
     ----------
@@ -137,7 +141,9 @@ def pool_set(
     """Create a pool or set its own scheduler settings (they replace the cluster's as a whole;
     admin token).
 
-        fairlane pool set default --scheduler fair_share --fitting best --victim-order cost
+    ```
+    fairlane pool set default --scheduler fair_share --fitting best --victim-order cost
+    ```
 
     Parameters
     ----------
@@ -202,7 +208,9 @@ def cluster_info(*, connection: Connection | None = None, output: Output = "tabl
     """The cluster at a glance: each pool's nodes, GPUs (free, allocated) and queue, and the
     nodes.
 
-        fairlane cluster-info -o json
+    ```
+    fairlane cluster-info -o json
+    ```
     """
     with errors_said(), connected(connection) as api:
         info = {"api": api.target.api, "pools": api.get("/v1/pools"), "nodes": api.get("/v1/nodes")}
@@ -244,9 +252,11 @@ def events(
     """Events in log order, each with its reason: the whole cluster's, or one job's, project's
     or node's; --follow prints new ones as they happen (Ctrl-C stops).
 
-        fairlane events --job train-1
-        fairlane events --type JobPreempted --type JobPreemptionRequested
-        fairlane events --follow -o json
+    ```
+    fairlane events --job train-1
+    fairlane events --type JobPreempted --type JobPreemptionRequested
+    fairlane events --follow -o json
+    ```
 
     Parameters
     ----------

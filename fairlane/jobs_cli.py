@@ -70,7 +70,9 @@ def submit(
 
     Everything after `--` is the workload's command, dash-led arguments included:
 
-        fairlane submit train-1 --project team-a --class train --gpus 2 -- python3 train.py --lr 0.1
+    ```
+    fairlane submit train-1 --project team-a --class train --gpus 2 -- python3 train.py --lr 0.1
+    ```
 
     Parameters
     ----------
@@ -181,7 +183,9 @@ def list_jobs(
 ) -> None:
     """Jobs, in submission order.
 
-        fairlane list --project team-a --state running
+    ```
+    fairlane list --project team-a --state running
+    ```
 
     Parameters
     ----------
@@ -272,7 +276,9 @@ def describe(
     """A job: its state, GPUs, attempts and why it waits; with --events, its timeline with the
     reason for each decision.
 
-        fairlane describe train-1 --events
+    ```
+    fairlane describe train-1 --events
+    ```
 
     With -o json or yaml: the job, or {"job": ..., "events": [...]} with --events.
 
@@ -349,8 +355,10 @@ def logs(
     """A job's output, as its workload wrote it (every replica's; lines prefixed by replica
     where there are several).
 
-        fairlane logs train-1 --attempt 1
-        fairlane logs train-1 -f
+    ```
+    fairlane logs train-1 --attempt 1
+    fairlane logs train-1 -f
+    ```
 
     Parameters
     ----------

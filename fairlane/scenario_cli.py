@@ -14,7 +14,9 @@ from rich.markup import escape
 from services.runtime.main import configure_logging
 from simulation.scenario.runner import EngineName, Result, run_file
 
-scenario_app = cyclopts.App(help="Scenario files: a cluster, steps, and what must hold after them.")
+scenario_app = cyclopts.App(
+    name="scenario", help="Scenario files: a cluster, steps, and what must hold after them."
+)
 
 
 @scenario_app.command

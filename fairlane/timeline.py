@@ -64,6 +64,13 @@ def _submitted(entry: dict[str, Any], event: dict[str, Any]) -> str:
     return text + (f", by {entry['actor']}" if entry.get("actor") else "")
 
 
+def _nominated(entry: dict[str, Any], event: dict[str, Any]) -> str:
+    victims = event.get("victims") or []
+    if victims:
+        return f"GPUs held for it while {', '.join(victims)} stop"
+    return "GPUs held for it while they are given back"
+
+
 def _admitted(entry: dict[str, Any], event: dict[str, Any]) -> str:
     text = f"priority {event.get('priority')}, {event.get('gpus')} GPU(s) x "
     return text + f"{event.get('replicas')}, pools {', '.join(event.get('pools', []))}"
@@ -75,7 +82,7 @@ _TELLERS: Final[dict[str, Callable[[dict[str, Any], dict[str, Any]], str]]] = {
     "JobPreempted": _preempted,
     "JobSubmitted": _submitted,
     "JobAdmitted": _admitted,
-    "JobNominated": lambda _, e: f"GPUs held while {', '.join(e.get('victims', []))} stop",
+    "JobNominated": _nominated,
     "JobStarted": lambda _, e: "resumed" if e.get("resumed") else "started",
     "JobFailed": lambda _, e: f"exit {e.get('exit_code')}: {e.get('reason', '')}",
     "JobRejected": lambda _, e: str(e.get("reason", "")),

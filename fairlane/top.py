@@ -48,7 +48,9 @@ def top(
 ) -> None:
     """A live view of pools, projects and the queue that refreshes in place (q quits).
 
-        fairlane top --interval 1
+    ```
+    fairlane top --interval 1
+    ```
 
     Parameters
     ----------

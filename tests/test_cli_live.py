@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -202,6 +203,29 @@ def test_a_job_grace_period_of_its_own(data: Path) -> None:
     assert stopped["event"]["killed"] is True
     # SIGKILL after its own grace of 1 s, not the cluster's 30 s
     assert stopped["time"] - asked["time"] < 20
+
+
+def test_events_follow_prints_them_as_they_happen(data: Path) -> None:
+    cmd = [sys.executable, "-m", "fairlane.cli", "events", "--follow", "--job", "live-1", "-o",
+           "json"]  # fmt: skip
+    env = {**os.environ, "FAIRLANE_CONFIG": str(data / "no-config.yaml")}
+    follower = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, cwd=data.parent, env=env)
+    deadline = threading.Timer(90, follower.kill)  # a stream that never delivers fails the test
+    deadline.start()
+    try:
+        time.sleep(3)  # (it starts at the next event: let it connect first)
+        fairlane(data, "submit", "live-1", "--project", "tools", "--gpus", "0", "--", "true")
+        assert follower.stdout is not None
+        seen: list[str] = []
+        while "JobCompleted" not in seen:
+            line = follower.stdout.readline()
+            assert line, f"the stream ended after {seen}"
+            seen.append(json.loads(line)["type"])
+        assert seen[:2] == ["JobSubmitted", "JobAdmitted"] and "JobStarted" in seen
+    finally:
+        deadline.cancel()
+        follower.terminate()
+        follower.wait(timeout=10)
 
 
 def test_errors_a_person_understands(data: Path) -> None:

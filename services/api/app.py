@@ -246,6 +246,9 @@ _REFUSAL_FIELDS: Final = (
 async def _command(ctx: Context, command: AnyCommand) -> Accepted:
     try:
         reply = await send(ctx.nc, command, wait_s=10.0)
+    except msgspec.ValidationError as e:  # out of bounds (a limit below the quota): unsent
+        at = re.search(r"`\$\.(\w+)", str(e))
+        raise _fail(400, str(e), at[1] if at else None) from None
     except (nats.errors.NoRespondersError, nats.errors.TimeoutError, TimeoutError) as e:
         raise ServiceUnavailableException(
             detail=f"no answer to {type(command).__name__} from the cluster ({e!r})"

@@ -236,7 +236,19 @@ def its_page_shows_the_preemption_and_its_return(
     assert request.reason == "reclaim" and request.for_job == WORKSPACE
     assert "reclaim" in request.text and WORKSPACE in request.text, request.text
     assert attributes(chrome, "table.lost tbody tr", "data-for-job") == [WORKSPACE]
+    # the facts the policy used, one keypress away
+    asked = '#timeline > li[data-type="JobPreemptionRequested"]'
+    chrome.find_element(By.CSS_SELECTOR, f"{asked} summary").send_keys(Keys.ENTER)
+    facts = wait_for(chrome, lambda: attributes(chrome, f"{asked} table tbody tr", "innerText"),
+                     "the facts shown")  # fmt: skip
+    assert [f.split() for f in facts] == [
+        ["project-a", "8", "4", "4"],
+        ["project-b", "0", "4", "4"],
+    ]
     screens.take(chrome, "job-preempted")
+    chrome.find_element(By.ID, "show-progress").click()  # the timeline drawn anew
+    assert chrome.find_elements(By.CSS_SELECTOR, f"{asked} details[open]"), "closed by a redraw"
+    chrome.find_element(By.ID, "show-progress").click()
 
     # the workspace's page names the job it preempted; it is deleted from there (confirmed in
     # a dialog), and the training job comes back on its own page, live

@@ -268,7 +268,7 @@ function entry(e, open) {
 
 function factsTable(facts) {
   const projects = [...new Set([...Object.keys(facts.fair_share ?? {}), ...Object.keys(facts.usage ?? {}), ...Object.keys(facts.quota ?? {})])].sort();
-  return table(`What the policy saw in pool ${facts.pool}`, ["Project", "In use", "Quota", "Fair share"],
+  return table(`What the policy saw in pool ${facts.pool}`, ["Project", ["In use", "num"], ["Quota", "num"], ["Fair share", "num"]],
     projects.map((p) => h("tr", {}, h("th", { scope: "row" }, p),
       h("td", { class: "num" }, facts.usage?.[p] ?? 0), h("td", { class: "num" }, facts.quota?.[p] ?? 0),
       h("td", { class: "num" }, facts.fair_share?.[p] ?? 0))));

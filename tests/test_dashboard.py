@@ -21,6 +21,7 @@ import pytest_asyncio
 from selenium import webdriver
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
+from selenium.webdriver.support.ui import Select
 
 from fairlane.embedded import down, up
 from tests.dashboard_support import Screens, binaries, chromium, console_errors, wait_for
@@ -308,12 +309,17 @@ def pause_and_resume_from_the_buttons(chrome: webdriver.Chrome, screens: Screens
 
 
 def its_logs_or_why_there_are_none(chrome: webdriver.Chrome, screens: Screens) -> None:
-    """The output, or (where the API has no logs route) a clear message; never an error."""
+    """The first attempt's output (it stopped when preempted), or, where the API has no logs
+    route, a clear message; never an error."""
+    Select(chrome.find_element(By.ID, "log-attempt")).select_by_value("1")
     chrome.find_element(By.ID, "show-logs").click()
     shown = wait_for(chrome, lambda: chrome.find_elements(
-        By.CSS_SELECTOR, ".log-output pre.log, .log-output .notice, .log-output .empty"),
+        By.CSS_SELECTOR, ".log-output pre.log, .log-output .notice"),
         "the logs, or why there are none")  # fmt: skip
-    assert not chrome.find_elements(By.CSS_SELECTOR, ".log-output .error"), shown[0].text
+    if shown[0].tag_name == "pre":
+        assert "stopping at step" in shown[0].text, shown[0].text
+    else:
+        assert "does not serve logs" in shown[0].text, shown[0].text
     screens.take(chrome, "job-resumed-logs")
 
 

@@ -21,6 +21,7 @@ import pytest_asyncio
 from selenium import webdriver
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
+from selenium.webdriver.support.ui import Select
 
 from fairlane.embedded import down, up
 from tests.dashboard_support import Screens, binaries, chromium, console_errors, wait_for
@@ -146,13 +147,15 @@ class Entry:
     reason: str
     for_job: str
     text: str
+    applied: bool  # False: a decision that had no effect (the log had moved past it)
 
 
 def timeline(chrome: webdriver.Chrome) -> list[Entry]:
     """The job page's timeline as shown, read at one moment."""
     found = chrome.execute_script(
         "return [...document.querySelectorAll('#timeline > li')].map((e) =>"
-        " [e.dataset.type, e.dataset.reason, e.dataset.forJob, e.innerText])"
+        " [e.dataset.type, e.dataset.reason, e.dataset.forJob, e.innerText,"
+        " !e.classList.contains('no-effect')])"
     )
     return [Entry(*row) for row in found]
 
@@ -219,9 +222,12 @@ def the_usage_chart_moves_to_4_of_4(
 
 def the_queue_says_why_the_training_job_waits(chrome: webdriver.Chrome, screens: Screens) -> None:
     go(chrome, "Queue", "Queue")
-    queued = f'tr[data-job="{TRAINING}"] td.why'
-    why = wait_for(chrome, lambda: chrome.find_element(By.CSS_SELECTOR, queued), "it waits")
-    assert WORKSPACE in why.text and "fair share" in why.text, why.text
+
+    # (it may be stopping still: its reason follows, live)
+    def why() -> str:
+        return text_of(chrome, f'tr[data-job="{TRAINING}"] td.why')
+
+    wait_for(chrome, lambda: WORKSPACE in why() and "fair share" in why(), "its fair share")
     screens.take(chrome, "queue")
 
 
@@ -232,11 +238,23 @@ def its_page_shows_the_preemption_and_its_return(
     screens.take(chrome, "jobs")
     chrome.find_element(By.LINK_TEXT, TRAINING).click()
     wait_for(chrome, lambda: "JobPreempted" in types(chrome), "the preemption on the timeline")
-    (request,) = [e for e in timeline(chrome) if e.type == "JobPreemptionRequested"]
+    (request,) = [e for e in timeline(chrome) if e.type == "JobPreemptionRequested" and e.applied]
     assert request.reason == "reclaim" and request.for_job == WORKSPACE
     assert "reclaim" in request.text and WORKSPACE in request.text, request.text
     assert attributes(chrome, "table.lost tbody tr", "data-for-job") == [WORKSPACE]
+    # the facts the policy used, one keypress away
+    asked = '#timeline > li[data-type="JobPreemptionRequested"]:not(.no-effect)'
+    chrome.find_element(By.CSS_SELECTOR, f"{asked} summary").send_keys(Keys.ENTER)
+    facts = wait_for(chrome, lambda: attributes(chrome, f"{asked} table tbody tr", "innerText"),
+                     "the facts shown")  # fmt: skip
+    assert [f.split() for f in facts] == [
+        ["project-a", "8", "4", "4"],
+        ["project-b", "0", "4", "4"],
+    ]
     screens.take(chrome, "job-preempted")
+    chrome.find_element(By.ID, "show-progress").click()  # the timeline drawn anew
+    assert chrome.find_elements(By.CSS_SELECTOR, f"{asked} details[open]"), "closed by a redraw"
+    chrome.find_element(By.ID, "show-progress").click()
 
     # the workspace's page names the job it preempted; it is deleted from there (confirmed in
     # a dialog), and the training job comes back on its own page, live
@@ -252,18 +270,19 @@ def its_page_shows_the_preemption_and_its_return(
     wait_for(chrome, lambda: state(chrome) == "running" and types(chrome).count("JobStarted") == 2,
              "the training job back")  # fmt: skip
     shown = timeline(chrome)
-    kinds = [e.type for e in shown]
+    kinds = [e.type for e in shown if e.applied]
     asked = kinds.index("JobPreemptionRequested")
     back = kinds.index("JobStarted", asked)
     assert asked < kinds.index("JobPreempted") < back, kinds
-    assert "attempt 2" in shown[back].text and "resumed" in shown[back].text
+    started = [e for e in shown if e.applied][back]
+    assert "attempt 2" in started.text and "resumed" in started.text
     # the workload's own reports: it resumed from its checkpoint, and goes on from there
     wait_for(chrome, lambda: "Attempt 2: step" in text_of(chrome, "#progress-title + p"),
              "attempt 2's progress")  # fmt: skip
     messages = [e.text for e in timeline(chrome) if e.type == "JobMessage"]
     assert any("resumed from step" in m for m in messages), messages
-    saved = attributes(chrome, "table.checkpoints tbody tr", "data-attempt")
-    assert "1" in saved, saved  # saved on SIGTERM, at least
+    wait_for(chrome, lambda: attributes(chrome, "table.checkpoints tbody tr", "data-attempt"),
+             "its checkpoints listed")  # fmt: skip
     progress = chrome.find_element(By.ID, "show-progress")
     progress.send_keys(Keys.SPACE)  # the reports on the timeline too
     wait_for(chrome, lambda: "JobProgress" in types(chrome), "progress on the timeline")
@@ -290,12 +309,17 @@ def pause_and_resume_from_the_buttons(chrome: webdriver.Chrome, screens: Screens
 
 
 def its_logs_or_why_there_are_none(chrome: webdriver.Chrome, screens: Screens) -> None:
-    """The output, or (where the API has no logs route) a clear message; never an error."""
+    """The first attempt's output (it stopped when preempted), or, where the API has no logs
+    route, a clear message; never an error."""
+    Select(chrome.find_element(By.ID, "log-attempt")).select_by_value("1")
     chrome.find_element(By.ID, "show-logs").click()
     shown = wait_for(chrome, lambda: chrome.find_elements(
-        By.CSS_SELECTOR, ".log-output pre.log, .log-output .notice, .log-output .empty"),
+        By.CSS_SELECTOR, ".log-output pre.log, .log-output .notice"),
         "the logs, or why there are none")  # fmt: skip
-    assert not chrome.find_elements(By.CSS_SELECTOR, ".log-output .error"), shown[0].text
+    if shown[0].tag_name == "pre":
+        assert "stopping at step" in shown[0].text, shown[0].text
+    else:
+        assert "does not serve logs" in shown[0].text, shown[0].text
     screens.take(chrome, "job-resumed-logs")
 
 
@@ -346,6 +370,7 @@ def test_a_refusal_is_shown_and_the_stream_comes_back(
 
     with cluster.api(cluster.team_b) as api:
         assert api.delete("/v1/jobs/b-stale").status_code == 200
+    assert state(chrome) == "running"  # the page has not heard of it
     chrome.find_element(By.ID, "action-pause").click()
     refusal = wait_for(chrome, lambda: text_of(chrome, ".outcome .error"), "the refusal shown")
     assert "cannot be paused" in refusal and "cancelled" in refusal, refusal

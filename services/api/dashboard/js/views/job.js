@@ -74,8 +74,11 @@ export function mount(main, ctx, { jobId }) {
 
   function renderTimeline() {
     const items = timeline.filter((e) => showProgress.checked || e.type !== "JobProgress");
+    // what someone opened stays open when the timeline is drawn anew
+    const open = new Set([...timelineBox.querySelectorAll("li[data-seq] > details[open]")]
+      .map((d) => d.parentElement.dataset.seq));
     replace(timelineBox,
-      h("ol", { class: "timeline", id: "timeline" }, items.map(entry)),
+      h("ol", { class: "timeline", id: "timeline" }, items.map((e) => entry(e, open.has(String(e.seq))))),
       truncated ? h("p", { class: "help" }, `Only the first ${TIMELINE_MAX} events are shown.`) : null);
   }
   showProgress.addEventListener("change", renderTimeline);
@@ -250,7 +253,7 @@ function sparkline(reports) {
     s("polyline", { points: points.join(" "), "vector-effect": "non-scaling-stroke" }));
 }
 
-function entry(e) {
+function entry(e, open) {
   return h("li", { class: `event${takesEffect(e) ? "" : " no-effect"}`, "data-type": e.type, "data-seq": e.seq,
     "data-reason": e.reason ?? "", "data-for-job": e.for_job ?? "" },
     h("div", { class: "event-head" },
@@ -258,14 +261,14 @@ function entry(e) {
       h("strong", { class: "event-type" }, TYPE_NAMES[e.type] ?? e.type),
       takesEffect(e) ? null : h("span", { class: "tag" }, "no effect: the log had moved on")),
     h("p", { class: "event-text" }, describe(e, jobLink)),
-    h("details", {}, h("summary", {}, "Facts and the whole event"),
+    h("details", { open }, h("summary", { id: `facts-${e.seq}` }, "Facts and the whole event"),
       e.event.facts ? factsTable(e.event.facts) : null,
       h("pre", {}, JSON.stringify(e.event, null, 2))));
 }
 
 function factsTable(facts) {
   const projects = [...new Set([...Object.keys(facts.fair_share ?? {}), ...Object.keys(facts.usage ?? {}), ...Object.keys(facts.quota ?? {})])].sort();
-  return table(`What the policy saw in pool ${facts.pool}`, ["Project", "In use", "Quota", "Fair share"],
+  return table(`What the policy saw in pool ${facts.pool}`, ["Project", ["In use", "num"], ["Quota", "num"], ["Fair share", "num"]],
     projects.map((p) => h("tr", {}, h("th", { scope: "row" }, p),
       h("td", { class: "num" }, facts.usage?.[p] ?? 0), h("td", { class: "num" }, facts.quota?.[p] ?? 0),
       h("td", { class: "num" }, facts.fair_share?.[p] ?? 0))));

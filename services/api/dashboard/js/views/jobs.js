@@ -68,7 +68,7 @@ function render(jobs, more, showMore) {
   if (jobs.length === 0) return h("p", { class: "empty" }, "No job matches.");
   return [
     table(`${jobs.length} job${jobs.length === 1 ? "" : "s"}`,
-      ["Job", ["Project", "wide"], "State", ["GPUs held/asked", "num"], ["Attempt", "num wide"], ["Preempted", "num wide"],
+      ["Job", ["Project", "wide"], "State", ["GPUs held / asked", "num"], ["Attempt", "num wide"], ["Preempted", "num wide"],
         ["Submitted", "wide"], ["Ran", "num wide"]],
       jobs.map((j) => h("tr", { "data-job": j.job_id },
         h("th", { scope: "row" }, jobLink(j.job_id)),

@@ -148,12 +148,10 @@ class Projection:
         before = {job_id: _signature(state.jobs.get(job_id)) for job_id in touched}
         nodes_before = {job_id: self._job_nodes(job_id) for job_id in touched}
         lost_work = self._work_lost(event) if isinstance(event, JobPreempted) else None
-        state.apply(event)
+        applied = state.apply(event).applied  # the fold's own verdict, not re-derived
         self.last_seq = seq
         self._waiting_stale = True
-        applied = not touched or any(
-            _signature(state.jobs.get(job_id)) != before[job_id] for job_id in touched
-        )
+        changed = any(_signature(state.jobs.get(job_id)) != before[job_id] for job_id in touched)
         for job_id in touched:
             job = state.jobs.get(job_id)
             if job is None:
@@ -161,7 +159,7 @@ class Projection:
             self._account(job, event.time, seq)
             self._dirty_nodes.update(nodes_before[job_id])
             self._dirty_nodes.update(self._job_nodes(job_id))
-        if touched and applied and not isinstance(event, JobCheckpointed):
+        if changed and not isinstance(event, JobCheckpointed):  # demand or holdings moved
             self._shares_stale = True
         self._other_rows(seq, event, applied, lost_work)
         self._timeline.append(self._timeline_row(seq, event, applied, nodes_before))

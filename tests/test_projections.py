@@ -10,6 +10,7 @@ from events import (
     Event,
     JobAdmitted,
     JobCompleted,
+    JobProgress,
     JobScheduled,
     JobSpec,
     JobStarted,
@@ -190,3 +191,19 @@ def test_a_pending_job_row_says_why_the_policy_leaves_it_waiting() -> None:
     rows = {row.job_id: row for row in projection.take().jobs}
     assert rows["second"].waiting == ""  # its last event is older: a view of the cycle
     assert rows["second"].last_seq < done
+
+
+def test_the_timeline_says_what_the_fold_said_of_each_event() -> None:
+    """`applied` is the fold's verdict: a workload's progress report, which changes no state,
+    is applied; a placement the log had moved past is not."""
+    events = exercise_log()
+    started = next(
+        i for i, e in enumerate(events)
+        if isinstance(e, JobStarted) and e.job_id == "large-training-job"
+    )  # fmt: skip
+    report = JobProgress(id="p1", time=events[started].time, actor="workload",
+                         job_id="large-training-job", attempt=1, step=3)  # fmt: skip
+    events.insert(started + 1, report)
+    rows = final_rows(project(events, batch_every=1000))["timeline"]
+    assert rows[started + 2].type == "JobProgress" and rows[started + 2].applied
+    assert not [r for r in rows.values() if r.type == "JobProgress" and not r.applied]

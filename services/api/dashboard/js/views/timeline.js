@@ -20,12 +20,10 @@ export const TYPE_NAMES = {
   JobPriorityChanged: "Priority changed",
 };
 
-/** A workload's own reports change no state, so the read models call them "not applied";
- * only a decision the log had moved past had no effect. */
-const REPORTS = new Set(["JobProgress", "JobMessage", "JobCheckpointed"]);
-
+/** The fold's own verdict: false only for what it refused (a decision the log had moved past,
+ * a report about an attempt that had ended). */
 export function takesEffect(e) {
-  return e.applied || REPORTS.has(e.type);
+  return e.applied;
 }
 
 const REASONS = {

@@ -66,7 +66,7 @@ async def test_tokens_are_needed_and_scoped(api: Api) -> None:
                         headers=api.admin)  # fmt: skip
     assert made.status_code == 201
     team_b = {"Authorization": f"Bearer {made.json()['token']}"}
-    assert (await c.get("/v1/jobs", headers=team_b)).status_code == 200  # anyone may read
+    assert (await c.get("/v1/jobs", headers=team_b)).status_code == 200
     refused = await c.delete("/v1/jobs/large-training-job", headers=team_b)
     assert refused.status_code == 403 and "'project-a'" in refused.json()["error"]
     refused = await c.post("/v1/jobs", json={"job_id": "x", "project": "project-a"},
@@ -156,6 +156,40 @@ async def test_jobs_timeline_projects_and_metrics(api: Api) -> None:
     assert "fairlane_submit_to_start_seconds_bucket" in text
     health = (await c.get("/v1/health")).json()
     assert health == {"projected_seq": api.last_seq, "log_seq": api.last_seq}
+
+
+async def test_a_team_reads_only_its_own_projects_jobs(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A token for project-b sees its jobs, their timelines and the preemption made for them;
+    project-a's jobs, timelines, logs and live events are not its to read (403 naming the
+    project), though nodes, pools and projects' standing are everyone's."""
+    c = api.client
+    made = await c.post("/v1/tokens", json={"name": "team-b", "projects": ["project-b"]},
+                        headers=api.admin)  # fmt: skip
+    team_b = {"Authorization": f"Bearer {made.json()['token']}"}
+    jobs = (await c.get("/v1/jobs", headers=team_b)).json()["items"]
+    assert [j["job_id"] for j in jobs] == ["jupyter-workspace"]
+    for path in ("/v1/jobs/large-training-job", "/v1/jobs/large-training-job/timeline",
+                 "/v1/jobs/large-training-job/logs", "/v1/projects/project-a/timeline",
+                 "/v1/events?job=large-training-job", "/v1/jobs?project=project-a"):  # fmt: skip
+        refused = await c.get(path, headers=team_b)
+        assert refused.status_code == 403, path
+        assert "'project-a'" in refused.json()["error"], path
+    whole = (await c.get("/v1/timeline", params={"limit": 500}, headers=team_b)).json()
+    assert {e["project"] for e in whole["items"]} <= {"project-b", None}
+    assert any(e["job_id"] == "jupyter-workspace" for e in whole["items"])
+    (made_room,) = (await c.get("/v1/preemptions", headers=team_b)).json()
+    assert made_room["beneficiary"] == "jupyter-workspace"
+    assert (await c.get("/v1/projects", headers=team_b)).status_code == 200
+    monkeypatch.setattr(app_module, "KEEP_ALIVE_S", 0.3)
+    headers = {**team_b, "Last-Event-ID": str(api.last_seq - 2)}
+    async with c.stream("GET", "/v1/events", headers=headers) as response:
+        async with asyncio.timeout(10):
+            async for line in response.aiter_lines():  # project-a's last two events: not sent
+                assert not line.startswith("id:"), line
+                if line.startswith(":"):
+                    break
 
 
 async def test_live_stream_resumes_after_last_event_id(

@@ -43,7 +43,7 @@ from litestar.response import Stream
 from litestar.response.sse import ServerSentEvent, ServerSentEventMessage
 from nats.aio.client import Client
 
-from events import JobSpec, SchedulerSettings, encode_event
+from events import Event, JobSpec, JobSubmitted, SchedulerSettings, encode_event
 from events.catalogue import AnyEvent
 from events.commands import (
     AnyCommand,
@@ -219,6 +219,25 @@ def _may_act(caller: Caller, project: str) -> None:
         )
 
 
+def _may_read(caller: Caller, project: str) -> None:
+    if not caller.may_act_on(project):
+        raise PermissionDeniedException(
+            detail=f"token {caller.name!r} may not read project {project!r}",
+            extra={"field": "project"},
+        )
+
+
+async def _readable_job(ctx: Context, caller: Caller, job_id: str) -> None:
+    """404 for a job nobody knows, 403 for another project's."""
+    if caller.admin:
+        return
+    async with ctx.db.acquire() as conn:
+        project = await queries.job_project(conn, job_id)
+    if project is None:
+        raise _fail(404, f"unknown job id {job_id!r}", "job_id")
+    _may_read(caller, project)
+
+
 def _admin(caller: Caller, what: str) -> None:
     if not caller.admin:
         raise PermissionDeniedException(
@@ -376,10 +395,19 @@ async def list_jobs(
     after: After = None,
     limit: Limit = 50,
 ) -> JobPage:
-    """Jobs in submission order, filtered by project, state and pool."""
+    """Jobs in submission order, filtered by project, state and pool (a token's own projects'
+    jobs only, unless it is an admin token)."""
+    if project is not None:
+        _may_read(caller, project)
     async with ctx.db.acquire() as conn:
         items, next_after = await queries.jobs_page(
-            conn, project=project, state=job_state, pool=pool, after=after, limit=limit
+            conn,
+            project=project,
+            state=job_state,
+            pool=pool,
+            after=after,
+            limit=limit,
+            visible=caller.visible,
         )
     return JobPage(items=items, next=next_after)
 
@@ -387,6 +415,7 @@ async def list_jobs(
 @get("/v1/jobs/{job_id:str}", responses=FOUND_ERRORS, tags=["jobs"])
 async def job_detail(ctx: Ctx, caller: Who, job_id: PathName) -> JobDetail:
     """A job, with why it is waiting if it is."""
+    await _readable_job(ctx, caller, job_id)
     async with ctx.db.acquire() as conn:
         found = await queries.job_detail(conn, job_id)
     if found is None:
@@ -411,6 +440,7 @@ async def job_logs(
     """An attempt's output (default: the latest), every replica's, as the workload wrote it
     (lines prefixed `[replica N]` where there are several). `follow` streams it as it comes
     until the attempt ends; otherwise the last `max_bytes` of what there is."""
+    await _readable_job(ctx, caller, job_id)
     async with ctx.db.acquire() as conn:
         job = await queries.job_detail(conn, job_id)
     if job is None:
@@ -460,6 +490,7 @@ async def job_as_of(
     seq: Annotated[int, PathParameter(ge=1, le=1 << 62)],
 ) -> Job:
     """The job as it stood once the event at log position `seq` was applied."""
+    await _readable_job(ctx, caller, job_id)
     async with ctx.db.acquire() as conn:
         found = await queries.job_as_of(conn, job_id, seq)
     if found is None:
@@ -499,11 +530,12 @@ def get_window(
 Span = NamedDependency[Window]
 
 
-async def _timeline(ctx: Context, window: Window, **about: str) -> TimelinePage:
+async def _timeline(ctx: Context, caller: Caller, window: Window, **about: str) -> TimelinePage:
     async with ctx.db.acquire() as conn:
         items, next_after = await queries.timeline(
             conn,
             **about,
+            visible=caller.visible,
             types=window.types,
             since=window.since,
             until=window.until,
@@ -516,25 +548,27 @@ async def _timeline(ctx: Context, window: Window, **about: str) -> TimelinePage:
 @get("/v1/jobs/{job_id:str}/timeline", responses=ERRORS, tags=["timeline"])
 async def job_timeline(ctx: Ctx, caller: Who, window: Span, job_id: PathName) -> TimelinePage:
     """A job's events in log order, each with its reason and the facts the policy used."""
-    return await _timeline(ctx, window, job=job_id)
+    await _readable_job(ctx, caller, job_id)
+    return await _timeline(ctx, caller, window, job=job_id)
 
 
 @get("/v1/projects/{name:str}/timeline", responses=ERRORS, tags=["timeline"])
 async def project_timeline(ctx: Ctx, caller: Who, window: Span, name: PathName) -> TimelinePage:
     """The events of a project and of its jobs."""
-    return await _timeline(ctx, window, project=name)
+    _may_read(caller, name)
+    return await _timeline(ctx, caller, window, project=name)
 
 
 @get("/v1/nodes/{name:str}/timeline", responses=ERRORS, tags=["timeline"])
 async def node_timeline(ctx: Ctx, caller: Who, window: Span, name: PathName) -> TimelinePage:
     """The events of a node and of the jobs placed on it."""
-    return await _timeline(ctx, window, node=name)
+    return await _timeline(ctx, caller, window, node=name)
 
 
 @get("/v1/timeline", responses=ERRORS, tags=["timeline"])
 async def whole_timeline(ctx: Ctx, caller: Who, window: Span) -> TimelinePage:
     """Every event, by type and between times."""
-    return await _timeline(ctx, window)
+    return await _timeline(ctx, caller, window)
 
 
 @get("/v1/projects", responses=ERRORS, tags=["projects"])
@@ -565,6 +599,7 @@ async def project_as_of(
     seq: Annotated[int, PathParameter(ge=1, le=1 << 62)],
 ) -> list[ProjectThen]:
     """A project's terms and usage per pool once the event at log position `seq` was applied."""
+    _may_read(caller, name)
     async with ctx.db.acquire() as conn:
         try:
             found = await queries.project_as_of(conn, name, seq)
@@ -600,7 +635,12 @@ async def list_preemptions(
     """Preemptions that made room: victim, for whom, why, and the work lost."""
     async with ctx.db.acquire() as conn:
         items, _ = await queries.preemptions(
-            conn, victim=victim, beneficiary=beneficiary, after=after, limit=limit
+            conn,
+            victim=victim,
+            beneficiary=beneficiary,
+            after=after,
+            limit=limit,
+            visible=caller.visible,
         )
     return items
 
@@ -649,14 +689,51 @@ async def event_stream(
         after = int(last_event_id)
     if ctx.streams.locked():
         raise ServiceUnavailableException(detail="too many live streams open; try again later")
+    if job is not None:
+        await _readable_job(ctx, caller, job)
     log_ = JetStreamLog(ctx.nc)
     start = (after + 1) if after is not None else (await log_.last_seq()) + 1
     subject = f"fl.job.{job}.*" if job is not None else None
-    return ServerSentEvent(_stream(ctx, log_, start, subject))
+    seen = _Visibility(ctx, caller.visible)
+    return ServerSentEvent(_stream(ctx, log_, start, subject, seen))
+
+
+class _Visibility:
+    """Whether a caller may see an event: every event for an admin; otherwise those of its
+    projects and of their jobs, and those of no project (nodes, pools, the cluster). A job's
+    project is learnt from its submission when the stream shows it, else read once."""
+
+    def __init__(self, ctx: Context, visible: frozenset[str] | None) -> None:
+        self.ctx = ctx
+        self.visible = visible
+        self.projects: dict[str, str | None] = {}  # job -> project
+
+    async def shows(self, event: Event) -> bool:
+        if self.visible is None:
+            return True
+        project = getattr(event, "project", None)
+        job_id = getattr(event, "job_id", None)
+        if isinstance(event, JobSubmitted):
+            project = event.spec.project
+        if job_id is not None:
+            if project is not None:
+                self.projects[job_id] = project
+            elif job_id not in self.projects:
+                if len(self.projects) > 100_000:  # bounded: a long stream forgets and asks again
+                    self.projects.clear()
+                async with self.ctx.db.acquire() as conn:
+                    self.projects[job_id] = await queries.job_project(conn, job_id)
+            project = self.projects[job_id]
+            return project is not None and project in self.visible
+        return project is None or project in self.visible
 
 
 async def _stream(
-    ctx: Context, log_: JetStreamLog, start: int, subject: str | None
+    ctx: Context,
+    log_: JetStreamLog,
+    start: int,
+    subject: str | None,
+    seen: _Visibility,
 ) -> AsyncGenerator[ServerSentEventMessage, None]:
     """The log from `start`, with a comment whenever it has been quiet for KEEP_ALIVE_S: it
     keeps proxies from closing the stream, and a client that has gone is noticed (the write
@@ -673,6 +750,8 @@ async def _stream(
                     if reader.done():
                         reader.result()  # its failure ends the stream
                     yield ServerSentEventMessage(comment="keep-alive")
+                    continue
+                if not await seen.shows(stored.event):
                     continue
                 yield ServerSentEventMessage(
                     data=encode_event(stored.event).decode(),

@@ -72,13 +72,18 @@ async def jobs_page(
     pool: str | None,
     after: int | None,
     limit: int,
+    visible: frozenset[str] | None = None,
 ) -> tuple[list[Job], int | None]:
+    """`visible`: the projects the caller may read (None: every project)."""
     where: list[str] = ["true"]
     args: list[object] = []
     for column, value in (("project", project), ("state", state), ("pool", pool)):
         if value is not None:
             args.append(value)
             where.append(f"{column} = ${len(args)}")
+    if visible is not None:
+        args.append(sorted(visible))
+        where.append(f"project = ANY(${len(args)}::text[])")
     if after is not None:
         args.append(after)
         where.append(f'"order" > ${len(args)}')
@@ -156,7 +161,10 @@ async def timeline(
     until: float | None = None,
     after: int | None = None,
     limit: int = 100,
+    visible: frozenset[str] | None = None,
 ) -> tuple[list[TimelineEntry], int | None]:
+    """`visible`: the projects the caller may read (None: every project); events of no
+    project (nodes, pools, the cluster) are everyone's."""
     where: list[str] = ["true"]
     args: list[object] = []
 
@@ -172,6 +180,8 @@ async def timeline(
         where.append(f"nodes @> ARRAY[{arg(node)}]::text[]")
     if types:
         where.append(f"type = ANY({arg(types)}::text[])")
+    if visible is not None:
+        where.append(f"(project IS NULL OR project = ANY({arg(sorted(visible))}::text[]))")
     if since is not None:
         where.append(f"time >= {arg(since)}")
     if until is not None:
@@ -274,15 +284,21 @@ async def preemptions(
     beneficiary: str | None,
     after: int | None,
     limit: int,
+    visible: frozenset[str] | None = None,
 ) -> tuple[list[Preemption], int | None]:
+    """`visible`: the projects the caller may read (None: every project): the preemptions of
+    their jobs, and those made for their jobs."""
     rows = await conn.fetch(
         "SELECT * FROM preemptions WHERE ($1::text IS NULL OR victim = $1)"
         " AND ($2::text IS NULL OR beneficiary = $2) AND ($3::bigint IS NULL OR seq > $3)"
+        " AND ($5::text[] IS NULL OR EXISTS (SELECT 1 FROM jobs WHERE project = ANY($5)"
+        " AND job_id IN (victim, beneficiary)))"
         " ORDER BY seq LIMIT $4",
         victim,
         beneficiary,
         after,
         limit + 1,
+        None if visible is None else sorted(visible),
     )
     items = [
         Preemption(

@@ -25,6 +25,12 @@ class Caller:
     def may_act_on(self, project: str) -> bool:
         return self.admin or project in self.projects
 
+    @property
+    def visible(self) -> frozenset[str] | None:
+        """The projects whose jobs this caller may read (None: every project). Acting and
+        reading go together: a team sees its own jobs, their timelines and their logs."""
+        return None if self.admin else self.projects
+
 
 def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()

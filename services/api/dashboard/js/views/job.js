@@ -91,6 +91,11 @@ export function mount(main, ctx, { jobId }) {
       try {
         job = await get(path);
       } catch (error) {
+        if (error.status === 403) {  // another project's job: the API does not show it
+          replace(summary, h("p", { class: "empty" },
+            `Job ${jobId} belongs to a project your token does not cover (${error.message}).`));
+          return;
+        }
         replace(summary, error.status === 404 ? h("p", { class: "empty" }, `There is no job ${jobId}.`) : problem(error));
         if (error.status === 401) throw error;
         return;

@@ -29,7 +29,8 @@ from fairlane.cluster_cli import DataDir, NatsUrl, Output
 from fairlane.embedded import DEFAULT_DATA_DIR, read_cluster
 from policy.audit import AuditReport, Finding, Scope, as_document, audit, differences
 from services.runtime.auth import ADMIN, Credentials, load_credentials
-from services.runtime.eventlog import JetStreamLog, connect
+from services.runtime.connection import NotAuthorized, connect
+from services.runtime.eventlog import JetStreamLog
 from services.runtime.main import configure_logging
 
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -143,7 +144,7 @@ def _read_cluster_log(url: str, credentials: Credentials | None) -> Log:
     configure_logging("error")
 
     async def read() -> Log:
-        # bounded: a server that refuses this user is retried forever by the client library
+        # bounded: a server that does not answer is not waited for past CONNECT_WITHIN_S
         nc = await asyncio.wait_for(
             connect(url, "fairlane-log-reader", retry_for=5, credentials=credentials),
             CONNECT_WITHIN_S,
@@ -168,7 +169,7 @@ def _read_cluster_log(url: str, credentials: Credentials | None) -> Log:
             f"[red]error:[/] cannot read the log at {url}: no connection within"
             f" {CONNECT_WITHIN_S:g} s (is the server up, and does it let this user in?)"
         )
-    except (OSError, nats_errors.Error) as e:
+    except (OSError, nats_errors.Error, NotAuthorized) as e:
         err.print(f"[red]error:[/] cannot read the log at {url}: {e or type(e).__name__}")
     sys.exit(2)
 

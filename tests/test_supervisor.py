@@ -40,7 +40,7 @@ async def consumers(data: Path, url: str) -> list[str]:
 
 def test_a_killed_service_is_restarted_and_reuses_its_consumer(tmp_path: Path) -> None:
     data = tmp_path / "fl"
-    fairlane("up", "--detach", "--gpus", "2", *NO_POSTGRES, data_dir=data)
+    fairlane("up", "--detach", "--gpus", "2", data_dir=data)  # the API, which commands go through
     try:
         url = json.loads((data / "cluster.json").read_text())["nats_url"]
         before = asyncio.run(consumers(data, url))

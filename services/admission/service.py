@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 
 from events import Event, JobAdmitted, JobRejected, JobSubmitted
 from events.commands import ADMISSION_SUBJECT, LEDGER_COMMANDS, AnyCommand, Reply, SubmitJob
 from policy.commands import Refused, decide_command
 from policy.commands.jobs import admit_waiting
+from services.runtime.clock import WALL_CLOCK, Clock
 from services.runtime.commands import Refusal, carry_out, serve
 from services.runtime.eventlog import Conflict, JetStreamLog, Stored
 from services.runtime.follower import Follower
@@ -44,8 +44,9 @@ def job_subjects(job_id: str) -> str:
 
 
 class Admission:
-    def __init__(self, log: JetStreamLog) -> None:
+    def __init__(self, log: JetStreamLog, clock: Clock = WALL_CLOCK) -> None:
         self.log = log
+        self.clock = clock
         self.follower = Follower(log, snapshots=SnapshotStore(log.js))
         self.keys: dict[str, str | None] = {}  # job id -> idempotency key of its submission
         self.verdicts: dict[str, Verdict] = {}
@@ -80,7 +81,8 @@ class Admission:
             raise Refusal(f"admission does not take {type(command).__name__} commands")
         if isinstance(command, SubmitJob):
             return await self._submit(command)
-        return await carry_out(self.log, self.follower, command, give_up_after=GIVE_UP_AFTER_S)
+        now = self.clock.now()
+        return await carry_out(self.log, self.follower, command, now, give_up_after=GIVE_UP_AFTER_S)
 
     async def _submit(self, command: SubmitJob) -> Reply:
         job_id = command.job_id
@@ -103,7 +105,7 @@ class Admission:
             del self.inflight[job_id]
 
     async def _create(self, command: SubmitJob) -> Reply:
-        now, at = time.time(), self.follower.applied_seq
+        now, at = self.clock.now(), self.follower.applied_seq
         outcome = decide_command(self.follower.state, command, now, at)
         if isinstance(outcome, Refused):
             if outcome.exists:
@@ -155,7 +157,7 @@ class Admission:
         submitted = await self.log.last_on(f"fl.job.{job_id}.job_submitted")
         if job is None or submitted is None:
             return None
-        decided = admit_waiting(self.follower.state, job, time.time())
+        decided = admit_waiting(self.follower.state, job, self.clock.now())
         if decided is None:
             return await self._recorded_verdict(job_id)
         verdict = decided.answer

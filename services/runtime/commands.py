@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable, Callable
 
 import msgspec
@@ -28,11 +27,16 @@ class Refusal(Exception):
 
 
 async def carry_out(
-    log: EventLog, follower: Follower, command: AnyCommand, *, give_up_after: float = 5.0
+    log: EventLog,
+    follower: Follower,
+    command: AnyCommand,
+    now: float,
+    *,
+    give_up_after: float = 5.0,
 ) -> Reply:
-    """Decide `command` on the follower's state (`policy.commands`), record the events it
-    leads to, and answer once the follower has applied them."""
-    outcome = decide_command(follower.state, command, time.time(), follower.applied_seq)
+    """Decide `command` on the follower's state at time `now` (`policy.commands`), record the
+    events it leads to, and answer once the follower has applied them."""
+    outcome = decide_command(follower.state, command, now, follower.applied_seq)
     if isinstance(outcome, Refused):
         raise Refusal(outcome.reason)
     seq = 0

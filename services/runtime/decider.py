@@ -21,6 +21,7 @@ import structlog
 
 from events import Event, JobScheduled, LeaderElected
 from policy.cycle import decide, next_wakeup
+from services.runtime.clock import WALL_CLOCK, Clock
 from services.runtime.eventlog import Conflict, JetStreamLog
 from services.runtime.follower import Follower
 from services.runtime.lease import Lease
@@ -48,7 +49,7 @@ class Decider:
         event_log: JetStreamLog,
         kind: str,
         mine: Callable[[Event], bool],
-        clock: Callable[[], float] = time.time,
+        clock: Clock = WALL_CLOCK,
         settle_s: float = SETTLE_S,
     ) -> None:
         self.log = event_log
@@ -91,7 +92,7 @@ class Decider:
         term = self.lease.revision or 0
         elected = LeaderElected(
             id=f"{self.kind}/term/{self.holder}/{term}",
-            time=self.clock(),
+            time=self.clock.now(),
             actor=self.holder,
             kind=self.kind,
             holder=self.holder,
@@ -126,7 +127,8 @@ class Decider:
         # victim lets go of them), and one nomination before a later one that counts on the
         # GPUs its victims give back.
         began = time.perf_counter()
-        decisions = [e for e in decide(self.follower.state, self.clock()).events if self.mine(e)]
+        plan = decide(self.follower.state, self.clock.now())
+        decisions = [e for e in plan.events if self.mine(e)]
         self.last_cycle_s = time.perf_counter() - began
         last = 0
         in_plan_order: list[Event] = []
@@ -154,11 +156,19 @@ class Decider:
 
     async def _wait_for_change(self, lost: asyncio.Event) -> None:
         self.follower.changed.clear()
-        wake = next_wakeup(self.follower.state, self.clock())
-        timeout = TICK_S if wake is None else max(0.0, min(TICK_S, wake - self.clock()))
-        changed = asyncio.create_task(self.follower.changed.wait())
-        stop = asyncio.create_task(lost.wait())
-        await asyncio.wait({changed, stop}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-        changed.cancel()
-        stop.cancel()
+        now = self.clock.now()
+        wake = next_wakeup(self.follower.state, now)
+        timeout = TICK_S if wake is None else max(0.0, min(TICK_S, wake - now))
+        # a rule's moment (a preemption_delay, a min_runtime running out) comes on the clock
+        # the decisions are made on, which a test may move by hand
+        waits = {
+            asyncio.create_task(self.follower.changed.wait()),
+            asyncio.create_task(lost.wait()),
+            asyncio.create_task(self.clock.sleep(timeout)),
+        }
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiting in waits:
+                waiting.cancel()
         await asyncio.sleep(max(self.settle_s, min(self.last_cycle_s, MAX_PACE_S)))

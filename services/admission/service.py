@@ -27,10 +27,10 @@ from events.commands import ADMISSION_SUBJECT, LEDGER_COMMANDS, AnyCommand, Repl
 from policy.commands import Refused, decide_command
 from policy.commands.jobs import admit_waiting
 from services.runtime.clock import WALL_CLOCK, Clock
-from services.runtime.commands import Refusal, carry_out, serve
-from services.runtime.eventlog import Conflict, JetStreamLog, Stored
+from services.runtime.commands import Refusal, carry_out
+from services.runtime.eventlog import Conflict, EventLog, Stored
 from services.runtime.follower import Follower
-from services.runtime.snapshots import SnapshotStore
+from services.runtime.host import Host, nats_host
 
 CONCURRENCY = 64
 GIVE_UP_AFTER_S = 5.0
@@ -44,10 +44,11 @@ def job_subjects(job_id: str) -> str:
 
 
 class Admission:
-    def __init__(self, log: JetStreamLog, clock: Clock = WALL_CLOCK) -> None:
+    def __init__(self, log: EventLog, clock: Clock = WALL_CLOCK, host: Host | None = None) -> None:
         self.log = log
         self.clock = clock
-        self.follower = Follower(log, snapshots=SnapshotStore(log.js))
+        self.host = host or nats_host(log)
+        self.follower = Follower(log, snapshots=self.host.snapshots())
         self.keys: dict[str, str | None] = {}  # job id -> idempotency key of its submission
         self.verdicts: dict[str, Verdict] = {}
         #: Submissions being recorded now: a second one for the same id waits for the first.
@@ -59,7 +60,7 @@ class Admission:
         await self.admit_stranded()
         # Submissions of different jobs do not depend on each other (admission reads only the
         # cluster's configuration), so they are handled side by side; one id at a time.
-        await serve(self.log.nc, ADMISSION_SUBJECT, self.handle, concurrency=CONCURRENCY)
+        await self.host.serve(ADMISSION_SUBJECT, self.handle, concurrency=CONCURRENCY)
         await self.follower.run(self._remember)
 
     async def admit_stranded(self) -> int:

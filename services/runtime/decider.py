@@ -22,11 +22,10 @@ import structlog
 from events import Event, JobScheduled, LeaderElected
 from policy.cycle import decide, next_wakeup
 from services.runtime.clock import WALL_CLOCK, Clock
-from services.runtime.eventlog import Conflict, JetStreamLog
+from services.runtime.eventlog import Conflict, EventLog
 from services.runtime.follower import Follower
-from services.runtime.lease import Lease
+from services.runtime.host import Host, nats_host
 from services.runtime.retry import is_transient
-from services.runtime.snapshots import SnapshotStore
 from services.runtime.tasks import cancel_and_wait
 
 log = structlog.get_logger("fairlane.decider")
@@ -44,22 +43,24 @@ PUBLISH_WINDOW = 256
 
 
 class Decider:
-    def __init__(
+    def __init__(  # noqa: PLR0913 (what it decides, and the parts a test or a process gives it)
         self,
-        event_log: JetStreamLog,
+        event_log: EventLog,
         kind: str,
         mine: Callable[[Event], bool],
         clock: Clock = WALL_CLOCK,
         settle_s: float = SETTLE_S,
+        host: Host | None = None,
     ) -> None:
         self.log = event_log
         self.kind = kind
         self.mine = mine
         self.clock = clock
         self.holder = f"{kind}-{uuid.uuid4().hex[:8]}"
-        self.lease = Lease(kind, self.holder, ttl_s=LEASE_TTL_S)
+        host = host or nats_host(event_log)
+        self.lease = host.leadership(kind, self.holder, ttl_s=LEASE_TTL_S)
         # a restart (or a standby's start) replays from the newest snapshot the ledger took
-        self.follower = Follower(event_log, snapshots=SnapshotStore(event_log.js))
+        self.follower = Follower(event_log, snapshots=host.snapshots())
         self.settle_s = settle_s
         self.last_cycle_s = 0.0
         self.decisions = 0
@@ -77,7 +78,7 @@ class Decider:
         try:
             while True:
                 try:
-                    await self.lease.acquire(self.log.js)
+                    await self.lease.acquire()
                     await self._lead()
                 except Exception as e:  # the server went away, or the store is full:
                     if not is_transient(e):  # decide again later
@@ -86,7 +87,7 @@ class Decider:
                     await asyncio.sleep(0.5)
         finally:
             following.cancel()
-            await self.lease.release(self.log.js)
+            await self.lease.release()
 
     async def _lead(self) -> None:
         term = self.lease.revision or 0
@@ -100,7 +101,7 @@ class Decider:
         )
         fence = (f"fl.leader.{self.kind}", await self.log.publish_durably(elected))
         lost = asyncio.Event()
-        keeping = asyncio.create_task(self.lease.keep(self.log.js, lost))
+        keeping = asyncio.create_task(self.lease.keep(lost))
         self.is_leader.set()
         log.info("leading", kind=self.kind, holder=self.holder, term=term)
         try:
@@ -158,16 +159,17 @@ class Decider:
         self.follower.changed.clear()
         now = self.clock.now()
         wake = next_wakeup(self.follower.state, now)
-        timeout = TICK_S if wake is None else max(0.0, min(TICK_S, wake - now))
-        # a rule's moment (a preemption_delay, a min_runtime running out) comes on the clock
-        # the decisions are made on, which a test may move by hand
-        waits = {
+        waits: set[asyncio.Task[object]] = {
             asyncio.create_task(self.follower.changed.wait()),
             asyncio.create_task(lost.wait()),
-            asyncio.create_task(self.clock.sleep(timeout)),
         }
+        if wake is not None:
+            # a rule's moment (a preemption_delay, a min_runtime running out) comes on the
+            # clock the decisions are made on, which a test may move by hand; the tick is
+            # only a safety net, on the event loop's clock
+            waits.add(asyncio.create_task(self.clock.sleep(max(0.0, wake - now))))
         try:
-            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(waits, timeout=TICK_S, return_when=asyncio.FIRST_COMPLETED)
         finally:
             for waiting in waits:
                 waiting.cancel()

@@ -17,11 +17,16 @@ from typing import Any
 
 from events import (
     Event,
+    JobCheckpointed,
+    JobCompleted,
+    JobFailed,
     JobNominated,
     JobPreempted,
     JobPreemptionRequested,
     JobScheduled,
     JobStarted,
+    JobSubmitted,
+    NodeLost,
     NodeRegistered,
 )
 from events.commands import ADMISSION_SUBJECT, LEDGER_SUBJECT, AnyCommand, Reply, service_subject
@@ -32,10 +37,11 @@ from services.ledger.service import Ledger
 from services.runtime.clock import VirtualClock
 from services.runtime.decider import Decider
 from services.runtime.eventlog import Stored
-from services.runtime.follower import Follower
+from services.runtime.follower import Follower, OnEvent
 from services.runtime.host import InProcessHost
 from services.runtime.memory_log import MemoryLog
 from services.runtime.tasks import cancel_and_wait
+from simulation.virtual_cluster import Work
 
 EXECUTOR = "executor"
 
@@ -50,18 +56,26 @@ def _preempts(e: Event) -> bool:
 
 class SimulatedExecutors:
     """Every node's executor, answering the decisions on the log at once (a start reported, a
-    victim stopped), with the ids the real executor and the virtual cluster use."""
+    victim stopped) with the ids the real executor and the virtual cluster use, and doing a
+    job's simulated work (`duration`, `checkpoint`) on the virtual clock as the virtual
+    cluster does (`simulation/virtual_cluster.py`'s `Work`)."""
 
     def __init__(self, log: MemoryLog, clock: VirtualClock) -> None:
         self.log = log
         self.clock = clock
         self.follower = Follower(log)
+        self.work: dict[str, Work] = {}
+        self._doing: dict[str, asyncio.Task[None]] = {}  # job -> its attempt's work
 
     async def run(self) -> None:
-        await self.follower.run(self._answer)
+        try:
+            await self.follower.run(self._answer)
+        finally:
+            for task in self._doing.values():
+                task.cancel()
 
     async def register(self, node: str, pool: str, gpus: int) -> None:
-        await self.log.publish(
+        await self._publish(
             NodeRegistered(
                 id=ids.node_registered(node, self.follower.applied_seq),
                 time=self.clock.now(),
@@ -72,37 +86,139 @@ class SimulatedExecutors:
             )
         )
 
+    async def lose(self, node: str) -> None:
+        await self._publish(
+            NodeLost(
+                id=ids.node_lost(node, self.follower.applied_seq),
+                time=self.clock.now(),
+                actor=EXECUTOR,
+                node=node,
+                reason="lost",
+            )
+        )
+
+    async def finish(self, job_id: str, ok: bool) -> None:
+        """The job's workload exits (0 or 1) and its executor says so."""
+        job = self.follower.state.jobs.get(job_id)
+        if job is None or job.phase not in ("starting", "running", "stopping"):
+            return
+        self._stop_work(job_id)
+        self.work.pop(job_id, None)
+        now, attempt = self.clock.now(), job.attempt
+        await self._publish(
+            JobCompleted(
+                id=ids.completed(job_id, attempt),
+                time=now,
+                actor=EXECUTOR,
+                job_id=job_id,
+                attempt=attempt,
+            )
+            if ok
+            else JobFailed(
+                id=ids.failed(job_id, attempt),
+                time=now,
+                actor=EXECUTOR,
+                job_id=job_id,
+                attempt=attempt,
+                exit_code=1,
+            )
+        )
+
+    async def _publish(self, event: Event) -> None:
+        await self.follower.wait_for(await self.log.publish(event))
+
     async def _answer(self, stored: Stored) -> None:
         event = stored.event
-        if isinstance(event, JobScheduled) and not event.scale_up:
-            job = self.follower.state.jobs.get(event.job_id)
-            if job is None or job.attempt != event.attempt or job.phase != "starting":
-                return  # not applied (refused by the fold), or moved on since
-            await self.log.publish(
-                JobStarted(
-                    id=ids.started(event.job_id, event.attempt),
-                    time=self.clock.now(),
-                    actor=EXECUTOR,
-                    causation=event.id,
-                    job_id=event.job_id,
-                    attempt=event.attempt,
-                    resumed=event.attempt > 1,
-                )
+        if isinstance(event, JobSubmitted) and event.spec.duration_s is not None:
+            cp = event.spec.checkpoint
+            self.work[event.job_id] = Work(
+                duration=event.spec.duration_s,
+                every=cp.every_s if cp else None,
+                restore=cp.restore_s if cp else 0.0,
             )
+        elif isinstance(event, JobScheduled) and not event.scale_up:
+            await self._start(event)
         elif isinstance(event, JobPreemptionRequested):
-            job = self.follower.state.jobs.get(event.job_id)
-            if job is None or job.stop_id != event.id:
-                return  # the fold did not apply it
-            await self.log.publish(
-                JobPreempted(
-                    id=ids.stopped(event.id),
+            await self._stop(event)
+
+    async def _start(self, event: JobScheduled) -> None:
+        job = self.follower.state.jobs.get(event.job_id)
+        if job is None or job.attempt != event.attempt or job.phase != "starting":
+            return  # not applied (refused by the fold), or moved on since
+        resumed = event.attempt > 1
+        await self.log.publish(
+            JobStarted(
+                id=ids.started(event.job_id, event.attempt),
+                time=self.clock.now(),
+                actor=EXECUTOR,
+                causation=event.id,
+                job_id=event.job_id,
+                attempt=event.attempt,
+                resumed=resumed,
+            )
+        )
+        work = self.work.get(job.id)
+        if work is not None:
+            work.run_from = self.clock.now() + (work.restore if resumed else 0.0)
+            self._doing[job.id] = asyncio.create_task(self._do(job.id, event.attempt, work))
+
+    async def _stop(self, event: JobPreemptionRequested) -> None:
+        job = self.follower.state.jobs.get(event.job_id)
+        if job is None or job.stop_id != event.id:
+            return  # the fold did not apply it
+        whole = job.phase != "running" or job.stop_replicas >= len(job.held)
+        work = self.work.get(job.id)
+        checkpointed = False
+        if whole and work is not None:
+            self._stop_work(job.id)
+            done = work.progress(self.clock.now())
+            work.saved = (int(done / work.every) * work.every) if work.every else 0.0
+            work.run_from = None
+            checkpointed = work.every is not None and work.saved > 0
+        await self.log.publish(
+            JobPreempted(
+                id=ids.stopped(event.id),
+                time=self.clock.now(),
+                actor=EXECUTOR,
+                causation=event.id,
+                job_id=event.job_id,
+                attempt=event.attempt,
+                reason=event.reason,
+                replicas=event.replicas,
+                checkpointed=checkpointed,
+            )
+        )
+
+    def _stop_work(self, job_id: str) -> None:
+        task = self._doing.pop(job_id, None)
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
+
+    async def _do(self, job_id: str, attempt: int, work: Work) -> None:
+        """The attempt's work: checkpoints as they fall due, then the finish."""
+        while True:
+            finish, save = work.finishes_at(), work.next_checkpoint_at()
+            assert finish is not None
+            due = finish if save is None else min(finish, save)
+            await self.clock.sleep(due - self.clock.now())
+            job = self.follower.state.jobs.get(job_id)
+            if job is None or job.attempt != attempt or job.phase != "running":
+                return
+            if due == finish:  # a finish wins over a checkpoint at the same moment
+                await self.finish(job_id, ok=True)
+                return
+            done = work.progress(self.clock.now())
+            assert work.every is not None
+            kept = int(done / work.every) * work.every
+            work.run_from, work.saved = self.clock.now() - (done - kept), kept
+            await self._publish(
+                JobCheckpointed(
+                    id=ids.checkpointed(job_id, attempt, int(kept)),
                     time=self.clock.now(),
                     actor=EXECUTOR,
-                    causation=event.id,
-                    job_id=event.job_id,
-                    attempt=event.attempt,
-                    reason=event.reason,
-                    replicas=event.replicas,
+                    job_id=job_id,
+                    attempt=attempt,
+                    save_s=job.save_s,
                 )
             )
 
@@ -120,9 +236,10 @@ class InProcessCluster:
         self.executors = SimulatedExecutors(self.log, self.clock)
         self.tasks: list[asyncio.Task[None]] = []
 
-    async def start(self) -> None:
+    async def start(self, on_event: OnEvent | None = None) -> None:
+        """Start the services; `on_event` sees every event as the observer applies it."""
         log, clock, host = self.log, self.clock, self.host
-        self._spawn(self.observer.run())
+        self._spawn(self.observer.run(on_event))
         self._spawn(self.executors.run())
         self._spawn(Admission(log, clock, host).run())
         self._spawn(Ledger(log, clock=clock, host=host).run())
@@ -150,6 +267,10 @@ class InProcessCluster:
         async with asyncio.timeout(limit_s):
             while True:
                 await asyncio.sleep(0.01)
+                due = self.clock.next_due()
+                if due is not None and due <= self.clock.now():
+                    self.clock.move_to(self.clock.now())  # wake who slept until now
+                    continue
                 last = await self.log.last_seq()
                 if self.observer.applied_seq < last or self._outstanding():
                     continue

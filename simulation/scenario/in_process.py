@@ -261,12 +261,14 @@ class InProcessCluster:
         return reply
 
     async def settle(self, limit_s: float = 30.0) -> None:
-        """Until every service has read the whole log, no start or stop is outstanding and
-        the policy has nothing more to decide at this moment (the services pace themselves on
-        the event loop's clock, so this takes real milliseconds, not virtual time)."""
+        """Until the observer has read the whole log, no start or stop is outstanding, the
+        policy has nothing more to decide at this moment, and the log has stayed quiet for a
+        moment (the services pace themselves on the event loop's clock, so this takes real
+        milliseconds, not virtual time). A service that stopped is an error, not a wait."""
         async with asyncio.timeout(limit_s):
             while True:
                 await asyncio.sleep(0.01)
+                self._raise_if_one_stopped()
                 due = self.clock.next_due()
                 if due is not None and due <= self.clock.now():
                     self.clock.move_to(self.clock.now())  # wake who slept until now
@@ -277,6 +279,11 @@ class InProcessCluster:
                 await asyncio.sleep(0.05)  # a pause for a service that is about to write
                 if await self.log.last_seq() == last:
                     return
+
+    def _raise_if_one_stopped(self) -> None:
+        for task in self.tasks:
+            if task.done():
+                raise RuntimeError(f"a service stopped: {task.exception() or 'it returned'}")
 
     def _outstanding(self) -> bool:
         state = self.observer.state

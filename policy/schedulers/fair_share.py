@@ -389,6 +389,10 @@ def try_reclaim(cycle: PoolCycle, cand: Candidate) -> bool:
         return unit, freed
 
     taken = cycle.take_until_fits(cand, pick)
+    if taken is None and cycle.most_freed_generation != cycle.generation:
+        # a walk found no fit: others may follow in this generation, bound them from now on
+        cycle.most_freed.clear()
+        cycle.most_freed_generation = cycle.generation
     if taken is None or not taken.units:
         return False
     if not _claimant_goes_first(cycle, cand, taken):
@@ -449,13 +453,13 @@ def _reclaim_could_fit(cycle: PoolCycle, cand: Candidate, within_quota: bool) ->
     square of the size. The bound is worked out once per generation (decisions change it) and
     standing of the claimant (within its quota or not) for all claimants: each project gives
     its victims in order while `_may_give` lets it, so what any claimant's walk frees,
-    whatever its project, is a subset of it.
+    whatever its project, is a subset of it. It costs a walk of everything any project may
+    give, so it is worked out only once a walk has failed in this generation (`try_reclaim`
+    marks it): where reclaims succeed (a burst of arrivals, each success a new generation),
+    walks stop at the first fit and a bound per generation would cost more than it saves.
     """
-    if cand.job.node is not None:
+    if cand.job.node is not None or cycle.most_freed_generation != cycle.generation:
         return True
-    if cycle.most_freed_generation != cycle.generation:
-        cycle.most_freed.clear()
-        cycle.most_freed_generation = cycle.generation
     overlay = cycle.most_freed.get(within_quota)
     if overlay is None:
         overlay = cycle.most_freed[within_quota] = _most_reclaim_frees(cycle, within_quota)

@@ -21,16 +21,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 
 from events import Event, JobAdmitted, JobRejected, JobSubmitted
 from events.commands import ADMISSION_SUBJECT, LEDGER_COMMANDS, AnyCommand, Reply, SubmitJob
 from policy.commands import Refused, decide_command
 from policy.commands.jobs import admit_waiting
-from services.runtime.commands import Refusal, carry_out, serve
-from services.runtime.eventlog import Conflict, JetStreamLog, Stored
+from services.runtime.clock import WALL_CLOCK, Clock
+from services.runtime.commands import Refusal, carry_out
+from services.runtime.eventlog import Conflict, EventLog, Stored
 from services.runtime.follower import Follower
-from services.runtime.snapshots import SnapshotStore
+from services.runtime.host import Host, nats_host
 
 CONCURRENCY = 64
 GIVE_UP_AFTER_S = 5.0
@@ -44,9 +44,11 @@ def job_subjects(job_id: str) -> str:
 
 
 class Admission:
-    def __init__(self, log: JetStreamLog) -> None:
+    def __init__(self, log: EventLog, clock: Clock = WALL_CLOCK, host: Host | None = None) -> None:
         self.log = log
-        self.follower = Follower(log, snapshots=SnapshotStore(log.js))
+        self.clock = clock
+        self.host = host or nats_host(log)
+        self.follower = Follower(log, snapshots=self.host.snapshots())
         self.keys: dict[str, str | None] = {}  # job id -> idempotency key of its submission
         self.verdicts: dict[str, Verdict] = {}
         #: Submissions being recorded now: a second one for the same id waits for the first.
@@ -58,7 +60,7 @@ class Admission:
         await self.admit_stranded()
         # Submissions of different jobs do not depend on each other (admission reads only the
         # cluster's configuration), so they are handled side by side; one id at a time.
-        await serve(self.log.nc, ADMISSION_SUBJECT, self.handle, concurrency=CONCURRENCY)
+        await self.host.serve(ADMISSION_SUBJECT, self.handle, concurrency=CONCURRENCY)
         await self.follower.run(self._remember)
 
     async def admit_stranded(self) -> int:
@@ -82,7 +84,8 @@ class Admission:
             raise Refusal(f"admission does not take {type(command).__name__} commands")
         if isinstance(command, SubmitJob):
             return await self._submit(command)
-        return await carry_out(self.log, self.follower, command, give_up_after=GIVE_UP_AFTER_S)
+        now = self.clock.now()
+        return await carry_out(self.log, self.follower, command, now, give_up_after=GIVE_UP_AFTER_S)
 
     async def _submit(self, command: SubmitJob) -> Reply:
         job_id = command.job_id
@@ -105,7 +108,7 @@ class Admission:
             del self.inflight[job_id]
 
     async def _create(self, command: SubmitJob) -> Reply:
-        now, at = time.time(), self.follower.applied_seq
+        now, at = self.clock.now(), self.follower.applied_seq
         outcome = decide_command(self.follower.state, command, now, at)
         if isinstance(outcome, Refused):
             if outcome.exists:
@@ -174,7 +177,7 @@ class Admission:
         submitted = await self.log.last_on(f"fl.job.{job_id}.job_submitted")
         if job is None or submitted is None:
             return None
-        decided = admit_waiting(self.follower.state, job, time.time())
+        decided = admit_waiting(self.follower.state, job, self.clock.now())
         if decided is None:
             return await self._recorded_verdict(job_id)
         verdict = decided.answer

@@ -9,23 +9,32 @@ before is read back from the log, so a restarted ledger does not announce old cr
 
 from __future__ import annotations
 
-import time
-
 from events import NodeLost, ProjectQuotaCrossed
 from events.commands import LEDGER_COMMANDS, LEDGER_SUBJECT, AnyCommand, Reply
 from policy.commands import ids
 from policy.commands.usage import Usage
-from services.runtime.commands import Refusal, carry_out, serve
-from services.runtime.eventlog import JetStreamLog, Stored
+from services.runtime.clock import WALL_CLOCK, Clock
+from services.runtime.commands import Refusal, carry_out
+from services.runtime.eventlog import EventLog, Stored
 from services.runtime.follower import Follower
-from services.runtime.snapshots import EVERY_EVENTS, SnapshotStore, Snapshotter
+from services.runtime.host import Host, nats_host
+from services.runtime.snapshots import EVERY_EVENTS, Snapshotter
 
 
 class Ledger:
-    def __init__(self, log: JetStreamLog, snapshot_every: int = EVERY_EVENTS) -> None:
+    def __init__(
+        self,
+        log: EventLog,
+        snapshot_every: int = EVERY_EVENTS,
+        clock: Clock = WALL_CLOCK,
+        host: Host | None = None,
+    ) -> None:
         self.log = log
+        self.clock = clock
+        self.host = host or nats_host(log)
         # the ledger takes the snapshots every decision service restarts from (see snapshots.py)
-        snapshotter = Snapshotter(SnapshotStore(log.js), every=snapshot_every)
+        store = self.host.snapshots()
+        snapshotter = None if store is None else Snapshotter(store, every=snapshot_every)
         self.follower = Follower(log, snapshotter=snapshotter)
         self.over: dict[tuple[str, str], bool] = {}  # as last recorded in the log
         self.usage = Usage()
@@ -35,13 +44,13 @@ class Ledger:
         await self.log.ensure_stream()
         await self.follower.catch_up(self._observe)
         self.live = True
-        await serve(self.log.nc, LEDGER_SUBJECT, self.handle)
+        await self.host.serve(LEDGER_SUBJECT, self.handle)
         await self.follower.run(self._observe)
 
     async def handle(self, command: AnyCommand) -> Reply:
         if not isinstance(command, LEDGER_COMMANDS):
             raise Refusal(f"the ledger does not take {type(command).__name__} commands")
-        return await carry_out(self.log, self.follower, command)
+        return await carry_out(self.log, self.follower, command, self.clock.now())
 
     async def _observe(self, stored: Stored) -> None:
         event = stored.event
@@ -74,7 +83,7 @@ class Ledger:
                 await self.log.publish_durably(
                     ProjectQuotaCrossed(
                         id=ids.quota_crossed(project, pool, seq),
-                        time=time.time(),
+                        time=self.clock.now(),
                         actor="ledger",
                         causation=cause,
                         project=project,

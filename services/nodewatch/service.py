@@ -4,10 +4,13 @@ It folds the log (which nodes are registered, and by which registration), watche
 heartbeat bucket, and when a registered node's heartbeat has not changed for the timeout it
 publishes `NodeLost`: the fold then frees the node's GPUs and queues its jobs again, so they
 run elsewhere. Like the scheduler, it holds a lease and fences each `NodeLost` on its term, so
-a deposed watcher cannot declare anything. Its clock is its own: a node is lapsed when this
-watcher has not seen its heartbeat's revision change for the timeout; a watcher that just took
-the lead (or a node that just registered) gets a full timeout first. The `NodeLost` id names the
-registration it ends, so a repeat is dropped and a node that registers again can be lost again.
+a deposed watcher cannot declare anything. Its clock is its own (given: the wall clock, or a
+test's virtual one): a node is lapsed when this watcher has not seen its heartbeat's revision
+change for the timeout; a watcher that just took the lead (or a node that just registered) gets
+a full timeout first. (On the wall clock, a host whose time is stepped forward by more than the
+timeout would see every node lapse once; hosts slew their clocks, they do not step them.)
+The `NodeLost` id names the registration it ends, so a repeat is dropped and a node that
+registers again can be lost again.
 
 It reads each registered node's key every poll (a node count in the hundreds; a thousand nodes
 would want a KV watch instead).
@@ -16,9 +19,7 @@ would want a KV watch instead).
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
-from collections.abc import Callable
 
 import structlog
 from nats.js.errors import KeyNotFoundError, NotFoundError
@@ -26,6 +27,7 @@ from nats.js.kv import KeyValue
 
 from events import LeaderElected, NodeLost, NodeRegistered
 from services.nodewatch.rule import lapsed
+from services.runtime.clock import WALL_CLOCK, Clock
 from services.runtime.eventlog import TRANSIENT, Conflict, JetStreamLog, Stored
 from services.runtime.follower import Follower
 from services.runtime.heartbeats import TIMEOUT_S, heartbeat_bucket
@@ -42,7 +44,7 @@ class NodeWatch:
         event_log: JetStreamLog,
         timeout_s: float = TIMEOUT_S,
         lease_ttl_s: float = 3.0,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock = WALL_CLOCK,
     ) -> None:
         self.log = event_log
         self.timeout_s = timeout_s
@@ -77,13 +79,13 @@ class NodeWatch:
         event = stored.event
         if isinstance(event, NodeRegistered):
             self.registrations[event.node] = event.id
-            self.last_seen[event.node] = self.clock()  # a full timeout from (re)registering
+            self.last_seen[event.node] = self.clock.now()  # a full timeout from (re)registering
 
     async def _lead(self) -> None:
         term = self.lease.revision or 0
         elected = LeaderElected(
             id=f"{KIND}/term/{self.holder}/{term}",
-            time=time.time(),
+            time=self.clock.now(),
             actor=self.holder,
             kind=KIND,
             holder=self.holder,
@@ -94,14 +96,14 @@ class NodeWatch:
         lost = asyncio.Event()
         keeping = asyncio.create_task(self.lease.keep(self.log.js, lost))
         bucket = await heartbeat_bucket(self.log.js, self.timeout_s)
-        started = self.clock()
+        started = self.clock.now()
         self.last_seen = {node: started for node in self.follower.state.nodes}
         log.info("watching heartbeats", holder=self.holder, term=term, timeout_s=self.timeout_s)
         try:
             while not lost.is_set():
                 await self._look(bucket)
                 await self._declare(fence)
-                await asyncio.sleep(self.poll_s)
+                await self.clock.sleep(self.poll_s)
         except Conflict:
             log.warning("deposed: a newer term fenced our write")
         finally:
@@ -115,15 +117,15 @@ class NodeWatch:
                 continue  # expired, or never sent: not seen
             if entry.revision != self.revisions.get(node):
                 self.revisions[node] = entry.revision or 0
-                self.last_seen[node] = self.clock()
+                self.last_seen[node] = self.clock.now()
 
     async def _declare(self, fence: tuple[str, int]) -> None:
         nodes = self.follower.state.nodes
-        for node in lapsed(nodes, self.last_seen, self.clock(), self.timeout_s):
+        for node in lapsed(nodes, self.last_seen, self.clock.now(), self.timeout_s):
             registration = self.registrations.get(node, f"{node}/registered")
             event = NodeLost(
                 id=f"{registration}/lost",
-                time=time.time(),
+                time=self.clock.now(),
                 actor=self.holder,
                 node=node,
                 reason=f"no heartbeat for {self.timeout_s:g}s",
@@ -131,4 +133,4 @@ class NodeWatch:
             log.warning("node lost", node=node, id=event.id)
             await self.log.publish_durably(event, fence=fence)
             self.declared += 1
-            self.last_seen[node] = self.clock()  # until the fold has it, do not repeat
+            self.last_seen[node] = self.clock.now()  # until the fold has it, do not repeat

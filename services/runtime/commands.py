@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable, Callable
 
 import msgspec
@@ -28,11 +27,16 @@ class Refusal(Exception):
 
 
 async def carry_out(
-    log: EventLog, follower: Follower, command: AnyCommand, *, give_up_after: float = 5.0
+    log: EventLog,
+    follower: Follower,
+    command: AnyCommand,
+    now: float,
+    *,
+    give_up_after: float = 5.0,
 ) -> Reply:
-    """Decide `command` on the follower's state (`policy.commands`), record the events it
-    leads to, and answer once the follower has applied them."""
-    outcome = decide_command(follower.state, command, time.time(), follower.applied_seq)
+    """Decide `command` on the follower's state at time `now` (`policy.commands`), record the
+    events it leads to, and answer once the follower has applied them."""
+    outcome = decide_command(follower.state, command, now, follower.applied_seq)
     if isinstance(outcome, Refused):
         raise Refusal(outcome.reason)
     seq = 0
@@ -40,6 +44,20 @@ async def carry_out(
         seq = await log.publish_durably(event, give_up_after=give_up_after)
     await follower.wait_for(seq)
     return Reply(ok=True, event=outcome.answer)
+
+
+async def answer(handler: Handler, command: AnyCommand) -> Reply:
+    """The handler's reply, always one: a refusal, passing trouble (the same command may
+    come again) and a failure are answered too."""
+    try:
+        return await handler(command)
+    except Refusal as refused:
+        return Reply(ok=False, error=str(refused))
+    except Exception as e:  # answer, log, and keep serving
+        if is_transient(e):  # the log is away or full: the same command may come again
+            return Reply(ok=False, error=f"unavailable: {e!r}", retryable=True)
+        log.exception("command failed", command=type(command).__name__)
+        return Reply(ok=False, error=f"internal error: {e}")
 
 
 async def serve(nc: Client, subject: str, handler: Handler, concurrency: int = 1) -> Subscription:
@@ -55,11 +73,11 @@ async def serve(nc: Client, subject: str, handler: Handler, concurrency: int = 1
 
     async def on_request(msg: Msg) -> None:
         await slots.acquire()  # nats-py hands over the next request only once this returns
-        task = asyncio.create_task(answer(msg))
+        task = asyncio.create_task(answer_request(msg))
         running.add(task)
         task.add_done_callback(finished)
 
-    async def answer(msg: Msg) -> None:
+    async def answer_request(msg: Msg) -> None:
         try:
             command = decode_command(msg.data)
         except msgspec.ValidationError as e:  # out of bounds: nothing was stored
@@ -67,16 +85,7 @@ async def serve(nc: Client, subject: str, handler: Handler, concurrency: int = 1
         except msgspec.DecodeError as e:
             reply = Reply(ok=False, error=f"malformed command: {e}")
         else:
-            try:
-                reply = await handler(command)
-            except Refusal as refused:
-                reply = Reply(ok=False, error=str(refused))
-            except Exception as e:  # answer, log, and keep serving
-                if is_transient(e):  # the log is away or full: the same command may come again
-                    reply = Reply(ok=False, error=f"unavailable: {e!r}", retryable=True)
-                else:
-                    log.exception("command failed", command=type(command).__name__)
-                    reply = Reply(ok=False, error=f"internal error: {e}")
+            reply = await answer(handler, command)
         if msg.reply:
             await msg.respond(_encode(reply))
 

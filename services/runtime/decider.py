@@ -22,11 +22,11 @@ import structlog
 from events import Event, JobScheduled, LeaderElected
 from policy.cycle import decide, next_wakeup
 from policy.version import stamped
-from services.runtime.eventlog import Conflict, JetStreamLog
+from services.runtime.clock import WALL_CLOCK, Clock
+from services.runtime.eventlog import Conflict, EventLog
 from services.runtime.follower import Follower
-from services.runtime.lease import Lease
+from services.runtime.host import Host, nats_host
 from services.runtime.retry import is_transient
-from services.runtime.snapshots import SnapshotStore
 from services.runtime.tasks import cancel_and_wait
 
 log = structlog.get_logger("fairlane.decider")
@@ -44,22 +44,24 @@ PUBLISH_WINDOW = 256
 
 
 class Decider:
-    def __init__(
+    def __init__(  # noqa: PLR0913 (what it decides, and the parts a test or a process gives it)
         self,
-        event_log: JetStreamLog,
+        event_log: EventLog,
         kind: str,
         mine: Callable[[Event], bool],
-        clock: Callable[[], float] = time.time,
+        clock: Clock = WALL_CLOCK,
         settle_s: float = SETTLE_S,
+        host: Host | None = None,
     ) -> None:
         self.log = event_log
         self.kind = kind
         self.mine = mine
         self.clock = clock
         self.holder = f"{kind}-{uuid.uuid4().hex[:8]}"
-        self.lease = Lease(kind, self.holder, ttl_s=LEASE_TTL_S)
+        host = host or nats_host(event_log)
+        self.lease = host.leadership(kind, self.holder, ttl_s=LEASE_TTL_S)
         # a restart (or a standby's start) replays from the newest snapshot the ledger took
-        self.follower = Follower(event_log, snapshots=SnapshotStore(event_log.js))
+        self.follower = Follower(event_log, snapshots=host.snapshots())
         self.settle_s = settle_s
         self.last_cycle_s = 0.0
         self.decisions = 0
@@ -77,7 +79,7 @@ class Decider:
         try:
             while True:
                 try:
-                    await self.lease.acquire(self.log.js)
+                    await self.lease.acquire()
                     await self._lead()
                 except Exception as e:  # the server went away, or the store is full:
                     if not is_transient(e):  # decide again later
@@ -86,13 +88,13 @@ class Decider:
                     await asyncio.sleep(0.5)
         finally:
             following.cancel()
-            await self.lease.release(self.log.js)
+            await self.lease.release()
 
     async def _lead(self) -> None:
         term = self.lease.revision or 0
         elected = LeaderElected(
             id=f"{self.kind}/term/{self.holder}/{term}",
-            time=self.clock(),
+            time=self.clock.now(),
             actor=self.holder,
             kind=self.kind,
             holder=self.holder,
@@ -100,7 +102,7 @@ class Decider:
         )
         fence = (f"fl.leader.{self.kind}", await self.log.publish_durably(elected))
         lost = asyncio.Event()
-        keeping = asyncio.create_task(self.lease.keep(self.log.js, lost))
+        keeping = asyncio.create_task(self.lease.keep(lost))
         self.is_leader.set()
         log.info("leading", kind=self.kind, holder=self.holder, term=term)
         try:
@@ -127,7 +129,7 @@ class Decider:
         # victim lets go of them), and one nomination before a later one that counts on the
         # GPUs its victims give back.
         began = time.perf_counter()
-        plan = decide(self.follower.state, self.clock())
+        plan = decide(self.follower.state, self.clock.now())
         decisions = [stamped(e) for e in plan.events if self.mine(e)]
         self.last_cycle_s = time.perf_counter() - began
         last = 0
@@ -156,11 +158,20 @@ class Decider:
 
     async def _wait_for_change(self, lost: asyncio.Event) -> None:
         self.follower.changed.clear()
-        wake = next_wakeup(self.follower.state, self.clock())
-        timeout = TICK_S if wake is None else max(0.0, min(TICK_S, wake - self.clock()))
-        changed = asyncio.create_task(self.follower.changed.wait())
-        stop = asyncio.create_task(lost.wait())
-        await asyncio.wait({changed, stop}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-        changed.cancel()
-        stop.cancel()
+        now = self.clock.now()
+        wake = next_wakeup(self.follower.state, now)
+        waits: set[asyncio.Task[object]] = {
+            asyncio.create_task(self.follower.changed.wait()),
+            asyncio.create_task(lost.wait()),
+        }
+        if wake is not None:
+            # a rule's moment (a preemption_delay, a min_runtime running out) comes on the
+            # clock the decisions are made on, which a test may move by hand; the tick is
+            # only a safety net, on the event loop's clock
+            waits.add(asyncio.create_task(self.clock.sleep(max(0.0, wake - now))))
+        try:
+            await asyncio.wait(waits, timeout=TICK_S, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiting in waits:
+                waiting.cancel()
         await asyncio.sleep(max(self.settle_s, min(self.last_cycle_s, MAX_PACE_S)))

@@ -8,13 +8,16 @@ from pathlib import Path
 from typing import Literal
 
 from simulation.scenario.core_engine import CoreEngine
+from simulation.scenario.in_process_engine import InProcessEngine, SetupRefused
 from simulation.scenario.live_engine import LiveEngine, LiveError, start_process_executor
 from simulation.scenario.observe import check
 from simulation.spec import Scenario, ScenarioError, load_scenario
 from simulation.virtual_cluster import NotSettled
 
 Verdict = Literal["pass", "fail", "skip", "error"]
-EngineName = Literal["core", "live"]
+#: core: the pure policy; live: the services on nats-server with real workloads; in-process:
+#: the services in one process on the in-memory log and a virtual clock (every scenario runs)
+EngineName = Literal["core", "live", "in-process"]
 
 
 @dataclass
@@ -43,6 +46,8 @@ def run_scenario(scenario: Scenario, engine: EngineName = "core") -> Result:
             result.verdict, result.reason = "skip", f"needs the virtual clock: {why}"
             return result
         return asyncio.run(_run_live(scenario, result))
+    if engine == "in-process":
+        return asyncio.run(_run_in_process(scenario, result))
     try:
         runner = CoreEngine(scenario)
         for step in scenario.steps:
@@ -75,6 +80,27 @@ async def _run_live(scenario: Scenario, result: Result) -> Result:
                 await engine.step(step)
     except LiveError as e:
         result.verdict, result.reason = "error", str(e)
+        return result
+    finally:
+        await engine.stop()
+    if result.problems:
+        result.verdict = "fail"
+    return result
+
+
+async def _run_in_process(scenario: Scenario, result: Result) -> Result:
+    engine = InProcessEngine(scenario)
+    try:
+        await engine.start()
+        for step in scenario.steps:
+            if step.kind == "expect":
+                result.expectations += 1
+                for problem in check(step.value, engine.observe()):
+                    result.problems.append(f"step {step.number} expect {problem}")
+            else:
+                await engine.step(step)
+    except (SetupRefused, TimeoutError) as e:
+        result.verdict, result.reason = "error", str(e) or "the services did not settle"
         return result
     finally:
         await engine.stop()

@@ -24,7 +24,7 @@ from events import ClusterSettings, ProjectTerms, SchedulerSettings
 from policy.state import ClusterState, Job, Node, Pool, Project
 
 #: The meaning of the fold (bump with any change to `policy/state.py` that changes results).
-FOLD_VERSION: Final = 3
+FOLD_VERSION: Final = 4
 #: The layout of this file's structs. 2: the settings as `events.ClusterSettings`.
 FORMAT_VERSION: Final = 2
 

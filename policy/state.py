@@ -492,7 +492,10 @@ def _job_preemption_requested(state: ClusterState, e: JobPreemptionRequested) ->
         if nominee is None or nominee.nomination_id != e.causation:
             return f"its nomination {e.causation} was not applied"
     whole = e.replicas == 0 or e.replicas >= len(job.held)
-    job.stop_replicas = len(job.held) if whole else e.replicas
+    # Stops of some replicas add up: two claims in one cycle may each take one of a job's
+    # extras, and both requests can be recorded before the executor answers the first.
+    more = len(job.held) if whole else job.stop_replicas + e.replicas
+    job.stop_replicas = min(len(job.held), more)
     job.stop_reason, job.stop_id = e.reason, e.id
     if whole and job.phase in ("starting", "running"):
         job.phase = "stopping"

@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
-from events import JobScheduled, JobSpec, NodeLost, ProjectTerms, Replica, SchedulingHeld
+from events import (
+    JobPreempted,
+    JobPreemptionRequested,
+    JobScheduled,
+    JobSpec,
+    NodeLost,
+    ProjectTerms,
+    Replica,
+    SchedulingHeld,
+)
 from policy.cycle import decide
 from simulation.virtual_cluster import VirtualCluster
 
@@ -65,3 +74,28 @@ def test_held_scheduling_places_nothing_until_released() -> None:
     vc.record(SchedulingHeld(id="release", time=0.0, actor="op", held=False))
     vc.settle()
     assert vc.state.jobs["j1"].phase == "running"
+
+
+def test_stops_of_some_replicas_add_up_until_answered() -> None:
+    """Two claims in one cycle may each take one extra replica of the same elastic job; the
+    executor may answer both requests only after both are recorded. Both stops stand."""
+    vc = VirtualCluster()
+    vc.add_pool("default")
+    vc.add_node("n0", "default", 3)
+    vc.set_project("a", {"default": ProjectTerms(quota=3)})
+    vc.submit("e", JobSpec(project="a", gpus=1, replicas=3, min_replicas=1))
+    vc.settle()
+    assert len(vc.state.jobs["e"].held) == 3
+    for k in (1, 2):
+        asked = JobPreemptionRequested(
+            id=f"e/1/preempt/{3 - k}", time=1.0, actor="preemptor", job_id="e", attempt=1,
+            reason="reclaim", replicas=1,
+        )  # fmt: skip
+        assert vc.record(asked).applied
+    assert vc.state.jobs["e"].stop_replicas == 2
+    for k in (1, 2):
+        done = JobPreempted(id=f"e/1/preempted/{k}", time=2.0, actor="executor", job_id="e",
+                            attempt=1, reason="reclaim", replicas=1)  # fmt: skip
+        assert vc.record(done).applied, k
+    job = vc.state.jobs["e"]
+    assert (len(job.held), job.stop_replicas, job.phase) == (1, 0, "running")

@@ -192,6 +192,30 @@ async def test_a_team_reads_only_its_own_projects_jobs(
                     break
 
 
+async def test_the_policy_re_derives_the_decisions_on_the_log(api: Api) -> None:
+    """`/v1/audit` runs the policy again on the state each decision was made from; a job's
+    timeline with `rederive` says of each decision that the policy gives it."""
+    c = api.client
+    report = (await c.get("/v1/audit", headers=api.admin)).json()
+    assert report["checked"] >= 4 and report["matched"] == report["checked"], report
+    assert report["mismatched"] == 0
+    scoped = (await c.get("/v1/audit", params={"job": "jupyter-workspace", "to": api.last_seq},
+                          headers=api.admin)).json()  # fmt: skip
+    assert 0 < scoped["checked"] < report["checked"]
+    timeline = await c.get("/v1/jobs/large-training-job/timeline",
+                           params={"rederive": "true"}, headers=api.admin)  # fmt: skip
+    items = timeline.json()["items"]
+    said = {e["type"]: e["rederived"] for e in items}
+    assert said["JobScheduled"] == said["JobPreemptionRequested"] == "matches", said
+    assert said["JobSubmitted"] is None and said["JobStarted"] is None
+    made = await c.post("/v1/tokens", json={"name": "team-a", "projects": ["project-a"]},
+                        headers=api.admin)  # fmt: skip
+    team_a = {"Authorization": f"Bearer {made.json()['token']}"}
+    assert (await c.get("/v1/audit", headers=team_a)).status_code == 403
+    mine = await c.get("/v1/audit", params={"job": "large-training-job"}, headers=team_a)
+    assert mine.status_code == 200 and mine.json()["mismatched"] == 0
+
+
 async def test_live_stream_resumes_after_last_event_id(
     api: Api, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -12,6 +12,7 @@ from simulation.scenario.runner import run_file
 SUITE = Path(__file__).resolve().parent.parent / "scenarios"
 ALL = sorted(SUITE.glob("*.yaml"))
 
+
 def test_the_whole_suite_is_here() -> None:
     assert len(ALL) >= 80
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import re
 import typing
 from collections.abc import AsyncGenerator, AsyncIterator
@@ -54,6 +55,8 @@ from events.commands import (
     SetProject,
     SubmitJob,
 )
+from policy.audit import Scope
+from services.api import audit as api_audit
 from services.api import logs, metrics, queries, tokens
 from services.api.tokens import Caller
 from services.api.types import (
@@ -122,6 +125,8 @@ class Context:
     db: asyncpg.Pool
     nc: Client
     streams: asyncio.Semaphore
+    #: one audit at a time: each folds the whole log in a worker thread
+    audits: asyncio.Semaphore = dataclasses.field(default_factory=lambda: asyncio.Semaphore(1))
 
 
 Ctx = NamedDependency[Context]
@@ -136,7 +141,13 @@ def _error(status: int, message: str, field: str | None = None) -> Response[Erro
 
 
 #: Parameters whose Python name is not the one on the wire.
-_ALIASES: Final = {"job_state": "state", "types": "type", "last_event_id": "Last-Event-ID"}
+_ALIASES: Final = {
+    "job_state": "state",
+    "types": "type",
+    "last_event_id": "Last-Event-ID",
+    "first": "from",
+    "last": "to",
+}
 
 
 def on_http_error(_: Request[Any, Any, Any], exc: HTTPException) -> Response[Error]:
@@ -185,7 +196,11 @@ ADMIN_ERRORS: Final = {
     403: ResponseSpec(Error, description="an admin token is needed"),
     422: ResponseSpec(Error, description="refused by the ledger (says why)"),
 }
-FOUND_ERRORS: Final = {**ERRORS, 404: ResponseSpec(Error, description="not found")}
+FOUND_ERRORS: Final = {
+    **ERRORS,
+    403: ResponseSpec(Error, description="the token does not cover the project (names it)"),
+    404: ResponseSpec(Error, description="not found"),
+}
 
 
 # -- dependencies -----------------------------------------------------------------------------
@@ -385,7 +400,7 @@ async def set_pool(ctx: Ctx, caller: Who, name: PathName, data: JSONBody[PoolReq
 # -- queries ----------------------------------------------------------------------------------
 
 
-@get("/v1/jobs", responses=ERRORS, tags=["jobs"])
+@get("/v1/jobs", responses=FOUND_ERRORS, tags=["jobs"])
 async def list_jobs(
     ctx: Ctx,
     caller: Who,
@@ -545,14 +560,60 @@ async def _timeline(ctx: Context, caller: Caller, window: Window, **about: str) 
     return TimelinePage(items=items, next=next_after)
 
 
-@get("/v1/jobs/{job_id:str}/timeline", responses=ERRORS, tags=["timeline"])
-async def job_timeline(ctx: Ctx, caller: Who, window: Span, job_id: PathName) -> TimelinePage:
-    """A job's events in log order, each with its reason and the facts the policy used."""
+AUDIT_ERRORS: Final = {
+    **FOUND_ERRORS,
+    422: ResponseSpec(Error, description="too long a log for the API (use `fairlane audit`)"),
+}
+
+
+@get("/v1/jobs/{job_id:str}/timeline", responses=AUDIT_ERRORS, tags=["timeline"])
+async def job_timeline(
+    ctx: Ctx,
+    caller: Who,
+    window: Span,
+    job_id: PathName,
+    rederive: Annotated[
+        bool, QueryParameter(description="say of each decision whether the policy gives it")
+    ] = False,
+) -> TimelinePage:
+    """A job's events in log order, each with its reason and the facts the policy used; with
+    `rederive`, each decision also says what the policy, re-run on the state it was made
+    from, gives (`rederived: matches`, or how it differs)."""
     await _readable_job(ctx, caller, job_id)
-    return await _timeline(ctx, caller, window, job=job_id)
+    page = await _timeline(ctx, caller, window, job=job_id)
+    if not rederive:
+        return page
+    try:
+        outcomes = await api_audit.outcomes_for_job(JetStreamLog(ctx.nc), ctx.audits, job_id)
+    except api_audit.TooLong as e:
+        raise _fail(422, str(e), "rederive") from None
+    items = [msgspec.structs.replace(e, rederived=outcomes.get(e.seq)) for e in page.items]
+    return TimelinePage(items=items, next=page.next)
 
 
-@get("/v1/projects/{name:str}/timeline", responses=ERRORS, tags=["timeline"])
+@get("/v1/audit", responses=AUDIT_ERRORS, tags=["timeline"])
+async def audit_log(
+    ctx: Ctx,
+    caller: Who,
+    first: Annotated[int, QueryParameter(name="from", ge=1, le=1 << 62)] = 1,
+    last: Annotated[int | None, QueryParameter(name="to", ge=1, le=1 << 62)] = None,
+    job: QueryName = None,
+) -> dict[str, Any]:
+    """Re-derive the decisions on the log (between positions `from` and `to`, about `job`):
+    how many matched what the policy gives, and for each that did not, what the policy gives
+    instead; as `fairlane audit -o json` prints it. The whole log needs an admin token; one
+    job's decisions, a token covering its project."""
+    if job is None:
+        _admin(caller, "audit the whole log")
+    else:
+        await _readable_job(ctx, caller, job)
+    try:
+        return await api_audit.audit_log(JetStreamLog(ctx.nc), ctx.audits, Scope(first, last, job))
+    except api_audit.TooLong as e:
+        raise _fail(422, str(e), "to") from None
+
+
+@get("/v1/projects/{name:str}/timeline", responses=FOUND_ERRORS, tags=["timeline"])
 async def project_timeline(ctx: Ctx, caller: Who, window: Span, name: PathName) -> TimelinePage:
     """The events of a project and of its jobs."""
     _may_read(caller, name)
@@ -670,7 +731,7 @@ async def list_tokens(ctx: Ctx, caller: Who) -> list[TokenInfo]:
     return [TokenInfo(r["name"], list(r["projects"]), r["admin"]) for r in rows]
 
 
-@get("/v1/events", responses=ERRORS, tags=["timeline"])
+@get("/v1/events", responses=FOUND_ERRORS, tags=["timeline"])
 async def event_stream(
     ctx: Ctx,
     caller: Who,
@@ -824,6 +885,7 @@ def create_app(settings: Settings) -> Litestar:
             project_timeline,
             node_timeline,
             whole_timeline,
+            audit_log,
             list_projects,
             get_project,
             project_as_of,

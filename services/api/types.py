@@ -148,6 +148,9 @@ class TimelineEntry(msgspec.Struct):
     #: made on.
     applied: bool
     event: dict[str, Any]
+    #: with `rederive=true`, for a decision: what the policy, re-run on the state it was made
+    #: from, says of it (`matches`, `differs`, `not_derived`, `other_version`, `other_actor`)
+    rederived: str | None = None
 
 
 class TimelinePage(msgspec.Struct):

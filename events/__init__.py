@@ -28,8 +28,10 @@ from events.catalogue import (
     ProjectConfigured,
     ProjectQuotaCrossed,
     SchedulingHeld,
+    WorkRelayed,
     encode_event,
     subject_for,
+    work_subject,
 )
 from events.model import (
     CheckpointModel,
@@ -83,7 +85,9 @@ __all__ = [
     "SchedulerSettings",
     "SchedulingHeld",
     "Undecodable",
+    "WorkRelayed",
     "decode_event",
     "encode_event",
     "subject_for",
+    "work_subject",
 ]

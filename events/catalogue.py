@@ -261,6 +261,75 @@ class JobPriorityChanged(Event, frozen=True, kw_only=True):
     priority: int
 
 
+# -- work relayed to one node ----------------------------------------------------------------
+
+
+class JobWork(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """A job as the fold left it right after a relayed event: what its node executors act on.
+    `spec` comes with the placements on the node (it is what the executor starts), not with
+    every relay."""
+
+    job_id: str
+    attempt: int
+    #: the fold's phase of the job (`policy.state.JobPhase`)
+    phase: str
+    #: every replica the job holds, on any node, in the fold's order
+    held: tuple[Replica, ...] = ()
+    #: replicas asked to stop (the newest ones); equal to `len(held)` for the whole job
+    stop_replicas: int = 0
+    #: the job's own grace period, or the cluster's when it was relayed
+    grace_s: float = 30.0
+    spec: JobSpec | None = None
+
+
+#: The events a node's executor acts on, relayed once the fold applied them.
+RelayedEvent = (
+    JobScheduled
+    | JobStarted
+    | JobPreemptionRequested
+    | JobPreempted
+    | JobCheckpointed
+    | JobPaused
+    | JobResumed
+    | JobCompleted
+    | JobFailed
+    | JobCancelled
+    | NodeLost
+)
+RELAYED: Final = (
+    JobScheduled,
+    JobStarted,
+    JobPreemptionRequested,
+    JobPreempted,
+    JobCheckpointed,
+    JobPaused,
+    JobResumed,
+    JobCompleted,
+    JobFailed,
+    JobCancelled,
+    NodeLost,
+)
+
+
+class WorkRelayed(Event, frozen=True, kw_only=True):
+    """An event the fold applied that concerns `node`, relayed on `fl.work.<node>` (by the
+    node watcher's leader), so that a node's executor reads only its own work. `jobs` are the
+    jobs it concerns on that node, as the fold left them. The id is derived from the node and
+    the source event's stream sequence, so relaying it again is a duplicate. It changes no
+    cluster state: the fold ignores it."""
+
+    node: str
+    #: the stream sequence of the relayed event
+    source_seq: int
+    event: RelayedEvent
+    jobs: tuple[JobWork, ...] = ()
+
+
+def work_subject(node: str) -> str:
+    """Where a node's work is relayed (also an executor's consumer filter)."""
+    return f"fl.work.{node}"
+
+
 AnyEvent = (
     ClusterConfigured
     | SchedulingHeld
@@ -287,6 +356,7 @@ AnyEvent = (
     | JobFailed
     | JobCancelled
     | JobPriorityChanged
+    | WorkRelayed
 )
 
 _encoder = msgspec.json.Encoder()
@@ -300,20 +370,25 @@ _SNAKE = re.compile(r"(?<!^)(?=[A-Z])")
 
 
 def subject_for(event: Event) -> str:
-    """The stream subject of an event: `fl.<aggregate>.<key>.<event>`."""
+    """The stream subject of an event: `fl.<aggregate>.<key>.<event>` (a node's relayed work:
+    `fl.work.<node>`)."""
     name = _SNAKE.sub("_", type(event).__name__).lower()
     match event:
         case NodeRegistered(node=node) | NodeLost(node=node):
-            return f"fl.node.{node}.{name}"
+            subject = f"fl.node.{node}.{name}"
         case LeaderElected(kind=kind):
-            return f"fl.leader.{kind}"
+            subject = f"fl.leader.{kind}"
         case ProjectConfigured(project=project) | ProjectQuotaCrossed(project=project):
-            return f"fl.project.{project}.{name}"
+            subject = f"fl.project.{project}.{name}"
         case PoolConfigured(pool=pool):
-            return f"fl.pool.{pool}.{name}"
+            subject = f"fl.pool.{pool}.{name}"
         case ClusterConfigured() | SchedulingHeld():
-            return f"fl.cluster.{name}"
-    job_id = getattr(event, "job_id", None)
-    if job_id is None:
-        raise TypeError(f"no subject for event type {type(event).__name__}")
-    return f"fl.job.{job_id}.{name}"
+            subject = f"fl.cluster.{name}"
+        case WorkRelayed(node=node):
+            subject = work_subject(node)
+        case _:
+            job_id = getattr(event, "job_id", None)
+            if job_id is None:
+                raise TypeError(f"no subject for event type {type(event).__name__}")
+            subject = f"fl.job.{job_id}.{name}"
+    return subject

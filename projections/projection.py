@@ -31,6 +31,7 @@ from events import (
     PoolConfigured,
     ProjectConfigured,
     ProjectQuotaCrossed,
+    WorkRelayed,
     encode_event,
 )
 from events.catalogue import MAKES_ROOM
@@ -144,6 +145,11 @@ class Projection:
     def apply(self, seq: int, event: Event) -> None:
         """Fold one event (the next in the log) and note the rows it changes."""
         state = self.state
+        if isinstance(event, WorkRelayed):
+            # a copy of an event already folded, for one node's executor: no row of its own
+            state.apply(event, seq)
+            self.last_seq = seq
+            return
         touched = self._touched_jobs(event)
         before = {job_id: _signature(state.jobs.get(job_id)) for job_id in touched}
         nodes_before = {job_id: self._job_nodes(job_id) for job_id in touched}

@@ -44,7 +44,7 @@ from litestar.response import Stream
 from litestar.response.sse import ServerSentEvent, ServerSentEventMessage
 from nats.aio.client import Client
 
-from events import Event, JobSpec, JobSubmitted, SchedulerSettings, encode_event
+from events import Event, JobSpec, JobSubmitted, SchedulerSettings, WorkRelayed, encode_event
 from events.catalogue import AnyEvent
 from events.commands import (
     AnyCommand,
@@ -770,6 +770,8 @@ class _Visibility:
         self.projects: dict[str, str | None] = {}  # job -> project
 
     async def shows(self, event: Event) -> bool:
+        if isinstance(event, WorkRelayed):
+            return False  # a copy of an event already shown, for one node's executor
         if self.visible is None:
             return True
         project = getattr(event, "project", None)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
-from policy.state import ClusterState
+from policy.state import APPLIED, ClusterState, Verdict
 from services.runtime.eventlog import EventLog, Stored
 from services.runtime.snapshots import SnapshotStore, Snapshotter
 
@@ -36,6 +36,8 @@ class Follower:
         self.snapshotter = snapshotter
         self.restored_from: int | None = None  # the snapshot's sequence, if one was used
         self.changed = asyncio.Event()  # set whenever events were applied
+        #: the fold's verdict on the last event applied (for `on_event` callbacks)
+        self.last_verdict: Verdict = APPLIED
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
 
     async def catch_up(self, on_event: OnEvent | None = None) -> int:
@@ -77,7 +79,7 @@ class Follower:
             await future
 
     def _apply(self, stored: Stored) -> None:
-        self.state.apply(stored.event, stored.seq)
+        self.last_verdict = self.state.apply(stored.event, stored.seq)
         self.applied_seq = stored.seq
         if self.snapshotter is not None:
             self.snapshotter.after_apply(self.state, stored.seq)

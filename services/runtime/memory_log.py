@@ -79,8 +79,10 @@ class MemoryLog:
             return None
         return stored_or_skip(seq, self.messages[seq - 1].subject, self.messages[seq - 1].data)
 
-    async def read(self, from_seq: int = 1, batch: int = 5000) -> AsyncIterator[Stored]:
-        async for stored in self._from(from_seq, until=len(self.messages), subject=None):
+    async def read(
+        self, from_seq: int = 1, batch: int = 5000, subject: str | None = None
+    ) -> AsyncIterator[Stored]:
+        async for stored in self._from(from_seq, until=len(self.messages), subject=subject):
             yield stored
 
     async def follow(

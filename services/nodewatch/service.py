@@ -14,19 +14,27 @@ registers again can be lost again.
 
 It reads each registered node's key every poll (a node count in the hundreds; a thousand nodes
 would want a KV watch instead).
+
+Its second duty is the work relay (`services/nodewatch/work.py`): every event the fold applied
+that concerns a node's jobs (or the node) is written again on `fl.work.<node>`, fenced on the
+same term, so each executor reads only its own node's work. Every watcher computes the relays
+as it folds and drops those it reads back; the leader writes the rest, in log order, so a new
+leader carries on where the log says relaying stopped (never from the start).
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import uuid
 
 import structlog
 from nats.js.errors import KeyNotFoundError, NotFoundError
 from nats.js.kv import KeyValue
 
-from events import LeaderElected, NodeLost, NodeRegistered
+from events import LeaderElected, NodeLost, NodeRegistered, WorkRelayed
 from services.nodewatch.rule import lapsed
+from services.nodewatch.work import RelayKey, RelayQueue, WorkBook, relay_key
 from services.runtime.clock import WALL_CLOCK, Clock
 from services.runtime.eventlog import TRANSIENT, Conflict, JetStreamLog, Stored
 from services.runtime.follower import Follower
@@ -36,6 +44,11 @@ from services.runtime.tasks import cancel_and_wait
 
 log = structlog.get_logger("fairlane.nodewatch")
 KIND = "nodewatch"
+#: How long a node's heartbeat may lapse before it is lost, where the default (10 s) does not
+#: do: tests and benchmarks of hollow nodes, which send none, set it long.
+TIMEOUT_ENV = "FAIRLANE_HEARTBEAT_TIMEOUT_S"
+#: relays written at once (pipelined on one connection, so they land in order)
+RELAY_BATCH = 256
 
 
 class NodeWatch:
@@ -58,6 +71,10 @@ class NodeWatch:
         self.last_seen: dict[str, float] = {}
         self.revisions: dict[str, int] = {}
         self.declared = 0
+        self.book = WorkBook()
+        self.queue = RelayQueue()
+        self._queued = asyncio.Event()
+        self.relayed = 0  # relays this watcher wrote
 
     async def run(self) -> None:
         await self.log.ensure_stream()
@@ -77,6 +94,15 @@ class NodeWatch:
 
     async def _note(self, stored: Stored) -> None:
         event = stored.event
+        if isinstance(event, WorkRelayed):
+            self.queue.seen(event)
+            return
+        relays = self.book.relays(
+            self.follower.state, stored.seq, event, self.follower.last_verdict
+        )
+        if relays:
+            self.queue.add(relays)
+            self._queued.set()
         if isinstance(event, NodeRegistered):
             self.registrations[event.node] = event.id
             self.last_seen[event.node] = self.clock.now()  # a full timeout from (re)registering
@@ -95,19 +121,42 @@ class NodeWatch:
         await self.follower.wait_for(fence[1])
         lost = asyncio.Event()
         keeping = asyncio.create_task(self.lease.keep(self.log.js, lost))
-        bucket = await heartbeat_bucket(self.log.js, self.timeout_s)
-        started = self.clock.now()
-        self.last_seen = {node: started for node in self.follower.state.nodes}
-        log.info("watching heartbeats", holder=self.holder, term=term, timeout_s=self.timeout_s)
+        relaying = asyncio.create_task(self._relay(fence))
         try:
-            while not lost.is_set():
+            bucket = await heartbeat_bucket(self.log.js, self.timeout_s)
+            started = self.clock.now()
+            self.last_seen = {node: started for node in self.follower.state.nodes}
+            log.info(
+                "watching heartbeats and relaying work",
+                holder=self.holder,
+                term=term,
+                timeout_s=self.timeout_s,
+                to_relay=len(self.queue.pending),
+            )
+            while not lost.is_set() and not relaying.done():
                 await self._look(bucket)
                 await self._declare(fence)
                 await self.clock.sleep(self.poll_s)
+            if relaying.done():
+                relaying.result()  # it only ends by failing
         except Conflict:
             log.warning("deposed: a newer term fenced our write")
         finally:
+            await cancel_and_wait(relaying)
             await cancel_and_wait(keeping)
+
+    async def _relay(self, fence: tuple[str, int]) -> None:
+        """Write the pending relays in order, fenced on this term, until cancelled."""
+        sent: RelayKey | None = None  # this term starts from whatever is pending
+        while True:
+            self._queued.clear()
+            batch = self.queue.after(sent, RELAY_BATCH)
+            if not batch:
+                await self._queued.wait()
+                continue
+            await asyncio.gather(*(self.log.publish_durably(r, fence=fence) for r in batch))
+            sent = relay_key(batch[-1])
+            self.relayed += len(batch)
 
     async def _look(self, bucket: KeyValue) -> None:
         for node in list(self.follower.state.nodes):
@@ -134,3 +183,17 @@ class NodeWatch:
             await self.log.publish_durably(event, fence=fence)
             self.declared += 1
             self.last_seen[node] = self.clock.now()  # until the fold has it, do not repeat
+
+
+def timeout_from_env() -> float:
+    """The heartbeat timeout `TIMEOUT_ENV` says, or the default; a clear error for a bad one."""
+    said = os.environ.get(TIMEOUT_ENV, "")
+    if not said:
+        return TIMEOUT_S
+    try:
+        timeout = float(said)
+    except ValueError:
+        timeout = -1.0
+    if not 0 < timeout <= 86_400:
+        raise SystemExit(f"{TIMEOUT_ENV}={said!r}: not a number of seconds in (0, 86400]")
+    return timeout

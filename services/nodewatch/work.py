@@ -1,0 +1,146 @@
+"""Work for one node: which applied events a node's executor must see, and what to tell it.
+
+The relay's pure part. `WorkBook.relays` takes an event the fold just applied (with the state
+right after it and the fold's verdict) and returns the `WorkRelayed` events to write on
+`fl.work.<node>`, one per node it concerns: the nodes the job held replicas on before the
+event and after it (a lost node: that node, and every node sharing a job with it). Each relay
+carries the concerned jobs as the fold left them (`JobWork`), and a placement carries the job's
+spec: everything an executor needs, so it folds nothing but its own relays. Refused events are
+never relayed: the fold is the referee, the relay is written after it.
+
+`RelayQueue` holds the relays computed but not yet seen in the log, in log order: a leader
+writes them, every watcher (leader or standby) drops those it then reads back, so a new leader
+resumes exactly where the log says relaying got to.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Final
+
+from events import Event, JobScheduled, NodeLost, WorkRelayed
+from events.catalogue import RELAYED, JobWork
+from policy.state import ClusterState, Job, Verdict
+
+ACTOR: Final = "nodewatch"
+
+
+def relay_id(node: str, source_seq: int) -> str:
+    """A relay's id: a leader that relays the same event to the same node again writes a
+    duplicate, which the stream drops."""
+    return f"work/{node}/{source_seq}"
+
+
+def job_work(state: ClusterState, job: Job, with_spec: bool) -> JobWork:
+    grace = job.spec.grace_s
+    return JobWork(
+        job_id=job.id,
+        attempt=job.attempt,
+        phase=job.phase,
+        held=tuple(job.held),
+        stop_replicas=job.stop_replicas,
+        grace_s=grace if grace is not None else state.settings.preemption_grace_s,
+        spec=job.spec if with_spec else None,
+    )
+
+
+@dataclass
+class WorkBook:
+    """Where each job's replicas were after the last event relayed about it."""
+
+    nodes_of: dict[str, frozenset[str]] = field(default_factory=dict)
+    jobs_on: dict[str, set[str]] = field(default_factory=dict)
+
+    def relays(
+        self, state: ClusterState, seq: int, event: Event, verdict: Verdict
+    ) -> list[WorkRelayed]:
+        """The relays for `event` at stream sequence `seq`, which the fold (`state`, just
+        after it) gave `verdict`; notes where its jobs are now."""
+        if not verdict.applied or not isinstance(event, RELAYED):
+            return []
+        if isinstance(event, NodeLost):
+            return self._node_lost(state, seq, event)
+        job = state.jobs.get(event.job_id)
+        if job is None:
+            return []
+        nodes = self._move(job)
+        work = (job_work(state, job, with_spec=isinstance(event, JobScheduled)),)
+        return [_relay(node, seq, event, work) for node in sorted(nodes)]
+
+    def _node_lost(self, state: ClusterState, seq: int, event: NodeLost) -> list[WorkRelayed]:
+        concerned: dict[str, list[JobWork]] = {event.node: []}
+        for job_id in sorted(self.jobs_on.get(event.node, ())):
+            job = state.jobs.get(job_id)
+            if job is None:
+                continue
+            work = job_work(state, job, with_spec=False)
+            for node in self._move(job):
+                concerned.setdefault(node, []).append(work)
+        return [_relay(node, seq, event, tuple(w)) for node, w in sorted(concerned.items())]
+
+    def _move(self, job: Job) -> frozenset[str]:
+        """Note where the job is now; the nodes it was on before or is on now."""
+        before = self.nodes_of.get(job.id, frozenset())
+        after = frozenset(r.node for r in job.held)
+        for node in before - after:
+            jobs = self.jobs_on.get(node)
+            if jobs is not None:
+                jobs.discard(job.id)
+                if not jobs:
+                    del self.jobs_on[node]
+        for node in after - before:
+            self.jobs_on.setdefault(node, set()).add(job.id)
+        if after:
+            self.nodes_of[job.id] = after
+        else:
+            self.nodes_of.pop(job.id, None)
+        return before | after
+
+
+def _relay(node: str, seq: int, event: Event, jobs: tuple[JobWork, ...]) -> WorkRelayed:
+    # the source event's time: a relay is the same bytes whichever leader writes it, and it
+    # moves no one's clock
+    return WorkRelayed(
+        id=relay_id(node, seq),
+        time=event.time,
+        actor=ACTOR,
+        causation=event.id,
+        node=node,
+        source_seq=seq,
+        event=event,  # type: ignore[arg-type]  # one of RELAYED, checked above
+        jobs=jobs,
+    )
+
+
+RelayKey = tuple[int, str]
+
+
+def relay_key(relay: WorkRelayed) -> RelayKey:
+    return (relay.source_seq, relay.node)
+
+
+@dataclass
+class RelayQueue:
+    """Relays computed and not yet read back from the log, in log order."""
+
+    pending: OrderedDict[str, WorkRelayed] = field(default_factory=OrderedDict)
+
+    def add(self, relays: Iterable[WorkRelayed]) -> None:
+        for relay in relays:
+            self.pending[relay.id] = relay
+
+    def seen(self, relay: WorkRelayed) -> None:
+        """A relay read back from the log: written, by this leader or an earlier one."""
+        self.pending.pop(relay.id, None)
+
+    def after(self, key: RelayKey | None, limit: int) -> list[WorkRelayed]:
+        """Up to `limit` pending relays after `key` (all of them from None), in order."""
+        out: list[WorkRelayed] = []
+        for relay in self.pending.values():
+            if key is None or relay_key(relay) > key:
+                out.append(relay)
+                if len(out) >= limit:
+                    break
+        return out

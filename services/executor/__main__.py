@@ -24,7 +24,8 @@ import structlog
 
 from services.executor.gpus import GpuDiscoveryError, discover_gpus
 from services.executor.service import Executor, ExecutorConfig
-from services.runtime.eventlog import JetStreamLog, connect, durable_name
+from services.runtime.auth import executor_consumer
+from services.runtime.eventlog import JetStreamLog, connect
 
 log = structlog.get_logger("fairlane.executor")
 
@@ -146,8 +147,9 @@ async def serve(args: argparse.Namespace) -> int:
         stop_workloads_on_exit=args.stop_workloads_on_exit,
     )
     nc = await connect(args.nats, name=f"executor-{args.node}")
-    # one executor per node: its durable consumer is named after the node
-    executor = Executor(JetStreamLog(nc, durable=durable_name("executor", args.node)), config)
+    # one executor per node: its durable consumer is named after the node (and its NATS user
+    # may read through that consumer only, its node's work only)
+    executor = Executor(JetStreamLog(nc, durable=executor_consumer(args.node)), config)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stopping, executor)

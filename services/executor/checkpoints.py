@@ -30,7 +30,7 @@ async def poll_checkpoints(ex: Executor) -> None:
 
 
 async def check_marker(ex: Executor, att: LocalAttempt) -> None:
-    job = ex.state.jobs.get(att.job_id)
+    job = ex.work.jobs.get(att.job_id)
     if (
         job is None
         or job.attempt != att.attempt

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Final
 
 from aiohttp import web
 
-from services.executor.logview import desired
+from services.executor.nodework import desired
 from services.executor.workload_events import MAX_BODY, Refused, job_event, parse
 
 if TYPE_CHECKING:
@@ -133,7 +133,7 @@ class Endpoint:
         if not self.budget.take(token, time.monotonic()):
             raise Refused(429, f"too many events from job {lr.job_id}: at most {RATE:g} a second")
         body = parse(await request.read())
-        job = self.ex.state.jobs.get(lr.job_id)
+        job = self.ex.work.jobs.get(lr.job_id)
         if lr.ended or not desired(job, lr.attempt, lr.replica):
             raise Refused(409, f"attempt {lr.attempt} of job {lr.job_id} has ended")
         att = self.ex.attempts.get(lr.key)

@@ -1,7 +1,8 @@
 """One node's executor: what runs here, and the log events that concern it.
 
 It takes up what its earlier self left (`reconcile`), registers the node, then reacts to each
-live event with the state as it is right after that event (`on_event`): starts replicas
+live event relayed to its node with its node's work as it is right after that event
+(`on_event`): starts replicas
 (`lifecycle`), stops them (`stopping`) and reports checkpoints (`checkpoints`). Every id it
 publishes is derived from the job, the attempt and what happened, so an executor that restarts
 and reports the same thing again is deduplicated by the stream.
@@ -21,14 +22,13 @@ import structlog
 
 from events import Event, JobPreemptionRequested, JobScheduled, NodeLost, NodeRegistered
 from events.model import Replica
-from policy.state import ClusterState
 from services.executor.checkpoints import poll_checkpoints
 from services.executor.config import ExecutorConfig
 from services.executor.docker import DockerRuntime
 from services.executor.endpoint import Endpoint, endpoint_dir
 from services.executor.lifecycle import on_scheduled
 from services.executor.local import AttemptKey, LocalAttempt, LocalReplica, marker_mtime
-from services.executor.logview import LogView
+from services.executor.nodework import DEFAULT_GRACE_S, NodeWork
 from services.executor.reconcile import reconcile
 from services.executor.runtime import (
     HollowRuntime,
@@ -37,7 +37,7 @@ from services.executor.runtime import (
     checkpoint_dir,
     save_records,
 )
-from services.executor.stopping import begin_stop, sync_job, terminate, wait_all
+from services.executor.stopping import begin_stop, grace_of, sync_job, terminate, wait_all
 from services.runtime.eventlog import JetStreamLog
 from services.runtime.heartbeats import heartbeat_bucket
 from services.runtime.tasks import cancel_and_wait
@@ -64,7 +64,7 @@ def runtime_for(config: ExecutorConfig) -> Runtime:
 class Executor:
     """One node's executor. `run()` replays, reconciles, registers and follows the log until
     `stop()` (or cancelled), on an already connected `EventLog`, so many (hollow) executors
-    can share a process and a connection; `ExecutorGroup` also shares one fold between them."""
+    can share a process and a connection (`ExecutorGroup`)."""
 
     def __init__(self, log: JetStreamLog, config: ExecutorConfig, runtime: Runtime | None = None):
         self.log = log
@@ -76,7 +76,7 @@ class Executor:
         self.attempts: dict[AttemptKey, LocalAttempt] = {}
         #: Where workloads publish their own events (real runtimes only).
         self.endpoint = Endpoint(self) if self.runtime.real else None
-        self._view: LogView | None = None
+        self._work: NodeWork | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._poller: asyncio.Task[None] | None = None
         self._group: ExecutorGroup | None = None
@@ -98,14 +98,16 @@ class Executor:
             self._group.stop()
 
     @property
-    def view(self) -> LogView:
-        if self._view is None:
-            raise RuntimeError("the executor has not replayed the log yet")
-        return self._view
+    def delivered(self) -> int:
+        """Messages the log delivered to this executor (its node's relayed work only)."""
+        return self._group.delivered if self._group is not None else 0
 
     @property
-    def state(self) -> ClusterState:
-        return self.view.state
+    def work(self) -> NodeWork:
+        """This node's work as relayed to it (replayed before `reconcile`)."""
+        if self._work is None:
+            raise RuntimeError("the executor has not replayed its work yet")
+        return self._work
 
     @property
     def records_path(self) -> Path:
@@ -164,9 +166,9 @@ class Executor:
         self.registrations += 1
         await self.register()
 
-    async def reconcile(self, view: LogView) -> None:
+    async def reconcile(self, work: NodeWork) -> None:
         """After the replay: take up what runs here (see `reconcile`), then poll checkpoints."""
-        self._view = view
+        self._work = work
         found = await self.runtime.found(self.records_path, self.node) if self.runtime.real else []
         if self.endpoint is not None:
             await self.endpoint.start()
@@ -175,13 +177,13 @@ class Executor:
             self._poller = asyncio.create_task(poll_checkpoints(self))
 
     def on_event(self, event: Event) -> None:
-        """React to one live event; `self.state` already includes it. Never blocks: anything
-        that waits runs in a task of its own."""
+        """React to one live event relayed here; `self.work` already includes it. Never blocks:
+        anything that waits runs in a task of its own."""
         match event:
             case JobScheduled():
                 on_scheduled(self, event)
             case JobPreemptionRequested():
-                job = self.state.jobs.get(event.job_id)
+                job = self.work.jobs.get(event.job_id)
                 if job is not None and job.attempt == event.attempt and job.stop_replicas > 0:
                     begin_stop(self, job, event)
             case NodeLost(node=node) if node == self.node:
@@ -214,7 +216,6 @@ class Executor:
             if not announce:
                 att.started.set()
             self.attempts[key] = att
-            self.view.holders.setdefault(job_id, set()).add(self.node)
         return att
 
     def add(self, att: LocalAttempt, index: int, replica: Replica) -> LocalReplica:
@@ -233,12 +234,6 @@ class Executor:
             self.endpoint.forget(lr.token, lr.key)
         if not att.replicas:
             del self.attempts[lr.key]
-            if not any(key[0] == lr.job_id for key in self.attempts):
-                nodes = self.view.holders.get(lr.job_id)
-                if nodes is not None:
-                    nodes.discard(self.node)
-                    if not nodes:
-                        del self.view.holders[lr.job_id]
         self.save_records()
 
     def save_records(self) -> None:
@@ -250,6 +245,9 @@ class Executor:
             if lr.workload is not None and lr.workload.record is not None
         ]
         save_records(self.records_path, records)
+
+    def _grace(self, job_id: str) -> float:
+        return grace_of(self, job_id) if self._work is not None else DEFAULT_GRACE_S
 
     # -- plumbing --------------------------------------------------------------------------------
 
@@ -279,7 +277,7 @@ class Executor:
             running = [lr for lr in self.local_replicas() if not lr.ended]
             for lr in running:
                 lr.stopping = True
-            grace = self._view.state.settings.preemption_grace_s if self._view else 30.0
+            grace = max((self._grace(lr.job_id) for lr in running), default=0.0)
             await terminate(running, grace)
         await asyncio.gather(*(cancel_and_wait(task) for task in list(self._tasks)))
         if self.endpoint is not None:

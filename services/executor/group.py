@@ -1,12 +1,9 @@
-"""Driving one or many executors on one log connection and one fold.
+"""Driving one or many executors on one log connection.
 
-One executor for a real node, or a hundred hollow ones for a benchmark. The shared `Follower`
-replays the log and follows its tail; each event, once folded, is noted by the `LogView` and
-handed only to the executors of the nodes it concerns.
-
-The executors follow the whole stream (`fl.>`). DESIGN wants work for one executor on subjects
-it can filter on; the fold needs every placement to referee them, so narrowing needs either
-per-node subjects written after the referee or a trusted single writer.
+One executor for a real node, or a hundred hollow ones for a benchmark. Each executor reads
+only its node's relayed work (`fl.work.<node>`, or `fl.work.>` for a group of many, where the
+connection's user may read it all): the replay folds each relay into its node's `NodeWork`,
+then each live relay is noted and handed to its node's executor only.
 """
 
 from __future__ import annotations
@@ -15,18 +12,17 @@ import asyncio
 
 import structlog
 
-from events import Event, JobScheduled, NodeLost
+from events import WorkRelayed, work_subject
 from services.executor.executor import Executor
-from services.executor.logview import LogView
+from services.executor.nodework import NodeWork
 from services.runtime.eventlog import EventLog, Stored
-from services.runtime.follower import Follower
 from services.runtime.tasks import cancel_and_wait
 
 logger = structlog.get_logger("fairlane.executor")
 
 
 class ExecutorGroup:
-    """Runs executors on one log connection and one fold."""
+    """Runs executors on one log connection, each on its own node's work."""
 
     def __init__(self, log: EventLog, executors: list[Executor]) -> None:
         self.log = log
@@ -34,10 +30,11 @@ class ExecutorGroup:
         self.by_node = {ex.node: ex for ex in executors}
         if len(self.by_node) != len(executors):
             raise ValueError("two executors for the same node")
-        # No snapshots: the view keeps facts (requests in progress, checkpoints reported) that
-        # a snapshot of the fold does not hold.
-        self.follower = Follower(log)
-        self.view = LogView(self.follower.state)
+        self.work = {ex.node: NodeWork(ex.node) for ex in executors}
+        only = executors[0].node if len(executors) == 1 else None
+        self.subject = work_subject(only) if only is not None else work_subject(">")
+        self.applied_seq = 0
+        self.delivered = 0  # messages the log delivered to this group (bench/pipeline counts)
         self._stop = asyncio.Event()
 
     def stop(self) -> None:
@@ -68,45 +65,38 @@ class ExecutorGroup:
 
     async def _follow(self, ready: asyncio.Event | None) -> None:
         await self.log.ensure_stream()
-        await self.follower.catch_up(self._note)
+        async for stored in self.log.read(1, subject=self.subject):
+            self._note(stored)
         for ex in self.executors:
-            await ex.reconcile(self.view)
+            await ex.reconcile(self.work[ex.node])
         # Only a node that knows what runs on it offers itself for work.
         await asyncio.gather(*(ex.register() for ex in self.executors))
-        logger.info(
-            "replayed and reconciled",
-            seq=self.follower.applied_seq,
-            executors=len(self.executors),
-        )
+        logger.info("replayed and reconciled", seq=self.applied_seq, executors=len(self.executors))
         if ready is not None:
             ready.set()
-        await self.follower.run(self._on_live)
+        async for stored in self.log.follow(self.applied_seq + 1, subject=self.subject):
+            relay = self._note(stored)
+            if relay is not None:
+                self._dispatch(relay)
 
-    async def _note(self, stored: Stored) -> None:
-        self.view.note(stored.event)
+    def _note(self, stored: Stored) -> WorkRelayed | None:
+        """Fold one relay into its node's work; the relay if it is for one of these nodes."""
+        if stored.seq <= self.applied_seq:
+            return None
+        self.applied_seq = stored.seq
+        self.delivered += 1
+        relay = stored.event
+        if not isinstance(relay, WorkRelayed):
+            logger.warning("not relayed work: skipped", seq=stored.seq, id=relay.id)
+            return None
+        if relay.node not in self.work:
+            return None  # another group's node, where a group reads `fl.work.>`
+        self.work[relay.node].note(relay)
+        return relay
 
-    async def _on_live(self, stored: Stored) -> None:
-        self.view.note(stored.event)
-        self._dispatch(stored.event)
-
-    def _dispatch(self, event: Event) -> None:
-        for ex in self._concerned(event):
-            try:
-                ex.on_event(event)
-            except Exception:
-                logger.exception("executor failed on an event", node=ex.node, id=event.id)
-
-    def _concerned(self, event: Event) -> list[Executor]:
-        if isinstance(event, NodeLost):
-            ex = self.by_node.get(event.node)
-            return [ex] if ex is not None else []
-        job_id = getattr(event, "job_id", None)
-        if job_id is None:
-            return []
-        nodes: set[str] = set(self.view.holders.get(job_id, ()))
-        job = self.view.state.jobs.get(job_id)
-        if job is not None:
-            nodes.update(r.node for r in job.held)
-        if isinstance(event, JobScheduled):
-            nodes.update(r.node for r in event.replicas)
-        return [self.by_node[n] for n in nodes if n in self.by_node]
+    def _dispatch(self, relay: WorkRelayed) -> None:
+        ex = self.by_node[relay.node]
+        try:
+            ex.on_event(relay.event)
+        except Exception:
+            logger.exception("executor failed on an event", node=ex.node, id=relay.id)

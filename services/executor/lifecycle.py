@@ -16,14 +16,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from events import JobCompleted, JobFailed, JobPreempted, JobScheduled, JobStarted
+from events.catalogue import JobWork
 from events.model import Replica
-from policy.state import Job
 from services.executor.checkpoints import checkpointed
 from services.executor.endpoint import SOCKET_ENV
 from services.executor.local import LocalAttempt, LocalReplica
 from services.executor.logs import attempt_log_path
 from services.executor.logship import ship_replica
-from services.executor.logview import accepted, desired
+from services.executor.nodework import desired
 from services.executor.runtime import (
     SIGTERM_EXIT,
     TOKEN_ENV,
@@ -39,8 +39,9 @@ CANNOT_START: Final = 126  # the exit code reported for a replica that could not
 
 
 def on_scheduled(ex: Executor, e: JobScheduled) -> None:
-    job = ex.state.jobs.get(e.job_id)
-    if job is None or not accepted(job, e):
+    """A placement the fold applied (only those are relayed), with replicas here."""
+    job = ex.work.jobs.get(e.job_id)
+    if job is None or job.attempt != e.attempt:
         return
     mine = [
         (i, r)
@@ -50,8 +51,8 @@ def on_scheduled(ex: Executor, e: JobScheduled) -> None:
     if not mine:
         return
     announce = not e.scale_up and job.held[0].node == ex.node
-    fresh = (job.id, e.attempt) not in ex.attempts
-    att = ex.attempt(job.id, e.attempt, None if e.scale_up else e.id, announce)
+    fresh = (job.job_id, e.attempt) not in ex.attempts
+    att = ex.attempt(job.job_id, e.attempt, None if e.scale_up else e.id, announce)
     started = 0
     for index, replica in mine:
         if replica in att.replicas:
@@ -65,19 +66,22 @@ def on_scheduled(ex: Executor, e: JobScheduled) -> None:
         ex.spawn(announce_started(ex, att))
     ex.logger.info(
         "scaling up" if e.scale_up else "starting",
-        job=job.id,
+        job=job.job_id,
         attempt=e.attempt,
         replicas=[i for i, _ in mine],
     )
 
 
-def launch_of(ex: Executor, job: Job, index: int, replica: Replica) -> Launch:
+def launch_of(ex: Executor, job: JobWork, index: int, replica: Replica) -> Launch:
     """Everything the runtime needs to start replica `index` of the job's current attempt."""
-    directory = checkpoint_dir(ex.data_dir, job.id)
-    own = dict(entry.partition("=")[::2] for entry in job.spec.env)
+    spec = job.spec
+    if spec is None:  # relayed with every placement: only a broken relay leaves it out
+        raise ValueError(f"no spec was relayed for job {job.job_id!r}")
+    directory = checkpoint_dir(ex.data_dir, job.job_id)
+    own = dict(entry.partition("=")[::2] for entry in spec.env)
     env = {
         **own,
-        "FAIRLANE_JOB_ID": job.id,
+        "FAIRLANE_JOB_ID": job.job_id,
         "FAIRLANE_ATTEMPT": str(job.attempt),
         "FAIRLANE_CHECKPOINT_DIR": str(directory),
         "FAIRLANE_REPLICA": str(index),
@@ -92,15 +96,15 @@ def launch_of(ex: Executor, job: Job, index: int, replica: Replica) -> Launch:
         env[SOCKET_ENV] = str(ex.endpoint.path)
         env[TOKEN_ENV] = secrets.token_urlsafe(24)
     return Launch(
-        job_id=job.id,
+        job_id=job.job_id,
         attempt=job.attempt,
         replica=index,
         gpus=replica.gpus,
-        command=job.spec.command,
-        image=job.spec.image,
+        command=spec.command,
+        image=spec.image,
         env=env,
         checkpoint_dir=directory,
-        run_dir=ex.data_dir / "runs" / safe_name(job.id),
+        run_dir=ex.data_dir / "runs" / safe_name(job.job_id),
     )
 
 
@@ -143,7 +147,7 @@ async def run_replica(ex: Executor, lr: LocalReplica, launch: Launch | None) -> 
 def replica_ended(ex: Executor, lr: LocalReplica) -> None:
     if lr.stopping:
         return  # the stop in progress reports it
-    if not desired(ex.state.jobs.get(lr.job_id), lr.attempt, lr.replica):
+    if not desired(ex.work.jobs.get(lr.job_id), lr.attempt, lr.replica):
         ex.drop(lr)  # the log has moved on: nothing to report
         return
     ex.spawn(report_end(ex, lr))
@@ -154,7 +158,7 @@ async def report_end(ex: Executor, lr: LocalReplica) -> None:
     if att is None:
         return
     await att.started.wait()
-    job = ex.state.jobs.get(lr.job_id)
+    job = ex.work.jobs.get(lr.job_id)
     if job is None or lr.stopping or not desired(job, lr.attempt, lr.replica):
         return
     base = f"{lr.job_id}/{lr.attempt}"
@@ -239,7 +243,7 @@ def last_line(path: Path) -> str:
 async def announce_started(ex: Executor, att: LocalAttempt) -> None:
     for lr in list(att.replicas.values()):
         await lr.launched.wait()
-    job = ex.state.jobs.get(att.job_id)
+    job = ex.work.jobs.get(att.job_id)
     if job is not None and job.attempt == att.attempt:
         await ex.publish(
             JobStarted(

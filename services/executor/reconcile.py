@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from events.catalogue import JobWork
 from events.model import Replica
-from policy.state import Job
 from services.executor.lifecycle import announce_started, launch_of, replica_ended, run_replica
 from services.executor.local import LocalReplica
 from services.executor.runtime import ProcessRecord
@@ -31,13 +31,12 @@ def reconcile(ex: Executor, records: list[ProcessRecord]) -> None:
     recorded: dict[RecordKey, ProcessRecord] = {
         (r.job_id, r.attempt, Replica(r.node, r.gpus)): r for r in records if r.node == ex.node
     }
-    stops: list[Job] = []
+    stops: list[JobWork] = []
     lost: list[LocalReplica] = []
-    for job in list(ex.state.live.values()):
-        if any(r.node == ex.node for r in job.held):
-            lost += _reconcile_job(ex, job, recorded)
-            if job.stop_replicas > 0:
-                stops.append(job)
+    for job in list(ex.work.jobs.values()):  # those holding replicas here
+        lost += _reconcile_job(ex, job, recorded)
+        if job.stop_replicas > 0:
+            stops.append(job)
     # Recorded but not wanted by the log any more: stop (or forget) without a report.
     for record in recorded.values():
         att = ex.attempt(record.job_id, record.attempt, None, False)
@@ -45,7 +44,7 @@ def reconcile(ex: Executor, records: list[ProcessRecord]) -> None:
         lr.workload = ex.runtime.adopt(record)
         ex.spawn(run_replica(ex, lr, None))
     for job in stops:
-        request = ex.view.requests.get(job.id)
+        request = ex.work.requests.get(job.job_id)
         if request is not None and request.attempt == job.attempt:
             begin_stop(ex, job, request)
     for lr in lost:
@@ -56,16 +55,16 @@ def reconcile(ex: Executor, records: list[ProcessRecord]) -> None:
 
 
 def _reconcile_job(
-    ex: Executor, job: Job, recorded: dict[RecordKey, ProcessRecord]
+    ex: Executor, job: JobWork, recorded: dict[RecordKey, ProcessRecord]
 ) -> list[LocalReplica]:
     """Take up this node's replicas of one live job; returns those that are lost."""
     announce = job.held[0].node == ex.node and job.phase == "starting"
-    att = ex.attempt(job.id, job.attempt, ex.view.scheduled.get(job.id), announce)
+    att = ex.attempt(job.job_id, job.attempt, ex.work.scheduled.get(job.job_id), announce)
     lost: list[LocalReplica] = []
     for index, replica in enumerate(job.held):
         if replica.node != ex.node:
             continue
-        record = recorded.pop((job.id, job.attempt, replica), None)
+        record = recorded.pop((job.job_id, job.attempt, replica), None)
         launch = launch_of(ex, job, index, replica)
         lr = ex.add(att, index, replica)
         if record is not None:
@@ -74,7 +73,7 @@ def _reconcile_job(
             lr.token = record.token
             ex.logger.info(
                 "adopted",
-                job=job.id,
+                job=job.job_id,
                 attempt=job.attempt,
                 replica=index,
                 pid=record.pid,
@@ -85,18 +84,18 @@ def _reconcile_job(
             lr.workload = workload
             ex.spawn(run_replica(ex, lr, None))
         elif job.phase == "starting":
-            ex.logger.info("starting what was placed while down", job=job.id)
+            ex.logger.info("starting what was placed while down", job=job.job_id)
             ex.spawn(run_replica(ex, lr, launch))
         else:
             ex.logger.warning(
                 "no record of a replica the log says runs here: lost",
-                job=job.id,
+                job=job.job_id,
                 attempt=job.attempt,
                 replica=index,
             )
             lr.end(None)
             lost.append(lr)
-    att.checkpoints, att.last_checkpoint = ex.view.checkpoints_of(job.id, job.attempt)
+    att.checkpoints, att.last_checkpoint = ex.work.checkpoints_of(job.job_id, job.attempt)
     if announce:
         ex.spawn(announce_started(ex, att))
     return lost

@@ -1,10 +1,12 @@
 """The node executor: runs the replicas the log places on this node, and reports what happened.
 
-One executor per node. It replays the log into a `ClusterState` (the same fold every service
-uses, so a placement the fold refused is refused here too), reconciles with what its earlier
-self left running, registers the node (only a node that knows what runs on it offers itself
-for work), then follows the live tail and reacts to each event with the state as it is right
-after that event:
+One executor per node. It reads only its own node's work, `fl.work.<node>`: the events the
+fold applied that concern this node, relayed by the node watcher's leader after the fold
+refereed them (a placement the fold refused is never relayed), each with the jobs it concerns
+as the fold left them (services/nodewatch/work.py). It replays that into a `NodeWork`,
+reconciles with what its earlier self left running, registers the node (only a node that
+knows what runs on it offers itself for work), then follows the live tail and reacts to each
+relayed event with its node's work as it is right after that event:
 
 - `JobScheduled` for replicas on this node: start one workload per replica; the executor of the
   job's first replica reports `JobStarted`.
@@ -36,18 +38,19 @@ In-process use (the live scenario engine, benchmarks):
     executor.stop(); await task                       # or task.cancel()
 
     group = ExecutorGroup(eventlog, [Executor(eventlog, ExecutorConfig(..., hollow=True))
-                                     for ...])        # 100 hollow nodes, one fold
+                                     for ...])        # 100 hollow nodes, one connection
     await group.run(ready)
 
-The parts, one idea each: `config`, `logview` (what it reads from the log), `local` (what
+The parts, one idea each: `config`, `nodework` (its node's work, folded), `local` (what
 runs here), `lifecycle` (a replica from start to its reported end), `stopping`, `checkpoints`
 (marker polling), `reconcile` (after a restart), `executor` (one node, its heartbeat),
-`group` (the fold and the dispatch, for one or many executors), `runtime` (the seam;
+`group` (the reading and the dispatch, for one or many executors), `runtime` (the seam;
 processes, hollow), `docker` (containers), `logs` (where each attempt's output is kept),
 `endpoint` and `workload_events` (events from workloads), `gpus` (NVML or declared).
 
 Limitations, on purpose for now:
-- It follows the whole stream (`fl.>`): see `group`.
+- Its work comes through the node watcher: with no node watcher leading, nothing new reaches
+  an executor (placements wait in the log; the next leader relays them).
 - A gang spanning nodes is coordinated only through the log: each executor stops its own
   replicas, and the reporting executor does not wait for the other nodes' replicas to be gone
   before it reports `JobPreempted` (or `JobStarted` before theirs have started).

@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Final
 import structlog
 
 from events import JobPreempted, JobPreemptionRequested
-from policy.state import Job
+from events.catalogue import JobWork
 from services.executor.checkpoints import checkpointed
 from services.executor.local import LocalReplica
-from services.executor.logview import desired
+from services.executor.nodework import desired
 
 if TYPE_CHECKING:
     from services.executor.executor import Executor
@@ -30,24 +30,24 @@ logger = structlog.get_logger("fairlane.executor")
 KILL_WAIT_S: Final = 30.0  # after SIGKILL, how long to wait before reporting anyway
 
 
-def begin_stop(ex: Executor, job: Job, request: JobPreemptionRequested) -> None:
+def begin_stop(ex: Executor, job: JobWork, request: JobPreemptionRequested) -> None:
     """Stop the replicas the request takes back that run here."""
     whole = request.replicas == 0 or request.replicas >= len(job.held)
     targets = job.held if whole else job.held[len(job.held) - request.replicas :]
     if not targets:
         return
     reporter = targets[0].node == ex.node
-    att = ex.attempts.get((job.id, request.attempt))
+    att = ex.attempts.get((job.job_id, request.attempt))
     local = [att.replicas[r] for r in targets if att is not None and r in att.replicas]
     if not local and not reporter:
         return
     ex.logger.info(
         "stopping",
-        job=job.id,
+        job=job.job_id,
         attempt=request.attempt,
         reason=request.reason,
         replicas=[lr.index for lr in local],
-        grace_s=grace_of(ex, job.id),
+        grace_s=grace_of(ex, job.job_id),
     )
     ex.spawn(stop(ex, local, request if reporter else None))
 
@@ -92,20 +92,18 @@ async def _stopping(
             )
         )
     for lr in replicas:
-        if not desired(ex.state.jobs.get(lr.job_id), lr.attempt, lr.replica):
+        if not desired(ex.work.jobs.get(lr.job_id), lr.attempt, lr.replica):
             ex.drop(lr)
 
 
 def grace_of(ex: Executor, job_id: str) -> float:
-    """The job's own grace period if it has one, else the cluster's."""
-    job = ex.state.jobs.get(job_id)
-    own = job.spec.grace_s if job is not None else None
-    return own if own is not None else ex.state.settings.preemption_grace_s
+    """The job's own grace period if it has one, else the cluster's (as relayed)."""
+    return ex.work.grace_of(job_id)
 
 
 def sync_job(ex: Executor, job_id: str) -> None:
     """Stop or forget local replicas of `job_id` that the log no longer wants here."""
-    job = ex.state.jobs.get(job_id)
+    job = ex.work.jobs.get(job_id)
     for att in [a for key, a in ex.attempts.items() if key[0] == job_id]:
         for lr in list(att.replicas.values()):
             if desired(job, lr.attempt, lr.replica):

@@ -1,0 +1,86 @@
+"""What an executor knows of the log: its own node's relayed work (`fl.work.<node>`), folded.
+
+The node watcher relays every event the fold applied that concerns this node's jobs (or the
+node itself), with those jobs as the fold left them (`JobWork`), and a placement with the job's
+spec (services/nodewatch/work.py). So this fold referees nothing: it keeps the latest of
+each job still holding replicas here, plus the few facts a restarted executor needs: the
+placement that started the current attempt (its start's causation), the preemption request in
+progress (its id names the `JobPreempted` that answers it) and the checkpoints reported.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from events import JobCheckpointed, JobPreempted, JobPreemptionRequested, JobScheduled, WorkRelayed
+from events.catalogue import JobWork
+from events.model import Replica
+
+#: The grace period of a job this executor no longer knows (the cluster's default).
+DEFAULT_GRACE_S = 30.0
+
+
+class NodeWork:
+    """One node's work, folded from its relays (`note`, in log order)."""
+
+    def __init__(self, node: str) -> None:
+        self.node = node
+        #: jobs holding replicas on this node, as the fold left them
+        self.jobs: dict[str, JobWork] = {}
+        self.requests: dict[str, JobPreemptionRequested] = {}
+        self.scheduled: dict[str, str] = {}
+        #: job -> (attempt, JobCheckpointed events seen for it, latest of their times)
+        self.checkpoints: dict[str, tuple[int, int, float]] = {}
+        self.relays = 0  # relays noted
+
+    def note(self, relay: WorkRelayed) -> None:
+        if relay.node != self.node:
+            raise ValueError(f"work for node {relay.node!r} given to {self.node!r}")
+        self.relays += 1
+        for job in relay.jobs:
+            self._keep(job)
+        match relay.event:
+            case JobScheduled(scale_up=False) as e:
+                self.scheduled[e.job_id] = e.id
+                self.requests.pop(e.job_id, None)
+            case JobPreemptionRequested() as e:
+                self.requests[e.job_id] = e
+            case JobPreempted() as e if self._stop_replicas(e.job_id) == 0:
+                self.requests.pop(e.job_id, None)
+            case JobCheckpointed() as e:
+                attempt, n, last = self.checkpoints.get(e.job_id, (e.attempt, 0, 0.0))
+                if attempt != e.attempt:
+                    n, last = 0, 0.0
+                self.checkpoints[e.job_id] = (e.attempt, n + 1, max(last, e.time))
+
+    def _keep(self, job: JobWork) -> None:
+        if not any(r.node == self.node for r in job.held):
+            self.jobs.pop(job.job_id, None)
+            self.requests.pop(job.job_id, None)
+            self.scheduled.pop(job.job_id, None)
+            self.checkpoints.pop(job.job_id, None)
+            return
+        known = self.jobs.get(job.job_id)
+        if job.spec is None and known is not None and known.spec is not None:
+            job = msgspec.structs.replace(job, spec=known.spec)  # relayed with the placement
+        self.jobs[job.job_id] = job
+
+    def _stop_replicas(self, job_id: str) -> int:
+        job = self.jobs.get(job_id)
+        return job.stop_replicas if job is not None else 0
+
+    def checkpoints_of(self, job_id: str, attempt: int) -> tuple[int, float]:
+        seen = self.checkpoints.get(job_id)
+        if seen is None or seen[0] != attempt:
+            return 0, 0.0
+        return seen[1], seen[2]
+
+    def grace_of(self, job_id: str) -> float:
+        job = self.jobs.get(job_id)
+        return job.grace_s if job is not None else DEFAULT_GRACE_S
+
+
+def desired(job: JobWork | None, attempt: int, replica: Replica) -> bool:
+    """Whether the log says this replica of this attempt holds its GPUs (should run, or is
+    still being stopped)."""
+    return job is not None and job.attempt == attempt and replica in job.held

@@ -7,6 +7,8 @@ snapshot, or delete the stream. With it, the server itself refuses all of that:
 - only the scheduler publishes placements and only the preemptor preemptions and nominations,
   and each writes only its own lease key and term subject;
 - only an executor publishes its node's reports (`fl.node.<its node>.>`) and attempts' outcomes;
+- only the node watcher relays work to a node (`fl.work.<node>`), and an executor reads only
+  its own node's work, through its own consumer (it reads nothing else of the log);
 - only the ledger writes configuration events and snapshots;
 - admission alone records submissions and their verdicts;
 - clients (the CLI, workloads) reach only the command subjects and their own replies;
@@ -177,7 +179,7 @@ def _decider(user: str, inbox: list[str]) -> Permissions:
 
 
 def _nodewatch(user: str, inbox: list[str]) -> Permissions:
-    publish = [*_log_reader(), "fl.node.*.node_lost", f"fl.leader.{user}"]
+    publish = [*_log_reader(), "fl.node.*.node_lost", f"fl.leader.{user}", "fl.work.*"]
     publish += [*_reading(f"KV_{LEASES}"), f"$KV.{LEASES}.{user}"]
     publish += _reading(f"KV_{HEARTBEATS}")
     return Permissions(publish, inbox)
@@ -191,8 +193,30 @@ def _api(user: str, inbox: list[str]) -> Permissions:
     return Permissions(_log_reader() + _COMMANDS + _reading(LOG_STREAM), inbox)
 
 
+def executor_consumer(node: str) -> str:
+    """The one consumer an executor reads its work with: services/executor/__main__.py names
+    its durable consumer so."""
+    return executor_user(node)
+
+
+def _own_work(node: str) -> list[str]:
+    """Reading one node's relayed work and nothing else of the log: the consumer's create
+    request names its filter in the subject (`CONSUMER.CREATE.<stream>.<name>.<filter>`), so
+    the server refuses one that filters on anything else; no message get, no other consumer."""
+    api, consumer = "$JS.API", executor_consumer(node)
+    return [
+        f"{api}.STREAM.INFO.{STREAM}",
+        f"{api}.CONSUMER.CREATE.{STREAM}.{consumer}.fl.work.{node}",
+        f"{api}.CONSUMER.INFO.{STREAM}.{consumer}",
+        f"{api}.CONSUMER.DELETE.{STREAM}.{consumer}",
+        f"{api}.CONSUMER.MSG.NEXT.{STREAM}.{consumer}",
+        f"$JS.ACK.{STREAM}.{consumer}.>",
+        f"$JS.FC.{STREAM}.{consumer}.>",
+    ]
+
+
 def _executor(node: str, inbox: list[str]) -> Permissions:
-    publish = _log_reader() + _jobs(EXECUTOR_EVENTS) + [f"fl.node.{node}.>"]
+    publish = _own_work(node) + _jobs(EXECUTOR_EVENTS) + [f"fl.node.{node}.>"]
     publish += [*_reading(f"KV_{HEARTBEATS}"), f"$KV.{HEARTBEATS}.{node}"]
     # its own node's workload output, and where its shipping of a replica got to
     publish += [f"{LOG_PREFIX}.{node}.>", f"$JS.API.STREAM.INFO.{LOG_STREAM}"]

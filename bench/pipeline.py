@@ -18,6 +18,10 @@ as Kubernetes' kubemark does) in this process on one connection; short jobs. Rep
   the throughput achieved (jobs started per second), and submit-to-start latency p50/p99.
   Each load starts on an idle cluster (the previous load's jobs have finished).
 
+Each executor reads only its node's relayed work (`fl.work.<node>`, written by the node
+watcher); reported: the events in the stream over the run (what each executor read when it
+followed the whole stream) against the relays per node (what it reads now).
+
 The watcher that times starts reads only `fl.job.*.job_started` (a filtered consumer), so
 measuring adds little to what is measured.
 
@@ -48,6 +52,7 @@ from events import JobCancelled, JobSpec, JobStarted
 from events.commands import CancelJob, SetPool, SetProject, SubmitJob
 from events.units import percentile
 from services.executor.service import Executor, ExecutorConfig, ExecutorGroup
+from services.nodewatch.service import TIMEOUT_ENV
 from services.runtime.client import send
 from services.runtime.eventlog import JetStreamLog, connect
 from services.runtime.main import configure_logging
@@ -85,9 +90,13 @@ class Figures:
     cpu_ms_per_job: dict[str, float]
     #: latency at fixed offered loads, one per rate
     open_loop: list[OpenLoop] = field(default_factory=list)
+    #: events in the stream at the end: what each executor read when it followed it all
+    stream_events: int = 0
+    #: relays delivered to the executors, per node: what each reads now (its own work)
+    work_events_per_node: float = 0.0
 
 
-SERVICES = ("admission", "ledger", "scheduler", "preemptor")
+SERVICES = ("admission", "ledger", "scheduler", "preemptor", "nodewatch")
 
 
 def cpu_seconds(pid: int) -> float:
@@ -238,6 +247,8 @@ async def run(
                         "warning",
                         stdout=asyncio.subprocess.DEVNULL,
                         stderr=asyncio.subprocess.DEVNULL,
+                        # hollow nodes send no heartbeats: the node watcher must not lose them
+                        env={**os.environ, TIMEOUT_ENV: "3600"},
                     )
                 )
             log = JetStreamLog(await connect(server.url, "bench"))
@@ -258,7 +269,8 @@ async def run(
                 for i in range(nodes)
             ]
             ready = asyncio.Event()
-            group = asyncio.create_task(ExecutorGroup(group_log, executors).run(ready))
+            hollow = ExecutorGroup(group_log, executors)
+            group = asyncio.create_task(hollow.run(ready))
             await asyncio.wait_for(ready.wait(), 60)
             await _until_ok(log, CancelJob(job_id="readiness-probe"), answer=True)
             await _until_ok(log, SetPool(pool="default"))
@@ -305,6 +317,8 @@ async def run(
             for nc in conns:
                 await nc.close()
 
+            stream_events = await log.last_seq()
+            work_per_node = hollow.delivered / nodes
             watching.cancel()
             group.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -333,6 +347,8 @@ async def run(
         ratio_to_raw_batched=round(jobs_per_s / raw_batched, 3),
         cpu_ms_per_job=cpu_ms_per_job,
         open_loop=loads,
+        stream_events=stream_events,
+        work_events_per_node=round(work_per_node, 1),
     )
 
 

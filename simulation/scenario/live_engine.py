@@ -1,7 +1,8 @@
 """`--engine live`: a scenario on the real services over a fresh nats-server.
 
-Admission, the quota ledger, the scheduler and the preemptor run as they do in their processes
-(here as tasks, each with its own NATS connection); every node of the scenario gets a node
+Admission, the quota ledger, the scheduler, the preemptor and the node watcher (which relays
+each executor's work to it) run as they do in their processes (here as tasks, each with its
+own NATS connection); every node of the scenario gets a node
 executor with its declared GPUs (process runtime, the built-in workload). Steps become the
 commands a user would send; `complete` and `fail` tell the built-in workload to exit 0 or 1.
 After each step the engine waits until the cluster is settled: the log has been quiet for a
@@ -38,6 +39,7 @@ from policy.commands import ids
 from policy.cycle import decide
 from services.admission.service import Admission
 from services.ledger.service import Ledger
+from services.nodewatch.service import NodeWatch
 from services.runtime.client import send
 from services.runtime.decider import Decider
 from services.runtime.eventlog import JetStreamLog, Stored, connect
@@ -58,6 +60,10 @@ STABLE_WATCH_S = 2.5
 
 class LiveError(RuntimeError):
     """The live cluster did not do what a step asked (a command refused, never settled)."""
+
+
+#: A heartbeat timeout no scenario reaches
+NEVER_LAPSES_S = 86_400.0
 
 
 def _places(e: Event) -> bool:
@@ -95,6 +101,8 @@ class LiveEngine:
         self._spawn(Ledger(await self._log("ledger")).run())
         self._spawn(Decider(await self._log("scheduler"), "scheduler", _places).run())
         self._spawn(Decider(await self._log("preemptor"), "preemptor", _preempts).run())
+        # relays each executor's work to it; nodes are lost by the scenario, not by heartbeats
+        self._spawn(NodeWatch(await self._log("nodewatch"), timeout_s=NEVER_LAPSES_S).run())
         await self._until_answering(CancelJob(job_id="readiness-probe"))
         cluster = self.scenario.config
         # real workloads stop at once here: a long grace would only slow the run down

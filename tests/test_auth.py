@@ -21,16 +21,26 @@ import nats
 import pytest
 from nats.aio.client import Client
 
-from events import JobCompleted, JobScheduled, JobSpec, NodeLost, Replica, encode_event
+from events import (
+    JobCompleted,
+    JobScheduled,
+    JobSpec,
+    NodeLost,
+    Replica,
+    WorkRelayed,
+    encode_event,
+)
 from events.commands import SetPool, SetProject
 from policy.snapshot import encode_snapshot
 from policy.state import ClusterState
+from services.nodewatch.service import TIMEOUT_ENV
 from services.runtime import auth, logstream
 from services.runtime.auth import (
     ADMIN,
     CLIENT,
     CREDENTIALS_ENV,
     credentials_dir,
+    executor_consumer,
     executor_user,
     load_credentials,
     write_auth,
@@ -122,12 +132,16 @@ PLACEMENT = JobScheduled(
 )
 COMPLETION = JobCompleted(id="forged-done", time=0.0, actor=NODE, job_id="victim", attempt=1)
 LOST = NodeLost(id="forged-lost", time=0.0, actor=NODE, node=NODE, reason="lost")
+WORK = WorkRelayed(
+    id="forged-work", time=0.0, actor="nodewatch", node=NODE, source_seq=1, event=PLACEMENT
+)
 
 #: forgery: (subject, payload, stream it would land in, the one user allowed to write there)
 FORGERIES = {
     "placement": ("fl.job.victim.job_scheduled", encode_event(PLACEMENT), STREAM, "scheduler"),
     "completion": ("fl.job.victim.job_completed", encode_event(COMPLETION), STREAM, "executor"),
     "node_lost": (f"fl.node.{NODE}.node_lost", encode_event(LOST), STREAM, "executor"),
+    "work": (f"fl.work.{NODE}", encode_event(WORK), STREAM, "nodewatch"),
     "lease": ("$KV.fairlane-leases.scheduler", b"squatter", "KV_fairlane-leases", "scheduler"),
     "snapshot": (
         "$O.fairlane-snapshots.M." + base64.urlsafe_b64encode(b"cluster-state").decode(),
@@ -173,6 +187,46 @@ async def test_an_executor_reports_only_for_its_own_node(secured: Secured) -> No
     errors = await try_publish(secured, "scheduler", "fl.node.n1.node_lost", encode_event(other))
     assert any("permissions violation" in e.lower() for e in errors), errors
     assert await stored_count(secured, STREAM) == before
+
+
+def relay(node: str, seq: int) -> WorkRelayed:
+    lost = NodeLost(id=f"lost-{node}-{seq}", time=0.0, actor="nodewatch", node=node)
+    return WorkRelayed(
+        id=f"work/{node}/{seq}", time=0.0, actor="nodewatch", node=node, source_seq=seq, event=lost
+    )
+
+
+async def test_an_executor_reads_only_its_own_work_and_cannot_write_any(secured: Secured) -> None:
+    watcher = JetStreamLog(await secured.connect("nodewatch"))
+    for seq, node in enumerate((NODE, "n1", NODE), start=1):
+        await watcher.publish(relay(node, seq))  # only the node watcher writes work
+    await watcher.nc.close()
+    # an executor writes no work, its own node's or another's
+    for subject in (f"fl.work.{NODE}", "fl.work.n1"):
+        errors = await try_publish(secured, executor_user(NODE), subject, b"x")
+        assert any("permissions violation" in e.lower() for e in errors), errors
+
+    # its own work, through its own consumer: all of it, and nothing else
+    errors: list[str] = []
+    nc = await secured.connect(executor_user(NODE), errors)
+    own = JetStreamLog(nc, durable=executor_consumer(NODE))
+    read = [s.event async for s in own.read(1, subject=f"fl.work.{NODE}")]
+    assert [e.id for e in read] == [f"work/{NODE}/1", f"work/{NODE}/3"]
+    assert errors == []
+    # another node's work, the whole log, or any message by its sequence: refused
+    js = nc.jetstream(timeout=1.0)
+    for attempt in (
+        lambda: anext(aiter(own.read(1, subject="fl.work.n1"))),
+        lambda: anext(aiter(own.read(1, subject="fl.>"))),
+        lambda: anext(aiter(JetStreamLog(nc).read(1))),
+        lambda: js.get_msg(STREAM, 2),
+    ):
+        errors.clear()
+        with pytest.raises(Exception):  # noqa: B017 (a timeout: the server drops the request)
+            await attempt()
+        await asyncio.sleep(0.1)  # let the server's -ERR arrive
+        assert any("permissions violation" in e.lower() for e in errors), errors
+    await nc.close()
 
 
 async def test_a_client_cannot_read_others_replies_or_the_log(secured: Secured) -> None:
@@ -234,6 +288,9 @@ async def test_the_services_work_end_to_end_each_as_its_own_user(
     try:
         for name in ("admission", "ledger", "scheduler", "preemptor"):
             await pc.start(name, name, env={CREDENTIALS_ENV: str(secured.files[name])})
+        # relays the executor's work (a hollow node sends no heartbeats: never lost)
+        creds = str(secured.files["nodewatch"])
+        await pc.start("nodewatch", "nodewatch", env={CREDENTIALS_ENV: creds, TIMEOUT_ENV: "3600"})
         await pc.start(
             "executor",
             "executor",

@@ -27,6 +27,7 @@ from events import (
     JobSubmitted,
 )
 from events.commands import Reply, SetPool, SetProject
+from services.nodewatch.service import TIMEOUT_ENV
 from services.runtime.servers import NatsServer
 from tests.holdings import check_holdings
 from tests.process_cluster import (
@@ -49,6 +50,8 @@ CLIENTS = 8
 async def start_cluster(pc: ProcessCluster, tmp_path: Path) -> None:
     for name in ("admission", "ledger", "scheduler", "preemptor"):
         await pc.start(name, name)
+    # relays the executors' work; hollow nodes send no heartbeats: never lost
+    await pc.start("nodewatch", "nodewatch", env={TIMEOUT_ENV: "3600"})
     for i in range(NODES):
         await pc.start(
             f"executor-{i}",
@@ -207,6 +210,8 @@ async def test_preemptor_killed_during_preemptions(nats_server: NatsServer, tmp_
     pc = ProcessCluster(nats_server.url, tmp_path)
     for name in ("admission", "ledger", "scheduler", "preemptor"):
         await pc.start(name, name)
+    # relays the executors' work; hollow nodes send no heartbeats: never lost
+    await pc.start("nodewatch", "nodewatch", env={TIMEOUT_ENV: "3600"})
     for i in range(NODES):
         await pc.start(
             f"executor-{i}",

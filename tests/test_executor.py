@@ -40,6 +40,7 @@ from events import (
     JobSubmitted,
     NodeRegistered,
     Replica,
+    WorkRelayed,
 )
 from fairlane import workload
 from services.executor.docker import ContainerHost, container_config
@@ -48,6 +49,7 @@ from services.executor.gpus import GpuDiscoveryError, discover_gpus
 from services.executor.logs import attempt_logs
 from services.executor.runtime import Launch, load_records, proc_start_ticks
 from services.executor.service import Executor, ExecutorConfig, ExecutorGroup
+from services.nodewatch.service import NodeWatch
 from services.runtime.eventlog import JetStreamLog, connect
 from services.runtime.servers import NatsServer
 from services.runtime.tasks import cancel_and_wait
@@ -107,17 +109,24 @@ class Recorder:
 
 
 class Cluster:
-    """A test's view of the cluster: its own log connection, a recorder and executors."""
+    """A test's view of the cluster: its own log connection, a recorder, executors, and a
+    node watcher that relays their work (its heartbeat timeout too long to lose a node;
+    `watch=False`: the test runs its own)."""
 
-    def __init__(self, server: NatsServer, tmp: Path) -> None:
+    def __init__(self, server: NatsServer, tmp: Path, watch: bool = True) -> None:
         self.server = server
         self.tmp = tmp
+        self.watch = watch
         self.runs: list[tuple[asyncio.Task[None], Executor | ExecutorGroup, JetStreamLog]] = []
+        self.watcher: asyncio.Task[None] | None = None
 
     async def open(self) -> None:
         self.log = JetStreamLog(await connect(self.server.url, "test"))
         await self.log.ensure_stream()
         self.recorder = Recorder(self.log)
+        if self.watch:
+            self.watch_log = JetStreamLog(await connect(self.server.url, "nodewatch"))
+            self.watcher = asyncio.create_task(NodeWatch(self.watch_log, timeout_s=3600).run())
         await self.publish(
             ClusterConfigured(
                 id="cluster",
@@ -235,12 +244,17 @@ class Cluster:
         for _, _, log in self.runs:
             await log.nc.close()
         await cancel_and_wait(self.recorder.task)
+        if self.watcher is not None:
+            await cancel_and_wait(self.watcher)
+            await self.watch_log.nc.close()
         await self.log.nc.close()
 
 
 @contextlib.asynccontextmanager
-async def open_cluster(nats_server: NatsServer, tmp_path: Path) -> AsyncIterator[Cluster]:
-    c = Cluster(nats_server, tmp_path)
+async def open_cluster(
+    nats_server: NatsServer, tmp_path: Path, watch: bool = True
+) -> AsyncIterator[Cluster]:
+    c = Cluster(nats_server, tmp_path, watch)
     await c.open()
     try:
         yield c
@@ -587,6 +601,29 @@ async def test_hollow_executors_report_without_starting_anything(cluster: Cluste
 
     assert not any(cluster.tmp.glob("h*/processes.json"))
     assert not any(cluster.tmp.glob("h*/runs"))
+
+
+async def test_an_executor_is_delivered_only_its_own_nodes_work(cluster: Cluster) -> None:
+    """Each executor's consumer filters on `fl.work.<its node>`: jobs running elsewhere cost
+    it nothing, however many there are."""
+    mine = await cluster.executor("h1", gpus=1, hollow=True)
+    other = await cluster.executor("h2", gpus=1, hollow=True)
+    await cluster.job("here", (Replica("h1", (0,)),))
+    await cluster.recorder.wait(JobStarted, "here")
+    for i in range(5):  # five attempts of a job over there: placed, started, preempted
+        await cluster.job("there", (Replica("h2", (0,)),), attempt=i + 1)
+        await cluster.recorder.wait(JobStarted, "there", lambda e, i=i: e.attempt == i + 1)
+        await cluster.preempt("there", attempt=i + 1)
+        await cluster.recorder.wait(JobPreempted, "there", lambda e, i=i: e.attempt == i + 1)
+
+    def relayed_to(node: str) -> list[WorkRelayed]:
+        return [e for e in cluster.recorder.of(WorkRelayed) if e.node == node]
+
+    await eventually(lambda: other.delivered == len(relayed_to("h2")) >= 20)
+    await eventually(lambda: mine.delivered == len(relayed_to("h1")))
+    assert {job.job_id for r in relayed_to("h1") for job in r.jobs} == {"here"}
+    assert mine.delivered == 2  # its placement and its start; nothing of the other node's
+    assert len(cluster.recorder.events) > 10 * mine.delivered
 
 
 # -- the workload's own events -------------------------------------------------------------------

@@ -48,7 +48,7 @@ TIMEOUT_S = 2.0
 
 @pytest.fixture
 async def cluster(nats_server: NatsServer, tmp_path: Path) -> AsyncIterator[Cluster]:
-    async with open_cluster(nats_server, tmp_path) as c:
+    async with open_cluster(nats_server, tmp_path, watch=False) as c:  # each test runs its own
         yield c
 
 

@@ -14,6 +14,7 @@ import pytest
 
 from events import JobScheduled, JobSpec, LeaderElected
 from events.commands import SetPool, SetProject
+from services.nodewatch.service import TIMEOUT_ENV
 from services.runtime.servers import NatsServer
 from tests.process_cluster import (
     ProcessCluster,
@@ -35,6 +36,8 @@ async def cluster(nats_server: NatsServer, tmp_path: Path) -> AsyncIterator[Proc
     pc = ProcessCluster(nats_server.url, tmp_path)
     for name in ("admission", "ledger", "scheduler", "preemptor"):
         await pc.start(name, name)
+    # relays the executors' work; hollow nodes send no heartbeats: never lost
+    await pc.start("nodewatch", "nodewatch", env={TIMEOUT_ENV: "3600"})
     for i in range(NODES):
         await pc.start(
             f"executor-{i}",

@@ -17,6 +17,7 @@ import pytest
 from events import JobSpec, JobSubmitted, NodeRegistered, ProjectConfigured, ProjectTerms
 from events.commands import SetPool, SetProject, SubmitJob
 from services.admission.service import Admission
+from services.nodewatch.service import TIMEOUT_ENV
 from services.runtime.client import send
 from services.runtime.eventlog import JetStreamLog, connect
 from services.runtime.provision import check_limits, provision
@@ -43,6 +44,8 @@ async def cluster(nats_server: NatsServer, tmp_path: Path) -> AsyncIterator[Proc
     pc = ProcessCluster(nats_server.url, tmp_path)
     for name in ("admission", "ledger", "scheduler", "preemptor"):
         await pc.start(name, name)
+    # relays the executors' work; hollow nodes send no heartbeats: never lost
+    await pc.start("nodewatch", "nodewatch", env={TIMEOUT_ENV: "3600"})
     await pc.start(
         "executor",
         "executor",

@@ -138,6 +138,17 @@ async def test_follow_with_a_subject_delivers_only_those_events(log: EventLog) -
     assert seen == [(1, "JobSubmitted"), (3, "JobSubmitted")]
 
 
+async def test_a_replay_with_a_subject_reads_only_those_events_up_to_now(log: EventLog) -> None:
+    await log.publish(submitted("j1"))
+    await log.publish(cancelled("j1"))
+    await log.publish(submitted("j2"))
+    await log.publish(cancelled("j3"))  # the end of the log matches nothing: still ends
+    read = [(s.seq, s.event.id) async for s in log.read(1, subject="fl.job.*.job_submitted")]
+    assert read == [(1, "j1/submitted"), (3, "j2/submitted")]
+    assert [s.seq async for s in log.read(2, subject="fl.job.j2.*")] == [3]
+    assert [s.seq async for s in log.read(1, subject="fl.job.nobody.*")] == []
+
+
 async def test_a_follower_folds_the_same_state(log: EventLog) -> None:
     for i in range(300):
         await log.publish(submitted(f"j{i}"))

@@ -136,7 +136,7 @@ class NodeWatch:
             while not lost.is_set() and not relaying.done():
                 await self._look(bucket)
                 await self._declare(fence)
-                await self.clock.sleep(self.poll_s)
+                await self._pause(lost, relaying)
             if relaying.done():
                 relaying.result()  # it only ends by failing
         except Conflict:
@@ -144,6 +144,17 @@ class NodeWatch:
         finally:
             await cancel_and_wait(relaying)
             await cancel_and_wait(keeping)
+
+    async def _pause(self, lost: asyncio.Event, relaying: asyncio.Task[None]) -> None:
+        """Until the next poll, or sooner if the lease is lost or the relaying ended (with a
+        long timeout a poll is minutes away)."""
+        sleeping = asyncio.create_task(self.clock.sleep(self.poll_s))
+        losing = asyncio.create_task(lost.wait())
+        try:
+            await asyncio.wait({sleeping, losing, relaying}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            await cancel_and_wait(sleeping)
+            await cancel_and_wait(losing)
 
     async def _relay(self, fence: tuple[str, int]) -> None:
         """Write the pending relays in order, fenced on this term, until cancelled."""

@@ -121,7 +121,7 @@ def play(actions: list[tuple[object, ...]]) -> VirtualCluster:
     return vc
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(ACTIONS)
 def test_each_node_folding_its_own_relays_knows_what_the_fold_knows_of_its_jobs(
     actions: list[tuple[object, ...]],
@@ -171,8 +171,8 @@ def test_a_refused_placement_is_never_relayed() -> None:
 
 def test_a_lost_node_is_told_and_so_are_the_nodes_sharing_its_jobs() -> None:
     vc = cluster()
-    vc.submit("gang", JobSpec(project="a", gpus=2, replicas=2, priority_class="build"))
-    vc.settle()
+    vc.submit("gang", JobSpec(project="a", gpus=2, replicas=2, priority_class="train"))
+    assert vc.settle() and len(vc.state.jobs["gang"].held) == 2
     vc.remove_node("n0")
     relays, work = relay_all(vc.log)
     told = {r.node: r for r in relays if isinstance(r.event, NodeLost)}

@@ -47,7 +47,7 @@ KIND = "nodewatch"
 #: How long a node's heartbeat may lapse before it is lost, where the default (10 s) does not
 #: do: tests and benchmarks of hollow nodes, which send none, set it long.
 TIMEOUT_ENV = "FAIRLANE_HEARTBEAT_TIMEOUT_S"
-#: relays written at once (pipelined on one connection, so they land in order)
+#: relays taken from the queue at once
 RELAY_BATCH = 256
 
 
@@ -165,9 +165,11 @@ class NodeWatch:
             if not batch:
                 await self._queued.wait()
                 continue
-            await asyncio.gather(*(self.log.publish_durably(r, fence=fence) for r in batch))
-            sent = relay_key(batch[-1])
-            self.relayed += len(batch)
+            for relay in batch:  # one at a time: a clustered stream refuses a second write
+                # fenced on the same subject while the first is in flight (10164)
+                await self.log.publish_durably(relay, fence=fence)
+                sent = relay_key(relay)
+                self.relayed += 1
 
     async def _look(self, bucket: KeyValue) -> None:
         for node in list(self.follower.state.nodes):

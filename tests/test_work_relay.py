@@ -227,3 +227,15 @@ def test_work_for_another_node_is_refused() -> None:
     )
     with pytest.raises(ValueError, match="'n1'"):
         NodeWork("n0").note(relay)
+
+
+def test_a_relay_written_again_is_noted_once() -> None:
+    vc = cluster()
+    vc.submit("j", JobSpec(project="a"))
+    vc.settle()
+    relays, _ = relay_all(vc.log)
+    work = NodeWork(relays[0].node)
+    mine = [r for r in relays if r.node == work.node]
+    assert all(work.note(r) for r in mine)
+    assert not any(work.note(r) for r in mine)  # past the stream's duplicate window, say
+    assert work.relays == len(mine)

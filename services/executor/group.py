@@ -91,8 +91,7 @@ class ExecutorGroup:
             return None
         if relay.node not in self.work:
             return None  # another group's node, where a group reads `fl.work.>`
-        self.work[relay.node].note(relay)
-        return relay
+        return relay if self.work[relay.node].note(relay) else None
 
     def _dispatch(self, relay: WorkRelayed) -> None:
         ex = self.by_node[relay.node]

@@ -32,10 +32,17 @@ class NodeWork:
         #: job -> (attempt, JobCheckpointed events seen for it, latest of their times)
         self.checkpoints: dict[str, tuple[int, int, float]] = {}
         self.relays = 0  # relays noted
+        #: the source sequence of the last relay noted: relays come in log order, so one
+        #: at or below it is a repeat (written again after the stream's duplicate window)
+        self.source_seq = 0
 
-    def note(self, relay: WorkRelayed) -> None:
+    def note(self, relay: WorkRelayed) -> bool:
+        """Fold one relay; False (and nothing done) for a repeat of one already noted."""
         if relay.node != self.node:
             raise ValueError(f"work for node {relay.node!r} given to {self.node!r}")
+        if relay.source_seq <= self.source_seq:
+            return False
+        self.source_seq = relay.source_seq
         self.relays += 1
         for job in relay.jobs:
             self._keep(job)
@@ -52,6 +59,7 @@ class NodeWork:
                 if attempt != e.attempt:
                     n, last = 0, 0.0
                 self.checkpoints[e.job_id] = (e.attempt, n + 1, max(last, e.time))
+        return True
 
     def _keep(self, job: JobWork) -> None:
         if not any(r.node == self.node for r in job.held):

@@ -11,7 +11,7 @@ from typing import Final
 
 from nats.js import JetStreamContext
 from nats.js.api import KeyValueConfig
-from nats.js.errors import BucketNotFoundError, NotFoundError
+from nats.js.errors import BadRequestError, BucketNotFoundError, NotFoundError
 from nats.js.kv import KeyValue
 
 BUCKET: Final = "fairlane-heartbeats"
@@ -24,4 +24,8 @@ async def heartbeat_bucket(js: JetStreamContext, ttl_s: float = TIMEOUT_S) -> Ke
     try:
         return await js.key_value(BUCKET)
     except (BucketNotFoundError, NotFoundError):
+        pass
+    try:
         return await js.create_key_value(KeyValueConfig(bucket=BUCKET, ttl=ttl_s, history=1))
+    except BadRequestError:  # made meanwhile by someone else, with a TTL of their own
+        return await js.key_value(BUCKET)

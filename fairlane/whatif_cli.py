@@ -22,7 +22,7 @@ from events import ProjectTerms
 from events.model import VictimOrder
 from fairlane.audit_cli import Log, read_log
 from fairlane.cluster_cli import DataDir, NatsUrl, Output
-from fairlane.embedded import DEFAULT_DATA_DIR
+from fairlane.cluster_file import DEFAULT_DATA_DIR
 from simulation.trace.errors import SimulationError
 from simulation.trace.policies import PolicyName, make_policy
 from simulation.trace.recorded import RecordedRun, project_entry, recorded_run

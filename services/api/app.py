@@ -156,10 +156,17 @@ def on_http_error(_: Request[Any, Any, Any], exc: HTTPException) -> Response[Err
         first = exc.extra[0]
         if isinstance(first, dict):
             field = _ALIASES.get(first.get("key", ""), first.get("key"))
-            message = f"{first.get('message', exc.detail)} (in {first.get('source', 'request')})"
+            message = f"{first.get('message', exc.detail)} (in {_source(first.get('source'))})"
     elif isinstance(exc.extra, dict):
         field = exc.extra.get("field")
     return _error(exc.status_code, message, field)
+
+
+def _source(source: object) -> str:
+    """Where a bad value was: the body, or a query, path or header parameter."""
+    if source is None:
+        return "the request"
+    return str(getattr(source, "value", source))
 
 
 #: Where msgspec says a value broke a command's bounds: "... - at `$.limit`".
@@ -603,6 +610,8 @@ async def audit_log(
     how many matched what the policy gives, and for each that did not, what the policy gives
     instead; as `fairlane audit -o json` prints it. The whole log needs an admin token; one
     job's decisions, a token covering its project."""
+    if last is not None and last < first:
+        raise _fail(400, f"to={last} is before from={first}: not a range of log positions", "to")
     if job is None:
         _admin(caller, "audit the whole log")
     else:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Final, TypeVar
 
 import nats.errors
+import nats.js.errors
 import structlog
 from nats.js.errors import APIError
 
@@ -28,6 +29,9 @@ TRANSIENT: Final = (
     nats.errors.NoRespondersError,
     nats.errors.ConnectionReconnectingError,
     nats.errors.StaleConnectionError,
+    # a publish answered 503: no stream leader just now (a cluster electing one, seen when
+    # one node of three is killed)
+    nats.js.errors.NoStreamResponseError,
     OSError,
 )
 #: JetStream errors that pass: the store is full (10077 "maximum bytes exceeded", 10047

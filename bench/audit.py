@@ -143,7 +143,7 @@ def measure(log: list[tuple[int, Event]], built_s: float) -> Figures:
 
 
 @app.default
-def main(  # noqa: PLR0913 (the command's flags)
+def main(
     *,
     hours: float = 24.0,
     nodes: int = 64,

@@ -61,7 +61,7 @@ class EmbeddedError(RuntimeError):
     pass
 
 
-async def up(
+async def up(  # noqa: PLR0913 (the `fairlane up` options)
     data_dir: Path,
     gpus: int | None = None,
     nats_url: str | None = None,
@@ -147,7 +147,7 @@ async def up(
     return info
 
 
-def _read_side(
+def _read_side(  # noqa: PLR0913 (where each part of the read side runs)
     data_dir: Path,
     nats_url: str,
     postgres_dsn: str,

@@ -52,7 +52,7 @@ def pending_reason(s: Standing) -> PendingReason | None:
     return PendingReason(code, message + preempted)
 
 
-def _words(s: Standing) -> tuple[str, str]:
+def _words(s: Standing) -> tuple[str, str]:  # noqa: PLR0911 (one case per reason code)
     """The policy's code, said with the numbers that explain it."""
     where = f"in {s.pool}" if s.pool else "in its pools"
     holds = f"project {s.project} holds {s.usage} GPUs {where}"

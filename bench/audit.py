@@ -13,7 +13,11 @@ day of this cluster takes to audit. Nothing is asserted about time.
 
 Jobs checkpoint every 30 minutes (the simulator's default), so the log has checkpoints too.
 
-    uv run python -m bench.audit [--hours 24] [--nodes 64] [-o json]
+    uv run python -m bench.audit [--hours 24] [--nodes 64] [--load 1.1] [-o json]
+
+A long log is built once and kept: `--save FILE` writes it as an export (`fairlane log
+export`'s JSON lines), `--log FILE` audits such a file instead of building one (for example
+the 1,000,000-event log: `--hours 235 --load 0.95 --save /tmp/million.jsonl`).
 """
 
 from __future__ import annotations
@@ -24,13 +28,15 @@ import random
 import sys
 import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Annotated, Literal
 
 import cyclopts
 from rich.console import Console
 from rich.table import Table
 
-from events import Event
+from events import Event, JobSubmitted, NodeRegistered
+from events.export import export_line, read_export
 from policy.audit import DECISIONS, audit
 from simulation.trace.cluster import uniform_cluster
 from simulation.trace.policies import make_policy
@@ -65,15 +71,17 @@ MEAN_DURATION_S = 1160.0
 LOAD = 1.1
 
 
-def jobs_for(hours: float, nodes: int) -> int:
-    """Jobs that offer `LOAD` times the cluster's GPU-seconds over `hours`."""
-    return max(1, round(LOAD * nodes * 8 * hours * 3600.0 / (MEAN_GPUS * MEAN_DURATION_S)))
+def jobs_for(hours: float, nodes: int, load: float = LOAD) -> int:
+    """Jobs that offer `load` times the cluster's GPU-seconds over `hours`."""
+    return max(1, round(load * nodes * 8 * hours * 3600.0 / (MEAN_GPUS * MEAN_DURATION_S)))
 
 
-def synthetic_log(hours: float, nodes: int, seed: int = 7) -> list[tuple[int, Event]]:
+def synthetic_log(
+    hours: float, nodes: int, load: float = LOAD, seed: int = 7
+) -> list[tuple[int, Event]]:
     rng = random.Random(seed)
     span = hours * 3600.0
-    jobs = jobs_for(hours, nodes)
+    jobs = jobs_for(hours, nodes, load)
     trace = []
     t = 0.0
     for i in range(jobs):
@@ -95,10 +103,23 @@ def synthetic_log(hours: float, nodes: int, seed: int = 7) -> list[tuple[int, Ev
     return list(enumerate(sim.vc.log, 1))
 
 
-def measure(hours: float, nodes: int) -> Figures:
+def build(hours: float, nodes: int, load: float) -> tuple[list[tuple[int, Event]], float]:
     began = time.perf_counter()
-    log = synthetic_log(hours, nodes)
-    built = time.perf_counter() - began
+    log = synthetic_log(hours, nodes, load)
+    return log, time.perf_counter() - began
+
+
+def load_export(path: Path) -> list[tuple[int, Event]]:
+    with path.open("rb") as lines:
+        return list(read_export(lines))
+
+
+def save_export(log: list[tuple[int, Event]], path: Path) -> None:
+    with path.open("wb") as out:
+        out.writelines(export_line(seq, event) for seq, event in log)
+
+
+def measure(log: list[tuple[int, Event]], built_s: float) -> Figures:
     began = time.perf_counter()
     report = audit(log)
     took = time.perf_counter() - began
@@ -106,14 +127,14 @@ def measure(hours: float, nodes: int) -> Figures:
     assert report.checked == decisions  # the audit looked at every one of them
     virtual_s = max(e.time for _, e in log) or 1.0
     return Figures(
-        jobs=jobs_for(hours, nodes),
-        hours=hours,
-        gpus=nodes * 8,
+        jobs=sum(isinstance(e, JobSubmitted) for _, e in log),
+        hours=round(virtual_s / 3600.0, 1),
+        gpus=sum(e.gpus for _, e in log if isinstance(e, NodeRegistered)),
         events=len(log),
         decisions=decisions,
         plans=report.plans,
         matched=report.matched,
-        build_s=round(built, 2),
+        build_s=round(built_s, 2),
         audit_s=round(took, 2),
         decisions_per_s=round(decisions / took),
         events_per_s=round(len(log) / took),
@@ -126,13 +147,32 @@ def main(
     *,
     hours: float = 24.0,
     nodes: int = 64,
+    load: float = LOAD,
+    save: Path | None = None,
+    log: Path | None = None,
     output: Annotated[Literal["text", "json"], cyclopts.Parameter(name=["--output", "-o"])] = (
         "text"
     ),
 ) -> None:
-    if hours <= 0 or nodes < 1:
-        raise SystemExit(f"--hours {hours} --nodes {nodes}: each must be positive")
-    figures = measure(hours, nodes)
+    """Audit a busy cluster's log and report decisions/s.
+
+    Parameters
+    ----------
+    hours: how long a log to build (virtual hours)
+    nodes: the cluster's nodes, 8 GPUs each
+    load: offered GPU-hours against the cluster's (above 1 the queue grows all along)
+    save: write the built log here as an export (JSON lines) to audit again with --log
+    log: audit this export instead of building a log (build_s is then 0)
+    """
+    if not (0 < hours <= 24 * 365) or not (1 <= nodes <= 10_000) or not (0 < load <= 10):
+        raise SystemExit(f"--hours {hours} --nodes {nodes} --load {load}: out of range")
+    if log is not None:
+        events, built = load_export(log), 0.0
+    else:
+        events, built = build(hours, nodes, load)
+        if save is not None:
+            save_export(events, save)
+    figures = measure(events, built)
     if output == "json":
         doc = {"python": platform.python_version(), "results": asdict(figures)}
         sys.stdout.write(json.dumps(doc, indent=1) + "\n")

@@ -220,7 +220,7 @@ def open_loop_figures(
     )
 
 
-async def run(
+async def run(  # noqa: PLR0915 (the bench's whole run: options in, figures out)
     jobs: int,
     nodes: int,
     clients: int,

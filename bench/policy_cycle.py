@@ -139,7 +139,7 @@ class Built:
     build_s: float
 
 
-def build(
+def build(  # noqa: PLR0915 (one cluster described event by event, top to bottom)
     size: Size,
     seed: int = 7,
     scheduler: SchedulerType = "fair_share",

@@ -11,9 +11,7 @@ from typing import Annotated
 import cyclopts
 
 from fairlane.client import Api, resolve
-
-#: fairlane.embedded.DEFAULT_DATA_DIR (not imported: it would slow every command down)
-DEFAULT_DATA_DIR = Path(".fairlane")
+from fairlane.cluster_file import DEFAULT_DATA_DIR
 
 
 @cyclopts.Parameter(name="*", group="Connection")

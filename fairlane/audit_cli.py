@@ -26,7 +26,7 @@ from rich.table import Table
 from events import Event
 from events.export import ExportError, export_line, read_export
 from fairlane.cluster_cli import DataDir, NatsUrl, Output
-from fairlane.embedded import DEFAULT_DATA_DIR, read_cluster
+from fairlane.cluster_file import DEFAULT_DATA_DIR, read_cluster
 from policy.audit import AuditReport, Finding, Scope, as_document, audit, differences
 from services.runtime.auth import ADMIN, Credentials, load_credentials
 from services.runtime.connection import NotAuthorized, connect

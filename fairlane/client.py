@@ -13,7 +13,6 @@ connect within CONNECT_S.
 from __future__ import annotations
 
 import difflib
-import json
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -23,6 +22,8 @@ from typing import Any, Final
 import httpx
 from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
+
+from fairlane.cluster_file import read_cluster
 
 API_ENV: Final = "FAIRLANE_API"
 TOKEN_ENV: Final = "FAIRLANE_TOKEN"
@@ -70,7 +71,7 @@ def resolve(api: str | None, token: str | None, data_dir: Path) -> Target:
     if token is None:
         token = _config_token(config)
     if api is None or token is None:
-        cluster = running_cluster(data_dir.resolve())
+        cluster = read_cluster(data_dir.resolve())
         if cluster is None or not cluster.api_url:
             if api is None:
                 raise CliError(
@@ -85,35 +86,6 @@ def resolve(api: str | None, token: str | None, data_dir: Path) -> Target:
     if token is None:
         raise CliError(f"no API token: give --token (or {TOKEN_ENV}, or token: in the config)")
     return Target(api.rstrip("/"), token, source)
-
-
-@dataclass(frozen=True)
-class Embedded:
-    api_url: str
-    admin_token_file: str
-
-
-def running_cluster(data_dir: Path) -> Embedded | None:
-    """The API of the embedded cluster running from `data_dir` (its cluster.json, written by
-    fairlane/embedded.py), read without importing what starts clusters: every command pays
-    for its imports."""
-    try:
-        info = json.loads((data_dir / "cluster.json").read_text())
-        pids = [int(pid) for pid in info["pids"].values()]
-        found = Embedded(str(info.get("api_url", "")), str(info.get("admin_token_file", "")))
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return None
-    return found if any(_alive(pid) for pid in pids) else None
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _config_path() -> Path:

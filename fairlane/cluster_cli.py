@@ -14,14 +14,11 @@ import cyclopts
 from rich.console import Console
 from rich.table import Table
 
+from fairlane.cluster_file import DEFAULT_DATA_DIR, ClusterFile, alive, read_cluster
 from fairlane.embedded import (
-    DEFAULT_DATA_DIR,
-    ClusterFile,
     EmbeddedError,
-    alive,
     down,
     limit_warnings,
-    read_cluster,
     started,
     supervisor_status,
     up,

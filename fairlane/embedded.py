@@ -27,6 +27,12 @@ from pathlib import Path
 import msgspec
 import nats
 
+from fairlane.cluster_file import (
+    ClusterFile,
+    alive,
+    cluster_file,
+    read_cluster,
+)
 from fairlane.supervisor import STARTUP_S, Plan, Program, ProgramStatus, read_status
 from services.api.tokens import admin_token_file
 from services.runtime.auth import (
@@ -47,58 +53,15 @@ SUPERVISOR = "supervisor"
 #: The services' instance name: the same across restarts, so their durable consumers are
 #: reused, not left behind one per process.
 INSTANCE = "embedded"
-DEFAULT_DATA_DIR = Path(".fairlane")
 DEFAULT_NATS_PORT = 4222
 DEFAULT_API_PORT = 8080
-
-
-class ClusterFile(msgspec.Struct):
-    nats_url: str
-    postgres_uri: str
-    data_dir: str
-    node: str
-    #: process ids of what this cluster started and must stop (nats-server included; the
-    #: services are the supervisor's: see `supervisor_status`)
-    pids: dict[str, int]
-    started_at: float
-    #: the HTTP API, and the file holding its admin token (mode 0600)
-    api_url: str = ""
-    admin_token_file: str = ""
-    #: where the NATS users' credentials are ("" for a server not started here)
-    credentials_dir: str = ""
 
 
 class EmbeddedError(RuntimeError):
     pass
 
 
-def cluster_file(data_dir: Path) -> Path:
-    return data_dir / "cluster.json"
-
-
-def read_cluster(data_dir: Path) -> ClusterFile | None:
-    """The running cluster recorded in `data_dir`, or None if none runs there."""
-    path = cluster_file(data_dir)
-    try:
-        info = msgspec.json.decode(path.read_bytes(), type=ClusterFile)
-    except (OSError, msgspec.DecodeError, msgspec.ValidationError):
-        return None
-    if not any(alive(pid) for pid in info.pids.values()):
-        return None
-    return info
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-async def up(
+async def up(  # noqa: PLR0913 (the `fairlane up` options)
     data_dir: Path,
     gpus: int | None = None,
     nats_url: str | None = None,
@@ -184,7 +147,7 @@ async def up(
     return info
 
 
-def _read_side(
+def _read_side(  # noqa: PLR0913 (where each part of the read side runs)
     data_dir: Path,
     nats_url: str,
     postgres_dsn: str,

@@ -11,7 +11,7 @@ from typing import Annotated
 import cyclopts
 from rich.console import Console
 
-from fairlane.embedded import DEFAULT_DATA_DIR, read_cluster
+from fairlane.cluster_file import DEFAULT_DATA_DIR, read_cluster
 from services.projector.service import DEFAULT_NAME, Projector
 from services.runtime.auth import load_credentials
 from services.runtime.connection import NotAuthorized, connect

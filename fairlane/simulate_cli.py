@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -27,6 +29,19 @@ from simulation.virtual_cluster import NotSettled
 DEFAULT_OUT = Path("fairlane-simulation")
 DEFAULT_NODES = 8
 DEFAULT_GPUS_PER_NODE = 8
+
+
+@contextmanager
+def simulation_errors(err: Console) -> Iterator[None]:
+    """Bad input exits 2 and a policy that never settles exits 1, each said in one line."""
+    try:
+        yield
+    except SimulationError as e:
+        err.print(f"[red]error:[/] {e}")
+        sys.exit(2)
+    except NotSettled as e:
+        err.print(f"[red]policy error:[/] {e}")
+        sys.exit(1)
 
 
 def simulate(
@@ -137,7 +152,7 @@ def simulate(
         Show a progress bar on stderr (only when stderr is a terminal).
     """
     err = Console(stderr=True, highlight=False, soft_wrap=True)
-    try:
+    with simulation_errors(err):
         setup, sim = _prepare(
             trace=trace,
             traces_dir=traces_dir,
@@ -158,12 +173,6 @@ def simulate(
             ),
         )
         outcome = _run(sim, err, show=progress and err.is_terminal)
-    except SimulationError as e:
-        err.print(f"[red]error:[/] {e}")
-        sys.exit(2)
-    except NotSettled as e:
-        err.print(f"[red]policy error:[/] {e}")
-        sys.exit(1)
     plots_to = out if out is not None or output == "json" else DEFAULT_OUT
     plots: list[Path] = []
     if plots_to is not None:

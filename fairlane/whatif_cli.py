@@ -22,12 +22,12 @@ from events import ProjectTerms
 from events.model import VictimOrder
 from fairlane.audit_cli import Log, read_log
 from fairlane.cluster_cli import DataDir, NatsUrl, Output
-from fairlane.embedded import DEFAULT_DATA_DIR
+from fairlane.cluster_file import DEFAULT_DATA_DIR
+from fairlane.simulate_cli import simulation_errors
 from simulation.trace.errors import SimulationError
 from simulation.trace.policies import PolicyName, make_policy
 from simulation.trace.recorded import RecordedRun, project_entry, recorded_run
 from simulation.trace.run import Options, Outcome, Simulation
-from simulation.virtual_cluster import NotSettled
 
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 DEFAULT_OUT = Path("fairlane-whatif")
@@ -75,14 +75,8 @@ def whatif(
         Folder for the plot (whatif.png); default ./fairlane-whatif with text output.
     """
     log = read_log(file, data_dir, nats)
-    try:
+    with simulation_errors(err):
         runs = compare(log, policy, victim_order, parse_quotas(quota))
-    except SimulationError as e:
-        err.print(f"[red]error:[/] {e}")
-        sys.exit(2)
-    except NotSettled as e:
-        err.print(f"[red]policy error:[/] {e}")
-        sys.exit(1)
     plots_to = out if out is not None or output == "json" else DEFAULT_OUT
     plot = None
     if plots_to is not None:

@@ -121,7 +121,7 @@ Enough = Callable[[Mapping[str, int]], bool]
 
 
 class PoolCycle:
-    def __init__(
+    def __init__(  # noqa: PLR0913 (a cycle is made from all of these)
         self,
         state: ClusterState,
         pool: str,

@@ -89,6 +89,45 @@ class Work:
             return None
         return self.run_from + (step - self.saved)
 
+    def start(self, now: float, resumed: bool) -> None:
+        """An attempt starts: progress from now (after restoring its checkpoint, if resumed)."""
+        self.run_from = now + (self.restore if resumed else 0.0)
+
+    def stop(self, now: float) -> bool:
+        """The whole attempt stops: keep what the last checkpoint saved; whether it saved any."""
+        done = self.progress(now)
+        self.saved = (int(done / self.every) * self.every) if self.every else 0.0
+        self.run_from = None
+        return self.every is not None and self.saved > 0
+
+
+def started(event: JobScheduled, now: float) -> JobStarted:
+    """The simulated executor's report that a placement's attempt started."""
+    return JobStarted(
+        id=ids.started(event.job_id, event.attempt),
+        time=now,
+        actor=EXECUTOR,
+        causation=event.id,
+        job_id=event.job_id,
+        attempt=event.attempt,
+        resumed=event.attempt > 1,
+    )
+
+
+def preempted(event: JobPreemptionRequested, now: float, checkpointed: bool) -> JobPreempted:
+    """The simulated executor's report that it stopped what a request asked it to."""
+    return JobPreempted(
+        id=ids.stopped(event.id),
+        time=now,
+        actor=EXECUTOR,
+        causation=event.id,
+        job_id=event.job_id,
+        attempt=event.attempt,
+        reason=event.reason,
+        replicas=event.replicas,
+        checkpointed=checkpointed,
+    )
+
 
 @dataclass
 class VirtualCluster:
@@ -299,45 +338,17 @@ class VirtualCluster:
     def _execute(self, event: Event) -> None:
         if isinstance(event, JobScheduled) and not event.scale_up:
             job = self.state.jobs[event.job_id]
-            resumed = event.attempt > 1
-            self.record(
-                JobStarted(
-                    id=ids.started(event.job_id, event.attempt),
-                    time=self.now,
-                    actor=EXECUTOR,
-                    causation=event.id,
-                    job_id=event.job_id,
-                    attempt=event.attempt,
-                    resumed=resumed,
-                )
-            )
+            self.record(started(event, self.now))
             work = self.work.get(job.id)
             if work is not None:
-                work.run_from = self.now + (work.restore if resumed else 0.0)
+                work.start(self.now, resumed=event.attempt > 1)
                 self._anchored(job, work)
         elif isinstance(event, JobPreemptionRequested):
             job = self.state.jobs[event.job_id]
             whole = event.replicas == 0 or event.replicas >= len(job.held)
             work = self.work.get(job.id)
-            checkpointed = False
-            if whole and work is not None:
-                done = work.progress(self.now)
-                work.saved = (int(done / work.every) * work.every) if work.every else 0.0
-                work.run_from = None
-                checkpointed = work.every is not None and work.saved > 0
-            self.record(
-                JobPreempted(
-                    id=ids.stopped(event.id),
-                    time=self.now,
-                    actor=EXECUTOR,
-                    causation=event.id,
-                    job_id=event.job_id,
-                    attempt=event.attempt,
-                    reason=event.reason,
-                    replicas=event.replicas,
-                    checkpointed=checkpointed,
-                )
-            )
+            checkpointed = whole and work is not None and work.stop(self.now)
+            self.record(preempted(event, self.now, checkpointed))
 
     def _anchored(self, job: Job, work: Work) -> None:
         """The attempt's progress was (re-)anchored: file when it finishes and next saves."""

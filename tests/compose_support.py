@@ -25,6 +25,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from fairlane.cluster_file import alive
 from tests.docker_support import BASE, DOCKER_HOST, REPO, import_base, missing
 
 IMAGES = Path(__file__).resolve().parent / "compose_images"
@@ -138,7 +139,7 @@ def remove_stale_stacks() -> None:
     )
     for project in set(listed.split()):
         pid = project.removeprefix(PROJECT_PREFIX)
-        if not project.startswith(PROJECT_PREFIX) or not pid.isdigit() or _alive(int(pid)):
+        if not project.startswith(PROJECT_PREFIX) or not pid.isdigit() or alive(int(pid)):
             continue
         owned = f"label={label}={project}"
         containers = docker("ps", "-aq", "--filter", owned).split()
@@ -147,13 +148,3 @@ def remove_stale_stacks() -> None:
         volumes = docker("volume", "ls", "-q", "--filter", owned).split()
         if volumes:
             docker("volume", "rm", *volumes)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

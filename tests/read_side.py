@@ -37,12 +37,21 @@ async def publish_all(log: JetStreamLog, events: Iterable[Event], chunk: int = 2
     return last
 
 
-async def wait_position(dsn: str, seq: int, within: float = 60.0, name: str = "main") -> None:
+async def wait_position(
+    dsn: str,
+    seq: int,
+    within: float = 60.0,
+    name: str = "main",
+    projector: asyncio.Task[None] | None = None,
+) -> None:
     """Until the projector has written up to `seq` or past it (PostgreSQL may be starting or
-    the schema not there yet: asked again until `within`)."""
+    the schema not there yet: asked again until `within`). A `projector` task that ends
+    meanwhile fails the wait at once, with what ended it."""
     deadline = asyncio.get_running_loop().time() + within
     found = None
     while True:
+        if projector is not None and projector.done():
+            raise AssertionError(f"the projector ended at {found}") from projector.exception()
         try:
             conn = await asyncpg.connect(dsn)
             try:

@@ -85,6 +85,9 @@ async def test_bad_input_names_the_field(api: Api) -> None:
     c = api.client
     page = await c.get("/v1/jobs", params={"limit": 0}, headers=api.admin)
     assert page.status_code == 400 and page.json()["field"] == "limit"
+    assert page.json()["error"].endswith("(in query)"), page.text
+    backwards = await c.get("/v1/audit", params={"from": 5, "to": 1}, headers=api.admin)
+    assert backwards.status_code == 400 and backwards.json()["field"] == "to", backwards.text
     state = await c.get("/v1/jobs", params={"state": "sleeping"}, headers=api.admin)
     assert state.status_code == 400 and state.json()["field"] == "state"
     body = await c.post("/v1/jobs", json={"job_id": "a b", "project": "p"}, headers=api.admin)

@@ -14,7 +14,8 @@ from typing import Any
 import httpx
 import pytest
 
-from fairlane.embedded import ClusterFile, down, up
+from fairlane.cluster_file import ClusterFile
+from fairlane.embedded import down, up
 
 pytestmark = [pytest.mark.nats, pytest.mark.slow]
 

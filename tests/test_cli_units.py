@@ -3,14 +3,15 @@ suggestions, and how shipped log chunks become output."""
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
+import msgspec
 import pytest
 from ruamel.yaml import YAML
 
 from fairlane.client import CliError, closest, resolve
+from fairlane.cluster_file import ClusterFile, cluster_file
 from fairlane.output import duration, to_yaml
 from services.api.logs import Lines
 
@@ -27,12 +28,17 @@ def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
 def running_cluster(data: Path, api: str) -> None:
     data.mkdir()
     (data / "admin-token").write_text("admin-secret\n")
-    info = {
-        "api_url": api,
-        "admin_token_file": str(data / "admin-token"),
-        "pids": {"supervisor": os.getpid()},  # a live process: the cluster "runs"
-    }
-    (data / "cluster.json").write_text(json.dumps(info))
+    info = ClusterFile(
+        nats_url="nats://127.0.0.1:4222",
+        postgres_uri="postgresql://127.0.0.1/postgres",
+        data_dir=str(data),
+        node="here",
+        pids={"supervisor": os.getpid()},  # a live process: the cluster "runs"
+        started_at=0.0,
+        api_url=api,
+        admin_token_file=str(data / "admin-token"),
+    )
+    cluster_file(data).write_bytes(msgspec.json.encode(info))
 
 
 def test_the_embedded_cluster_is_the_default(clean_env: Path, tmp_path: Path) -> None:

@@ -117,7 +117,7 @@ class Driver:
             )
 
 
-def random_case(seed: int) -> Iterator[list[Event]]:
+def random_case(seed: int) -> Iterator[list[Event]]:  # noqa: PLR0912, PLR0915 (one random run, step by step)
     """Every decide() output along one seeded random run."""
     rng = random.Random(seed)
     d = Driver(rng)

@@ -120,13 +120,13 @@ async def test_postgres_restart_is_caught_up(
     projector = Projector(log, postgres.uri, batch_max=200)
     task = asyncio.create_task(projector.run())
     try:
-        await wait_position(postgres.uri, await publish_all(log, events[:2000]))
+        await wait_position(postgres.uri, await publish_all(log, events[:2000]), projector=task)
         writer = asyncio.create_task(publish_all(log, events[2000:], chunk=200))
         await asyncio.sleep(0.3)
         await postgres.stop()  # while events flow
         await asyncio.sleep(1.0)
         await postgres.start()
-        await wait_position(postgres.uri, await writer, within=90)
+        await wait_position(postgres.uri, await writer, within=90, projector=task)
         incremental = await dump(postgres.uri)
     finally:
         await cancel_and_wait(task)

@@ -39,7 +39,7 @@ def test_the_numbers_and_the_last_preemption_are_in_the_message() -> None:
     words = said()
     assert words is not None
     assert "pool default has 4 free GPUs, the job needs 8" in words[1]
-    assert "fair share of 4" in words[1]
+    assert "would hold 8, beyond its fair share of 4" in words[1]
     assert words[1].endswith("preempted (reclaim, for ws)")
     limit = said(waiting="limit", usage=4, limit=6)
     assert limit is not None and "4 GPUs in default; 8 more would pass its limit of 6" in limit[1]

@@ -150,7 +150,7 @@ class Turns:
         return [c for q in self.queues.values() for c in q.remaining()]
 
 
-def allocate(cycle: PoolCycle, cands: list[Candidate]) -> list[Candidate]:
+def allocate(cycle: PoolCycle, cands: list[Candidate]) -> list[Candidate]:  # noqa: PLR0912 (hot loop, kept flat)
     """Place what fits on idle GPUs (rules 2, 3 and 6). Returns the candidates left waiting.
 
     Every candidate takes part in the turns, whether or not it could fit: a project is ranked
@@ -331,7 +331,7 @@ def try_preempt_in_project(cycle: PoolCycle, cand: Candidate) -> bool:
     return True
 
 
-def try_reclaim(cycle: PoolCycle, cand: Candidate) -> bool:
+def try_reclaim(cycle: PoolCycle, cand: Candidate) -> bool:  # noqa: PLR0911 (one return per rule)
     """Rule 5: take from preemptible jobs of other projects, only up to the claimant's fair
     share (and quota, for non-preemptible work), from projects above their threshold, one
     victim at a time from the project that would be served last without it."""

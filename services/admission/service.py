@@ -27,13 +27,12 @@ from events.commands import ADMISSION_SUBJECT, LEDGER_COMMANDS, AnyCommand, Repl
 from policy.commands import Refused, decide_command
 from policy.commands.jobs import admit_waiting
 from services.runtime.clock import WALL_CLOCK, Clock
-from services.runtime.commands import Refusal, carry_out
+from services.runtime.commands import GIVE_UP_AFTER_S, Refusal, carry_out
 from services.runtime.eventlog import Conflict, EventLog, Stored
 from services.runtime.follower import Follower
 from services.runtime.host import Host, nats_host
 
 CONCURRENCY = 64
-GIVE_UP_AFTER_S = 5.0
 
 Verdict = JobAdmitted | JobRejected
 
@@ -85,7 +84,7 @@ class Admission:
         if isinstance(command, SubmitJob):
             return await self._submit(command)
         now = self.clock.now()
-        return await carry_out(self.log, self.follower, command, now, give_up_after=GIVE_UP_AFTER_S)
+        return await carry_out(self.log, self.follower, command, now)
 
     async def _submit(self, command: SubmitJob) -> Reply:
         job_id = command.job_id

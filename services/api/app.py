@@ -156,10 +156,17 @@ def on_http_error(_: Request[Any, Any, Any], exc: HTTPException) -> Response[Err
         first = exc.extra[0]
         if isinstance(first, dict):
             field = _ALIASES.get(first.get("key", ""), first.get("key"))
-            message = f"{first.get('message', exc.detail)} (in {first.get('source', 'request')})"
+            message = f"{first.get('message', exc.detail)} (in {_source(first.get('source'))})"
     elif isinstance(exc.extra, dict):
         field = exc.extra.get("field")
     return _error(exc.status_code, message, field)
+
+
+def _source(source: object) -> str:
+    """Where a bad value was: the body, or a query, path or header parameter."""
+    if source is None:
+        return "the request"
+    return str(getattr(source, "value", source))
 
 
 #: Where msgspec says a value broke a command's bounds: "... - at `$.limit`".
@@ -279,7 +286,7 @@ _REFUSAL_FIELDS: Final = (
 
 async def _command(ctx: Context, command: AnyCommand) -> Accepted:
     try:
-        reply = await send(ctx.nc, command, wait_s=10.0)
+        reply = await send(ctx.nc, command)
     except msgspec.ValidationError as e:  # out of bounds (a limit below the quota): unsent
         at = re.search(r"`\$\.(\w+)", str(e))
         raise _fail(400, str(e), at[1] if at else None) from None
@@ -603,6 +610,8 @@ async def audit_log(
     how many matched what the policy gives, and for each that did not, what the policy gives
     instead; as `fairlane audit -o json` prints it. The whole log needs an admin token; one
     job's decisions, a token covering its project."""
+    if last is not None and last < first:
+        raise _fail(400, f"to={last} is before from={first}: not a range of log positions", "to")
     if job is None:
         _admin(caller, "audit the whole log")
     else:

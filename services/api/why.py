@@ -52,7 +52,7 @@ def pending_reason(s: Standing) -> PendingReason | None:
     return PendingReason(code, message + preempted)
 
 
-def _words(s: Standing) -> tuple[str, str]:
+def _words(s: Standing) -> tuple[str, str]:  # noqa: PLR0911 (one case per reason code)
     """The policy's code, said with the numbers that explain it."""
     where = f"in {s.pool}" if s.pool else "in its pools"
     holds = f"project {s.project} holds {s.usage} GPUs {where}"
@@ -87,8 +87,9 @@ def _no_fit(s: Standing, holds: str) -> tuple[str, str]:
     needs = f"{_where_free(s, free)}, the job needs {s.gpus_wanted}"
     if s.usage + s.gpus_wanted > s.fair_share:
         return "fair_share_reached", (
-            f"{needs}, and {holds} against a fair share of {s.fair_share}:"
-            " it may not take GPUs from others"
+            f"{needs}, and {holds}: with it the project would hold"
+            f" {s.usage + s.gpus_wanted}, beyond its fair share of {s.fair_share}, so it may"
+            " not take GPUs from other jobs; it waits for free GPUs"
         )
     return "insufficient_gpus", f"{needs}, and no running job may be preempted to make room"
 

@@ -14,7 +14,12 @@ from services.runtime.retry import RetryPolicy
 _encode = msgspec.json.Encoder().encode
 
 
-async def send(nc: Client, command: AnyCommand, wait_s: float = 10.0) -> Reply:
+#: How long a sender waits for the answer: longer than the service waits for the log
+#: (services/runtime/commands.py), so a slow answer still arrives.
+WAIT_S = 25.0
+
+
+async def send(nc: Client, command: AnyCommand, wait_s: float = WAIT_S) -> Reply:
     """Send a command to the service that owns it and return its answer.
 
     A command out of bounds raises msgspec.ValidationError naming the field, unsent.

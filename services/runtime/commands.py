@@ -22,6 +22,12 @@ log = structlog.get_logger("fairlane.commands")
 _encode = msgspec.json.Encoder().encode
 
 
+#: How long a command waits for the log before it is answered "unavailable" (retryable): a
+#: replicated stream that lost one server of three elects a new leader within seconds, and
+#: a command sent meanwhile should then be carried out, not refused.
+GIVE_UP_AFTER_S = 20.0
+
+
 class Refusal(Exception):
     """A command that cannot be carried out; the message names the bad value."""
 
@@ -32,7 +38,7 @@ async def carry_out(
     command: AnyCommand,
     now: float,
     *,
-    give_up_after: float = 5.0,
+    give_up_after: float = GIVE_UP_AFTER_S,
 ) -> Reply:
     """Decide `command` on the follower's state at time `now` (`policy.commands`), record the
     events it leads to, and answer once the follower has applied them."""

@@ -159,15 +159,21 @@ class JetStreamLog:
         self.stream = stream
         self.durable = durable
         self.skipped = 0  # malformed or unknown messages seen while reading
+        # A replicated stream takes one write fenced on a subject at a time: it refuses a
+        # second while the first is in flight (10164), so this client sends its own one after
+        # the other (a decider's window of placements would otherwise lose all but one).
+        self._fenced_one_at_a_time = False
+        self._fence_locks: dict[str, asyncio.Lock] = {}
 
     async def ensure_stream(self) -> None:
         config = StreamConfig(
             name=self.stream, subjects=SUBJECTS, duplicate_window=120.0, allow_rollup_hdrs=False
         )
         try:
-            await self.js.stream_info(self.stream)
+            info = await self.js.stream_info(self.stream)
         except NotFoundError:
-            await self.js.add_stream(config)
+            info = await self.js.add_stream(config)
+        self._fenced_one_at_a_time = (info.config.num_replicas or 1) > 1
 
     async def last_seq(self) -> int:
         info = await self.js.stream_info(self.stream)
@@ -190,6 +196,13 @@ class JetStreamLog:
         if fence is not None:
             headers["Nats-Expected-Last-Subject-Sequence"] = str(fence[1])
             headers["Nats-Expected-Last-Subject-Sequence-Subject"] = fence[0]
+            if self._fenced_one_at_a_time:
+                lock = self._fence_locks.setdefault(fence[0], asyncio.Lock())
+                async with lock:
+                    return await self._store(event, headers)
+        return await self._store(event, headers)
+
+    async def _store(self, event: Event, headers: dict[str, Any]) -> int:
         try:
             ack = await self.js.publish(
                 subject_for(event), encode_event(event), stream=self.stream, headers=headers

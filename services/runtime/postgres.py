@@ -26,6 +26,9 @@ PG_TRANSIENT: Final = (
     asyncpg.exceptions.AdminShutdownError,
     asyncpg.exceptions.CrashShutdownError,
     asyncpg.exceptions.ConnectionFailureError,
+    # a pooled connection whose server went away mid-operation, found when it is released
+    # ("cannot switch to state 15; another operation (2) is in progress")
+    asyncpg.exceptions.InternalClientError,
     TimeoutError,
 )
 log = structlog.get_logger("fairlane.postgres")

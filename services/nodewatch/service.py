@@ -165,11 +165,18 @@ class NodeWatch:
             if not batch:
                 await self._queued.wait()
                 continue
-            for relay in batch:  # one at a time: a clustered stream refuses a second write
-                # fenced on the same subject while the first is in flight (10164)
-                await self.log.publish_durably(relay, fence=fence)
-                sent = relay_key(relay)
-                self.relayed += 1
+            # each node's relays in log order (its executor takes a relay at or below the
+            # last it noted for a repeat), different nodes' side by side
+            per_node: dict[str, list[WorkRelayed]] = {}
+            for relay in batch:
+                per_node.setdefault(relay.node, []).append(relay)
+            await asyncio.gather(*(self._write(chain, fence) for chain in per_node.values()))
+            sent = relay_key(batch[-1])
+
+    async def _write(self, chain: list[WorkRelayed], fence: tuple[str, int]) -> None:
+        for relay in chain:
+            await self.log.publish_durably(relay, fence=fence)
+            self.relayed += 1
 
     async def _look(self, bucket: KeyValue) -> None:
         for node in list(self.follower.state.nodes):

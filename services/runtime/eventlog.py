@@ -42,9 +42,6 @@ from services.runtime.retry import RetryPolicy
 STREAM: Final = "FAIRLANE"
 SUBJECTS: Final = ["fl.>"]
 WRONG_LAST_SEQUENCE: Final = 10071
-#: What a clustered stream answers a write fenced on a subject while another write fenced on
-#: it is in flight: a race lost to that write, a conflict too.
-WRONG_LAST_SEQUENCE_IN_FLIGHT: Final = 10164
 #: `_consume` up to what matched its filter when its consumer was made
 MATCHED: Final = "matched"
 log = structlog.get_logger("fairlane.eventlog")
@@ -208,7 +205,7 @@ class JetStreamLog:
                 subject_for(event), encode_event(event), stream=self.stream, headers=headers
             )
         except APIError as e:
-            if e.err_code in (WRONG_LAST_SEQUENCE, WRONG_LAST_SEQUENCE_IN_FLIGHT):
+            if e.err_code == WRONG_LAST_SEQUENCE:
                 raise Conflict(str(e)) from None
             raise
         return int(ack.seq)

@@ -19,6 +19,7 @@ import contextlib
 import os
 import signal
 import socket
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -236,16 +237,16 @@ async def down(data_dir: Path) -> list[str]:
 
 
 async def _spawn(name: str, args: list[str], data_dir: Path) -> int:
-    log = (data_dir / "logs" / f"{name}.log").open("ab")
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        *args,
-        stdout=log,
-        stderr=log,
-        start_new_session=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    log.close()
+    # subprocess, not asyncio's: from Python 3.12 on, asyncio kills the children it still
+    # tracks when the interpreter exits, and `up --detach` exits leaving them running
+    with (data_dir / "logs" / f"{name}.log").open("ab") as log:
+        process = subprocess.Popen(  # noqa: ASYNC220  (returns once the child is exec'd)
+            [sys.executable, *args],
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
     return process.pid
 
 

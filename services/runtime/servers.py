@@ -14,6 +14,7 @@ import shutil
 import signal
 import socket
 import stat
+import subprocess
 import sysconfig
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,7 +55,10 @@ class NatsServer:
     #: a config file (the users and their permissions: services/runtime/auth.py); the
     #: command-line flags here take precedence over anything else in it
     config: Path | None = None
-    process: asyncio.subprocess.Process | None = None
+    #: a plain `subprocess.Popen`, not asyncio's process: from Python 3.12 on, asyncio kills a
+    #: child it still tracks when the interpreter exits, and `fairlane up --detach` exits
+    #: leaving this server running
+    process: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
@@ -64,25 +68,27 @@ class NatsServer:
         self.store_dir.mkdir(parents=True, exist_ok=True)
         log = self.store_dir / "nats-server.log"
         config = ["-c", str(self.config)] if self.config is not None else []
-        self.process = await asyncio.create_subprocess_exec(
-            str(nats_server_binary()),
-            *config,
-            "-js",
-            "-sd",
-            str(self.store_dir),
-            "-a",
-            self.host,
-            "-p",
-            str(self.port),
-            "-l",
-            str(log),
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.DEVNULL,
+        self.process = subprocess.Popen(  # noqa: ASYNC220  (returns once the child is exec'd)
+            [
+                str(nats_server_binary()),
+                *config,
+                "-js",
+                "-sd",
+                str(self.store_dir),
+                "-a",
+                self.host,
+                "-p",
+                str(self.port),
+                "-l",
+                str(log),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
             start_new_session=True,
         )
         deadline = asyncio.get_running_loop().time() + ready_within
         while asyncio.get_running_loop().time() < deadline:
-            if self.process.returncode is not None:
+            if self.process.poll() is not None:
                 raise ServerError(f"nats-server exited with {self.process.returncode}; see {log}")
             try:
                 _, writer = await asyncio.open_connection(self.host, self.port)
@@ -96,14 +102,14 @@ class NatsServer:
 
     async def stop(self, hard: bool = False) -> None:
         process, self.process = self.process, None
-        if process is None or process.returncode is not None:
+        if process is None or process.poll() is not None:
             return
         process.send_signal(signal.SIGKILL if hard else signal.SIGTERM)
         try:
-            await asyncio.wait_for(process.wait(), 10)
-        except TimeoutError:
+            await asyncio.to_thread(process.wait, 10)
+        except subprocess.TimeoutExpired:
             process.kill()
-            await process.wait()
+            await asyncio.to_thread(process.wait)
 
 
 @dataclass

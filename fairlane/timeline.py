@@ -5,9 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Final
 
+import msgspec
 from rich.markup import escape
 from rich.table import Table
 
+from events.catalogue import AnyEvent
 from fairlane.output import clock, console
 
 #: Fields every event has, or that a timeline entry already shows in its own columns.
@@ -18,7 +20,7 @@ _COMMON: Final = {
 
 def details(entry: dict[str, Any]) -> str:
     """One event's particulars in a line or two (plain text)."""
-    event = entry.get("event", {})
+    event = _whole(entry["type"], entry.get("event", {}))
     tell = _TELLERS.get(entry["type"])
     if tell is not None:
         text = tell(entry, event)
@@ -28,6 +30,17 @@ def details(entry: dict[str, Any]) -> str:
     if not entry.get("applied", True):
         text += " [not applied: the log had moved on]"
     return text
+
+
+def _whole(kind: str, event: dict[str, Any]) -> dict[str, Any]:
+    """The event with the fields the log leaves out (those at their default) filled in; as it
+    came where it does not decode as this version's event."""
+    try:
+        struct = msgspec.convert({**event, "type": kind}, AnyEvent)
+    except msgspec.ValidationError:
+        return event
+    left_out = (name for name in struct.__struct_fields__ if name not in event)
+    return {**event, **{name: msgspec.to_builtins(getattr(struct, name)) for name in left_out}}
 
 
 def _scheduled(entry: dict[str, Any], event: dict[str, Any]) -> str:
@@ -84,7 +97,7 @@ _TELLERS: Final[dict[str, Callable[[dict[str, Any], dict[str, Any]], str]]] = {
     "JobAdmitted": _admitted,
     "JobNominated": _nominated,
     "JobStarted": lambda _, e: "resumed" if e.get("resumed") else "started",
-    "JobFailed": lambda _, e: f"exit {e.get('exit_code')}: {e.get('reason', '')}",
+    "JobFailed": lambda _, e: f"exit code {e.get('exit_code')}: {e.get('reason', '')}",
     "JobRejected": lambda _, e: str(e.get("reason", "")),
 }
 

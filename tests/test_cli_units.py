@@ -13,6 +13,7 @@ from ruamel.yaml import YAML
 from fairlane.client import CliError, closest, resolve
 from fairlane.cluster_file import ClusterFile, cluster_file
 from fairlane.output import duration, to_yaml
+from fairlane.timeline import details
 from services.api.logs import Lines
 
 
@@ -120,3 +121,16 @@ def test_several_replicas_are_prefixed_whole_lines() -> None:
     assert lines.take(r1, 3, b"tail without newline", end=False) == b""
     assert lines.take(r1, 23, b"", end=True) == b"[replica 1] tail without newline\n"
     assert not lines.all_ended()  # replica 0 has not said it is done
+
+
+def test_a_timeline_entry_tells_the_fields_the_log_leaves_at_their_default() -> None:
+    """msgspec omits defaults on the log: a failure with the default exit code 1 has no
+    `exit_code` field, and its line said "exit None" (seen on a GPU machine's timeline)."""
+    base = {"id": "u/failed/1", "version": 1, "time": 1.0, "actor": "executor/vm"}
+    failed = {**base, "job_id": "u", "attempt": 1, "reason": "replica 0 exited with code 1"}
+    assert details({"type": "JobFailed", "event": failed}).startswith("exit code 1: replica 0")
+    assert details({"type": "JobFailed", "event": {**failed, "exit_code": 3}}).startswith(
+        "exit code 3:"
+    )
+    # an entry that does not decode as this version's event is told as it came
+    assert details({"type": "JobFailed", "event": {"job_id": "u", "attempt": "?"}})

@@ -20,10 +20,10 @@ _COMMON: Final = {
 
 def details(entry: dict[str, Any]) -> str:
     """One event's particulars in a line or two (plain text)."""
-    event = _whole(entry["type"], entry.get("event", {}))
+    event = entry.get("event", {})
     tell = _TELLERS.get(entry["type"])
     if tell is not None:
-        text = tell(entry, event)
+        text = tell(entry, _whole(entry["type"], event))
     else:
         rest = {k: v for k, v in event.items() if k not in _COMMON and v not in (None, "", [], {})}
         text = _pairs(rest)

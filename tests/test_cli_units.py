@@ -134,3 +134,6 @@ def test_a_timeline_entry_tells_the_fields_the_log_leaves_at_their_default() -> 
     )
     # an entry that does not decode as this version's event is told as it came
     assert details({"type": "JobFailed", "event": {"job_id": "u", "attempt": "?"}})
+    # where no teller speaks, only what the event says is listed, not its defaults
+    saved = {**base, "job_id": "u", "attempt": 1, "step": 500}
+    assert details({"type": "JobCheckpointed", "event": saved}) == "attempt 1, step 500"

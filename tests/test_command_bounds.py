@@ -202,3 +202,31 @@ async def test_a_job_rejected_by_admission_can_be_submitted_again(
     finally:
         await cancel_and_wait(running)
         await admission.log.nc.close()
+
+
+@pytest.mark.nats
+async def test_admission_refuses_an_unknown_project_only_on_the_whole_log(
+    log: JetStreamLog, nats_server: NatsServer
+) -> None:
+    """A project configured a moment ago, not yet read by admission (its reader lags): the
+    submission waits for the log instead of being refused."""
+    await log.publish(NodeRegistered(id="n", time=0, actor="t", node="n", pool="default", gpus=4))
+    admission = Admission(JetStreamLog(await connect(nats_server.url, "admission")))
+    await admission.follower.catch_up()
+    await log.publish(
+        ProjectConfigured(
+            id="p", time=0, actor="t", project="a", terms={"default": ProjectTerms(quota=4)}
+        )
+    )
+
+    async def read_late() -> None:
+        await asyncio.sleep(0.1)
+        await admission.follower.run()
+
+    reader = asyncio.create_task(read_late())
+    try:
+        reply = await admission.handle(SubmitJob(job_id="j1", spec=JobSpec(project="a")))
+        assert reply.ok and isinstance(reply.event, JobAdmitted), reply.error
+    finally:
+        await cancel_and_wait(reader)
+        await admission.log.nc.close()

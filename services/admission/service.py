@@ -24,7 +24,7 @@ import contextlib
 
 from events import Event, JobAdmitted, JobRejected, JobSubmitted
 from events.commands import ADMISSION_SUBJECT, LEDGER_COMMANDS, AnyCommand, Reply, SubmitJob
-from policy.commands import Refused, decide_command
+from policy.commands import Accepted, Refused, decide_command
 from policy.commands.jobs import admit_waiting
 from services.runtime.clock import WALL_CLOCK, Clock
 from services.runtime.commands import GIVE_UP_AFTER_S, Refusal, carry_out
@@ -107,8 +107,11 @@ class Admission:
             del self.inflight[job_id]
 
     async def _create(self, command: SubmitJob) -> Reply:
-        now, at = self.clock.now(), self.follower.applied_seq
-        outcome = decide_command(self.follower.state, command, now, at)
+        now = self.clock.now()
+        outcome = decide_command(self.follower.state, command, now, self.follower.applied_seq)
+        if _said_no(outcome):  # stands only on the whole log (the project was set just now?)
+            await self.follower.wait_for(await self.log.last_seq(), within=GIVE_UP_AFTER_S)
+            outcome = decide_command(self.follower.state, command, now, self.follower.applied_seq)
         if isinstance(outcome, Refused):
             if outcome.exists:
                 return await self._repeated(command)
@@ -207,3 +210,8 @@ def _reply(event: Event) -> Reply:
     if isinstance(event, JobRejected):
         return Reply(ok=False, event=event, error=event.reason)
     return Reply(ok=True, event=event)  # type: ignore[arg-type]
+
+
+def _said_no(outcome: Accepted | Refused) -> bool:
+    """A refusal, or a submission recorded with its rejection."""
+    return isinstance(outcome, Refused) or isinstance(outcome.events[-1], JobRejected)

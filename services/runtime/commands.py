@@ -44,6 +44,14 @@ async def carry_out(
     events it leads to, and answer once the follower has applied them."""
     outcome = decide_command(follower.state, command, now, follower.applied_seq)
     if isinstance(outcome, Refused):
+        # a refusal may come of a view that lags the log ("unknown job" for a job admitted a
+        # moment ago, while this service's reader was still catching up after a server
+        # restart): it stands only once decided again on everything the log holds now
+        last = await log.last_seq()
+        if last > follower.applied_seq:
+            await follower.wait_for(last, within=give_up_after)
+            outcome = decide_command(follower.state, command, now, follower.applied_seq)
+    if isinstance(outcome, Refused):
         raise Refusal(outcome.reason)
     seq = 0
     for event in outcome.events:

@@ -378,11 +378,23 @@ def logs(
                 while job["attempt"] == 0 and job["state"] in WAITING:
                     time.sleep(1.0)
                     job = api.get(f"/v1/jobs/{job_id}")
+            written = 0
             for chunk in api.stream(f"/v1/jobs/{job_id}/logs", attempt=attempt, follow=follow):
-                out.write(chunk)
+                written += out.write(chunk)
                 out.flush()
         except KeyboardInterrupt:
             out.flush()
+            return
+        if not written:  # say so on stderr: an empty screen reads like a broken command
+            err.print(f"[dim]{_no_output(job_id, attempt or job['attempt'])}[/]")
+
+
+def _no_output(job_id: str, attempt: int) -> str:
+    text = f"attempt {attempt} of {escape(job_id)} has written no output yet"
+    if attempt > 1:
+        earlier = "--attempt 1" if attempt == 2 else f"--attempt 1 to {attempt - 1}"
+        text += f" (earlier attempts: {earlier})"
+    return text
 
 
 def _act(job_id: str, verb: str, connection: Connection | None, output: Output) -> None:

@@ -192,6 +192,12 @@ def test_a_job_grace_period_of_its_own(data: Path) -> None:
     )  # fmt: skip
     until(lambda: fairlane(data, "logs", "stubborn", check=False).stdout, lambda o: o == "up\n",
           "stubborn runs")  # fmt: skip
+    # a job that has said nothing yet: nothing on stdout, and stderr says why it is empty
+    fairlane(data, "submit", "quiet", "--project", "tools", "--gpus", "0", "--", "sleep", "600")
+    until(lambda: read(data, "describe", "quiet"), lambda j: j["attempt"] >= 1, "quiet started")
+    quiet = fairlane(data, "logs", "quiet")
+    assert quiet.stdout == "" and "attempt 1 of quiet has written no output yet" in quiet.stderr
+    fairlane(data, "delete", "quiet")
     fairlane(data, "delete", "stubborn")
     events = until(
         lambda: read(data, "events", "--job", "stubborn"),

@@ -14,7 +14,7 @@ import cyclopts
 from rich.console import Console
 from rich.table import Table
 
-from fairlane.cluster_file import DEFAULT_DATA_DIR, ClusterFile, alive, read_cluster
+from fairlane.cluster_file import DEFAULT_DATA_DIR, ClusterFile, read_cluster
 from fairlane.embedded import (
     EmbeddedError,
     down,
@@ -25,6 +25,7 @@ from fairlane.embedded import (
 )
 from fairlane.supervisor import STABLE_S, ProgramStatus
 from services.runtime.main import configure_logging
+from services.runtime.processes import pid_exists
 
 console = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -199,7 +200,7 @@ def status_command(*, data_dir: DataDir = DEFAULT_DATA_DIR) -> None:
     table = Table(title=f"Fairlane at {info.nats_url}", title_justify="left")
     table.add_column("what")
     table.add_column("state")
-    dead = [name for name, pid in info.pids.items() if not alive(pid)]
+    dead = [name for name, pid in info.pids.items() if not pid_exists(pid)]
     for name, pid in info.pids.items():
         table.add_row(name, f"pid {pid}" + (" [red]not running[/]" if name in dead else ""))
     programs = supervisor_status(data_dir)

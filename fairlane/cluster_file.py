@@ -7,10 +7,11 @@ command pays for its imports.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import msgspec
+
+from services.runtime.processes import pid_exists
 
 #: where `fairlane up` keeps a cluster's files unless told otherwise
 DEFAULT_DATA_DIR = Path(".fairlane")
@@ -43,17 +44,6 @@ def read_cluster(data_dir: Path) -> ClusterFile | None:
         info = msgspec.json.decode(path.read_bytes(), type=ClusterFile)
     except (OSError, msgspec.DecodeError, msgspec.ValidationError):
         return None
-    if not any(alive(pid) for pid in info.pids.values()):
+    if not any(pid_exists(pid) for pid in info.pids.values()):
         return None
     return info
-
-
-def alive(pid: int) -> bool:
-    """Whether a process with this id exists (one of another user's counts)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

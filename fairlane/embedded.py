@@ -30,7 +30,6 @@ import nats
 
 from fairlane.cluster_file import (
     ClusterFile,
-    alive,
     cluster_file,
     read_cluster,
 )
@@ -46,6 +45,7 @@ from services.runtime.auth import (
 )
 from services.runtime.connection import connect
 from services.runtime.eventlog import JetStreamLog
+from services.runtime.processes import pid_exists
 from services.runtime.provision import provision
 from services.runtime.servers import NatsServer, Postgres, free_port
 
@@ -251,13 +251,13 @@ async def _spawn(name: str, args: list[str], data_dir: Path) -> int:
 
 
 async def _stop(pid: int, grace_s: float = 10.0) -> bool:
-    if not alive(pid):
+    if not pid_exists(pid):
         return False
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline:
-        if not alive(pid) or _reaped(pid):
+        if not pid_exists(pid) or _reaped(pid):
             return True
         await asyncio.sleep(0.05)
     with contextlib.suppress(ProcessLookupError):

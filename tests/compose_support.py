@@ -25,7 +25,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from fairlane.cluster_file import alive
+from services.runtime.processes import pid_exists
 from tests.docker_support import BASE, DOCKER_HOST, REPO, import_base, missing
 
 IMAGES = Path(__file__).resolve().parent / "compose_images"
@@ -139,7 +139,7 @@ def remove_stale_stacks() -> None:
     )
     for project in set(listed.split()):
         pid = project.removeprefix(PROJECT_PREFIX)
-        if not project.startswith(PROJECT_PREFIX) or not pid.isdigit() or alive(int(pid)):
+        if not project.startswith(PROJECT_PREFIX) or not pid.isdigit() or pid_exists(int(pid)):
             continue
         owned = f"label={label}={project}"
         containers = docker("ps", "-aq", "--filter", owned).split()

@@ -30,6 +30,7 @@ import structlog
 
 from services.executor.logs import job_dir_name
 from services.executor.shim import exit_code_of
+from services.runtime.processes import pid_exists
 
 log = structlog.get_logger("fairlane.executor.runtime")
 
@@ -200,12 +201,9 @@ async def wait_for_pid(pid: int, start_ticks: int | None = None) -> None:
 
 
 def _exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+    """Exists and is not a zombie (where /proc tells)."""
+    if not pid_exists(pid):
         return False
-    except PermissionError:
-        return True
     return proc_start_ticks(pid) is not None or not Path("/proc").is_dir()
 
 

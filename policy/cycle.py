@@ -14,7 +14,7 @@ on, and why each job left waiting waits. Order of work:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -37,7 +37,7 @@ SCHEDULERS: dict[SchedulerType, tuple[Allocate, Preempt]] = {
 }
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, eq=False)
 class Plan:
     """One cycle's decisions, in the order they must be written: placements, nominations
     (each followed by the stop requests it causes) and other stop requests."""
@@ -45,8 +45,41 @@ class Plan:
     #: the log position of the state decided on (every decision carries it as `basis_seq`)
     basis_seq: int
     events: list[Event] = field(default_factory=list)
-    #: why each admitted job that is still waiting after this cycle waits
-    waiting: dict[str, WaitReason] = field(default_factory=dict)
+    #: the reasons given while deciding, and the candidates left waiting for room ("no_fit")
+    #: unless a reason was given for them: what `waiting` is made of
+    reasons: dict[str, WaitReason] = field(default_factory=dict)
+    waiting_for_room: list[Sequence[Candidate]] = field(default_factory=list)
+    #: jobs that hold GPUs or are given some in this cycle: not waiting, whatever was said
+    not_waiting: set[str] = field(default_factory=set)
+    _waiting: dict[str, WaitReason] | None = None
+
+    @property
+    def waiting(self) -> dict[str, WaitReason]:
+        """Why each admitted job that is still waiting after this cycle waits.
+
+        Named when first asked for, not while deciding: the scheduler never asks, and naming
+        every waiting job (reading each one's id, a string elsewhere in memory) was a pass
+        over the queue that missed the cache at scale. Within a cycle a reason given for a
+        job always wins over waiting for room, so the order it is put together in does not
+        matter."""
+        if self._waiting is None:
+            leaving = self.not_waiting
+            waiting = {j: r for j, r in self.reasons.items() if j not in leaving}
+            for cands in self.waiting_for_room:
+                for cand in cands:
+                    job_id = cand.job.id
+                    if job_id not in leaving:
+                        waiting.setdefault(job_id, "no_fit")
+            self._waiting = waiting
+        return self._waiting
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Plan):
+            return NotImplemented
+        mine, theirs = (self.basis_seq, self.events), (other.basis_seq, other.events)
+        return mine == theirs and self.waiting == other.waiting
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, like the dataclass it was
 
     def __bool__(self) -> bool:
         return bool(self.events)
@@ -69,20 +102,21 @@ class Plan:
 
 def decide(state: ClusterState, now: float) -> Plan:
     plan = Plan(state.position)
-    out, waiting = plan.events, plan.waiting
-    _ask_to_stop(state, now, out)
+    out, waiting = plan.events, plan.reasons
+    stopping = _stopping(state)
+    _ask_to_stop(stopping, state.position, now, out)
     if state.held:
         for job in state.live.values():
             if job.phase == "pending":
                 waiting[job.id] = "held"
         return plan
-    cycles, held = _pool_cycles(state, now, out, waiting)
-    rounds = _account_and_collect(state, cycles, held, waiting)
+    cycles = _pool_cycles(state, stopping, now, out, waiting, plan.waiting_for_room)
+    queued = _account_and_collect(state, cycles, waiting)
     for cycle in cycles.values():
         cycle.ledger.divide()
     placed: set[str] = set()
     waiting_first: dict[str, list[Candidate]] = {}
-    for k, by_pool in enumerate(rounds):
+    for k, by_pool in enumerate(queued.rounds):
         for pool, cands in by_pool.items():
             todo = [c for c in cands if c.job.id not in placed] if placed else cands
             if not todo:
@@ -101,15 +135,14 @@ def decide(state: ClusterState, now: float) -> Plan:
         if todo:
             _, preempt = SCHEDULERS[cycles[pool].settings.type]
             preempt(cycles[pool], todo)
-    for job_id in [j for j in waiting if j in placed or state.jobs[j].phase != "pending"]:
-        del waiting[job_id]  # only jobs still pending after this cycle wait
+    plan.not_waiting.update(placed, queued.extras)  # only jobs still pending after it wait
     return plan
 
 
 def fair_shares(state: ClusterState, now: float) -> dict[str, dict[str, int]]:
     """Each pool's fair share per project, as the next cycle would compute it."""
-    cycles, held = _pool_cycles(state, now, [], {})
-    _account_and_collect(state, cycles, held, {})
+    cycles = _pool_cycles(state, _stopping(state), now, [], {}, [])
+    _account_and_collect(state, cycles, {})
     result: dict[str, dict[str, int]] = {}
     for pool, cycle in cycles.items():
         cycle.ledger.divide()
@@ -135,18 +168,34 @@ def next_wakeup(state: ClusterState, now: float) -> float | None:
 # -- the steps ---------------------------------------------------------------------------------
 
 
-def _ask_to_stop(state: ClusterState, now: float, out: list[Event]) -> None:
-    for job in state.live.values():
-        if not job.held or job.stop_replicas:
-            continue
-        reason: PreemptionReason | None = None
-        if job.phase in ("paused", "stopping"):
+_STOPPING_PHASES: Final = frozenset({"paused", "stopping", "cancelled"})
+
+
+def _stopping(state: ClusterState) -> list[Job]:
+    """The jobs that are giving GPUs back, or must be asked to: paused, cancelled, stopping,
+    cut off by a lost node, or with replicas asked to stop. Found from the jobs' own fields
+    (their `held`, a list elsewhere in memory, is read only for these): a pass over every job
+    that reads more than that missed the processor's cache at scale."""
+    return [
+        job
+        for job in state.live.values()
+        if job.phase in _STOPPING_PHASES or job.lost_node or job.stop_replicas
+    ]
+
+
+def _ask_to_stop(stopping: list[Job], position: int, now: float, out: list[Event]) -> None:
+    for job in stopping:
+        phase = job.phase
+        reason: PreemptionReason
+        if phase in ("paused", "stopping"):
             reason = "pause"
-        elif job.phase == "cancelled":
+        elif phase == "cancelled":
             reason = "cancel"
         elif job.lost_node:
             reason = "node_lost"
-        if reason is not None:
+        else:
+            continue  # replicas asked to stop: asked already
+        if job.held and not job.stop_replicas:
             out.append(
                 JobPreemptionRequested(
                     id=f"{job.id}/{job.attempt}/stop/{reason}",
@@ -155,55 +204,59 @@ def _ask_to_stop(state: ClusterState, now: float, out: list[Event]) -> None:
                     job_id=job.id,
                     attempt=job.attempt,
                     reason=reason,
-                    basis_seq=state.position,
+                    basis_seq=position,
                 )
             )
 
 
-def _pool_cycles(
-    state: ClusterState, now: float, out: list[Event], waiting: dict[str, WaitReason]
-) -> tuple[dict[str, PoolCycle], dict[str, set[int]]]:
-    held: dict[str, set[int]] = {}
-    nominated: list[Replica] = []
-    releasing: list[Replica] = []
-    for job in state.live.values():
-        if job.held:
-            for r in job.held:
-                gpus = held.get(r.node)
-                if gpus is None:
-                    held[r.node] = set(r.gpus)
-                else:
-                    gpus.update(r.gpus)
-            releasing.extend(_giving_back(job))
-        if job.nomination:
-            nominated.extend(job.nomination)
-    taken = {node: set(gpus) for node, gpus in held.items()} if nominated else held
-    for r in nominated:
-        taken.setdefault(r.node, set()).update(r.gpus)
+def _pool_cycles(  # noqa: PLR0913 (the cycle's parts, handed to each pool)
+    state: ClusterState,
+    stopping: list[Job],
+    now: float,
+    out: list[Event],
+    waiting: dict[str, WaitReason],
+    waiting_for_room: list[Sequence[Candidate]],
+) -> dict[str, PoolCycle]:
+    """Each pool's cycle, with its idle GPUs (neither held by a job nor held for a nominee:
+    the fold's `owners` and `reserved`, rather than every job's replicas) and the GPUs being
+    given back (rule 7) that are not held for a nominee already."""
+    owners, reserved = state.owners, state.reserved
     by_pool: dict[str, list[NodeSlots]] = {p: [] for p in state.pools}
-    none: set[int] = set()
     for node in state.nodes.values():
-        busy = taken.get(node.name, none)
+        held, held_for = owners.get(node.name), reserved.get(node.name)
         slots = by_pool.setdefault(node.pool, [])
-        free = [g for g in range(node.gpus) if g not in busy] if busy else list(range(node.gpus))
+        if held or held_for:
+            busy = held or _NONE
+            free = [g for g in range(node.gpus) if g not in busy and g not in (held_for or _NONE)]
+        else:
+            free = list(range(node.gpus))
         slots.append(NodeSlots(node.name, node.order, len(slots), node.gpus, free))
-    reserved = {node: set(gpus) for node, gpus in state.reserved.items() if gpus}
     back: dict[str, dict[str, list[int]]] = {}
-    for r in releasing:
-        where = state.nodes.get(r.node)
-        if where is not None:
-            kept = [g for g in r.gpus if g not in reserved.get(r.node, ())]
-            if kept:
-                back.setdefault(where.pool, {}).setdefault(r.node, []).extend(kept)
+    for job in stopping:
+        for r in _giving_back(job):
+            where = state.nodes.get(r.node)
+            if where is not None:
+                kept = [g for g in r.gpus if g not in reserved.get(r.node, _NONE)]
+                if kept:
+                    back.setdefault(where.pool, {}).setdefault(r.node, []).extend(kept)
     cycles: dict[str, PoolCycle] = {}
     for pool, nodes in by_pool.items():
         capacity = Capacity(nodes)
         ledger = Ledger(state, pool, capacity.total_gpus)
         settings = state.pool_settings(pool)
         cycles[pool] = PoolCycle(
-            state, pool, settings, capacity, ledger, now, out, back.get(pool, {}), waiting
+            state,
+            pool,
+            settings,
+            capacity,
+            ledger,
+            now,
+            out,
+            back.get(pool, {}),
+            waiting,
+            waiting_for_room,
         )
-    return cycles, held
+    return cycles
 
 
 def _giving_back(job: Job) -> list[Replica]:
@@ -219,12 +272,12 @@ def _giving_back(job: Job) -> list[Replica]:
 def _account_and_collect(
     state: ClusterState,
     cycles: dict[str, PoolCycle],
-    held: dict[str, set[int]],
     waiting: dict[str, WaitReason],
-) -> list[dict[str, list[Candidate]]]:
+) -> _Queued:
     """Count usage and demand per pool, start nominees whose GPUs are free, and gather the
-    candidates: rounds[k][pool] holds the jobs for which `pool` is the k-th pool to try."""
-    rounds: list[dict[str, list[Candidate]]] = [{}]
+    candidates."""
+    queued = _Queued([{}], set())
+    rounds = queued.rounds
     # per job shape: the account of each project in the ledger its demand counts in, and the
     # candidate lists it joins (None: no pool could hold it)
     routes: dict[tuple[tuple[str, ...], int, int, str | None], _Route | None] = {}
@@ -250,7 +303,7 @@ def _account_and_collect(
         elif phase in _PLACED:
             cycle = cycles.get(job.pool or "")
             if cycle is not None:
-                _account_placed(cycle, job, held, rounds)
+                _account_placed(cycle, job, queued)
         elif phase == "stopping":
             cycle = cycles.get(job.pool or "")
             if cycle is not None:
@@ -258,55 +311,63 @@ def _account_and_collect(
         elif phase == "pending":  # nominated
             cycle = cycles.get(job.nomination_pool or "")
             if cycle is not None:
-                _account_nominated(cycle, job, held, rounds, waiting)
-    return rounds
+                _account_nominated(cycle, job, queued, waiting)
+    return queued
 
 
-def _account_placed(
-    cycle: PoolCycle, job: Job, held: dict[str, set[int]], rounds: list[dict[str, list[Candidate]]]
-) -> None:
+@dataclass(slots=True)
+class _Queued:
+    """A cycle's candidates: rounds[k][pool] holds the jobs for which `pool` is the k-th pool
+    to try; `extras` the jobs asking for extra replicas, which hold GPUs or are given them
+    in this cycle (they never count as waiting)."""
+
+    rounds: list[dict[str, list[Candidate]]]
+    extras: set[str]
+
+    def extra(self, pool: str, job: Job, before: int) -> None:
+        self.rounds[0].setdefault(pool, []).append(Candidate(job, 1, extra=True, before=before))
+        self.extras.add(job.id)
+
+
+def _account_placed(cycle: PoolCycle, job: Job, queued: _Queued) -> None:
     """A starting or running job: it holds GPUs, may start replicas held for it, and an elastic
     one short of its replicas asks for more."""
     cycle.ledger.count_holding(job)
     cycle.running.append(job)
     if job.nomination:
         cycle.ledger.count_nominated(job)
-        if _start_if_free(cycle, job, held, scale_up=True):
-            _queue_extra(cycle, rounds, job, len(job.held) + len(job.nomination))
+        if _start_if_free(cycle, job, scale_up=True):
+            _queue_extra(cycle, queued, job, len(job.held) + len(job.nomination))
     elif job.elastic and not job.stop_replicas and not job.lost_node:
         if job.active_replicas < job.replicas:
-            rounds[0].setdefault(cycle.pool, []).append(
-                Candidate(job, 1, extra=True, before=job.active_replicas)
-            )
+            queued.extra(cycle.pool, job, job.active_replicas)
 
 
 def _account_nominated(
     cycle: PoolCycle,
     job: Job,
-    held: dict[str, set[int]],
-    rounds: list[dict[str, list[Candidate]]],
+    queued: _Queued,
     waiting: dict[str, WaitReason],
 ) -> None:
     """A pending job with GPUs held for it: it starts once they are free, else waits."""
     cycle.ledger.count_waiting(job)
     cycle.ledger.count_nominated(job)
-    if _start_if_free(cycle, job, held, scale_up=False):
-        _queue_extra(cycle, rounds, job, len(job.nomination))
+    if _start_if_free(cycle, job, scale_up=False):
+        _queue_extra(cycle, queued, job, len(job.nomination))
     else:
         waiting[job.id] = "nominated"
 
 
-def _queue_extra(
-    cycle: PoolCycle, rounds: list[dict[str, list[Candidate]]], job: Job, holds: int
-) -> None:
+def _queue_extra(cycle: PoolCycle, queued: _Queued, job: Job, holds: int) -> None:
     """A job that starts on GPUs held for it takes part in this cycle's turns for its extra
     replicas (rule 6)."""
     if job.elastic and holds < job.replicas:
-        rounds[0].setdefault(cycle.pool, []).append(Candidate(job, 1, extra=True, before=holds))
+        queued.extra(cycle.pool, job, holds)
 
 
 _Route = tuple[Ledger, dict[str, Account], list[list[Candidate]]]
 _UNSEEN: Final[Any] = object()
+_NONE: Final[dict[int, str]] = {}
 _PLACED: Final = frozenset({"starting", "running"})
 
 
@@ -329,8 +390,9 @@ def _route(
     return cycles[pools[0]].ledger, targets
 
 
-def _start_if_free(cycle: PoolCycle, job: Job, held: dict[str, set[int]], scale_up: bool) -> bool:
-    if any(held.get(r.node, set()) & set(r.gpus) for r in job.nomination):
+def _start_if_free(cycle: PoolCycle, job: Job, scale_up: bool) -> bool:
+    owners = cycle.state.owners
+    if any(g in owners.get(r.node, _NONE) for r in job.nomination for g in r.gpus):
         return False  # a victim has not let go yet
     if any(r.node not in cycle.capacity.by_name for r in job.nomination):
         return False

@@ -8,7 +8,7 @@ thing again publishes the same ids, which the log drops as duplicates).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -132,6 +132,7 @@ class PoolCycle:
         out: list[Event],
         releasing: dict[str, list[int]] | None = None,
         waiting: dict[str, WaitReason] | None = None,
+        waiting_for_room: list[Sequence[Candidate]] | None = None,
     ) -> None:
         self.state = state
         self.pool = pool
@@ -147,6 +148,8 @@ class PoolCycle:
         self.releasing: dict[str, list[int]] = releasing if releasing is not None else {}
         #: why each job left waiting waits (the last reason found for it this cycle)
         self.waiting: dict[str, WaitReason] = waiting if waiting is not None else {}
+        #: candidates left waiting for room unless a reason is given for them (`wait_for_room`)
+        self.waiting_for_room = waiting_for_room if waiting_for_room is not None else []
         #: surplus replicas each job gives up this cycle, and the victim units already taken
         self.surplus_stopped: dict[str, int] = {}
         self.used_units: set[int] = set()
@@ -160,7 +163,7 @@ class PoolCycle:
         # needed. Lists of units keep those of jobs gone since: skip them (all units before
         # _start[project] are gone).
         self._victim_jobs: dict[str, list[Job]] | None = None
-        self._victim_ids: set[str] = set()
+        self._victims: list[Job] = []  # the same, in submission order
         self._units: dict[str, list[Unit]] = {}
         self._start: dict[str, int] = {}
         self._pool_units: list[Unit] | None = None
@@ -168,10 +171,19 @@ class PoolCycle:
         # per project (once asked): how many live units free so many GPUs / have a priority
         self._sizes: dict[str, dict[int, int]] = {}
         self._priorities: dict[str, dict[int, int]] = {}
+        #: per project: what its victims on several nodes hold beyond one replica each
+        self._spread: dict[str, int] = {}
+        self._most_held_on_a_node: int | None = None
         #: a scheduler's bound on what preempting could free (fair_share's
         #: _reclaim_could_fit), and the generation it was worked out in
         self.most_freed: dict[bool, Overlay] = {}
         self.most_freed_generation = -1
+
+    def wait_for_room(self, cands: Sequence[Candidate]) -> None:
+        """These candidates wait for room (`no_fit`) unless a reason is given for them in this
+        cycle, before or after. Named only when the plan's `waiting` is read; the list must
+        not change after."""
+        self.waiting_for_room.append(cands)
 
     # -- placing ---------------------------------------------------------------------------------
 
@@ -259,7 +271,7 @@ class PoolCycle:
                 # `gone` is mostly empty here: asked first, it spares reading every job's id
                 if may_be_victim(job, now) and (not gone or job.id not in gone):
                     by_project.setdefault(job.project, []).append(job)
-                    self._victim_ids.add(job.id)
+                    self._victims.append(job)
             self._victim_jobs = by_project
         return self._victim_jobs
 
@@ -268,7 +280,9 @@ class PoolCycle:
         units = self._units.get(project)
         if units is None:
             gone = self.gone
-            jobs = [j for j in self.victim_jobs().get(project, ()) if j.id not in gone]
+            jobs = self.victim_jobs().get(project, [])
+            if gone:
+                jobs = [j for j in jobs if j.id not in gone]
             units = self._units[project] = units_of(jobs, self.settings.victim_order, self.now)
         return units
 
@@ -276,8 +290,9 @@ class PoolCycle:
         """All victim units of the pool, whatever their project, in taking order (units of jobs
         gone since included), and where the first that may not be gone is."""
         if self._pool_units is None:
+            self.victim_jobs()
             gone = self.gone
-            jobs = [j for js in self.victim_jobs().values() for j in js if j.id not in gone]
+            jobs = [j for j in self._victims if j.id not in gone] if gone else self._victims
             self._pool_units = units_of(jobs, self.settings.victim_order, self.now)
         units, i = self._pool_units, self._pool_start
         while i < len(units) and units[i].job.id in self.gone:
@@ -299,18 +314,23 @@ class PoolCycle:
         if sizes is None or priorities is None:
             sizes = self._sizes[project] = {}
             priorities = self._priorities[project] = {}
+            spread = 0
             gone = self.gone
             for job in self.victim_jobs().get(project, ()):
-                if job.id in gone:
+                if gone and job.id in gone:  # mostly empty: spares reading every job's id
                     continue
                 # _count_units(job, sizes, priorities, 1), inline: this runs for many jobs
-                surplus = len(job.held) - job.stop_replicas - job.min_replicas
+                held = job.held
+                if len(held) > 1 and any(r.node != held[0].node for r in held):
+                    spread += job.gpus * (len(held) - 1)
+                surplus = len(held) - job.stop_replicas - job.min_replicas
                 if surplus > 0:
                     sizes[job.gpus] = sizes.get(job.gpus, 0) + surplus
                 whole = job.gpus * (len(job.held) - job.stop_replicas)
                 sizes[whole] = sizes.get(whole, 0) + 1
                 priority = job.priority
                 priorities[priority] = priorities.get(priority, 0) + 1 + max(0, surplus)
+            self._spread[project] = spread
         return sizes, priorities
 
     def largest_unit_gpus(self, project: str) -> int:
@@ -323,6 +343,16 @@ class PoolCycle:
         _, priorities = self._unit_counts(project)
         return min((p for p, n in priorities.items() if n), default=float("inf"))
 
+    def most_held_near_a_node(self, project: str) -> int:
+        """At least the GPUs that the project's possible victims with a replica on any one
+        node hold in all (there and elsewhere), for every node of the pool: what is held on
+        the fullest node, plus what the victims spread over several nodes hold beyond one
+        replica each. Victims gone since only make it smaller: it stays an upper bound."""
+        if self._most_held_on_a_node is None:
+            self._most_held_on_a_node = max(map(len, self.state.owners.values()), default=0)
+        self._unit_counts(project)
+        return self._most_held_on_a_node + self._spread[project]
+
     def _forget_units(self, jobs: list[Job]) -> None:
         """These jobs are now stopping, nominated or given GPUs: victims no more this cycle."""
         for job in jobs:
@@ -331,7 +361,8 @@ class PoolCycle:
             self.gone.add(job.id)
             sizes = self._sizes.get(job.project)
             priorities = self._priorities.get(job.project)
-            if sizes is not None and priorities is not None and job.id in self._victim_ids:
+            # counted then if it may be a victim (a job gone before was skipped above)
+            if sizes is not None and priorities is not None and may_be_victim(job, self.now):
                 _count_units(job, sizes, priorities, -1)
 
     def next_unit(

@@ -24,7 +24,8 @@ from events import ClusterSettings, ProjectTerms, SchedulerSettings
 from policy.state import ClusterState, Job, Node, Pool, Project
 
 #: The meaning of the fold (bump with any change to `policy/state.py` that changes results).
-FOLD_VERSION: Final = 4
+#: 5: a placement or nomination of more replicas than a pending job has is refused.
+FOLD_VERSION: Final = 5
 #: The layout of this file's structs. 2: the settings as `events.ClusterSettings`.
 FORMAT_VERSION: Final = 2
 
@@ -134,6 +135,8 @@ def decode_snapshot(data: bytes) -> tuple[ClusterState, int]:
         held=snap.held,
     )
     state._node_seq, state._job_seq = snap.node_seq, snap.job_seq
+    for job in state.live.values():
+        state.share_values(job)
     return state, header.seq
 
 

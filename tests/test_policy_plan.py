@@ -80,6 +80,28 @@ def test_a_nominee_that_starts_takes_its_turn_for_extras_in_the_same_cycle() -> 
     assert plan.waiting == {}
 
 
+def test_a_nominee_that_starts_is_not_waiting_though_an_extra_does_not_fit() -> None:
+    """Only jobs still pending after the cycle wait: one that starts on the GPUs held for it
+    is not listed, even when an extra replica it asks for has no room."""
+    state = cluster(gpus=2)
+    admit(state, "e", 1, replicas=4, min_replicas=1)
+    state.apply(
+        JobNominated(
+            id="e/nominate/1",
+            time=0,
+            actor="t",
+            job_id="e",
+            pool="p",
+            replicas=(Replica("n0", (0,)),),
+            victims=(),
+            reason="reclaim",
+        )
+    )
+    plan = decide(state, 1.0)
+    assert [e.scale_up for e in plan.placements] == [False, True]  # one extra fits of three
+    assert plan.waiting == {}
+
+
 def test_why_pending_jobs_wait() -> None:
     state = cluster(gpus=4, quota=0, limit=5)
     admit(state, "huge", 8)  # no pool could hold it (a hand-made log: admission refuses it)

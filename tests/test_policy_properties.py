@@ -33,8 +33,10 @@ from __future__ import annotations
 
 import copy
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from unittest.mock import patch
 
 from hypothesis import HealthCheck, settings
 from hypothesis import event as note_event
@@ -62,6 +64,7 @@ from events import (
 )
 from events.catalogue import MAKES_ROOM
 from policy.cycle import decide, next_wakeup
+from policy.schedulers import fair_share
 from policy.state import HOLDING_PHASES, ClusterState, Job
 from simulation.virtual_cluster import VirtualCluster
 
@@ -332,7 +335,10 @@ class PolicyMachine(RuleBasedStateMachine):
         assert state == before, "decide() changed its input"
         assert decide(replayed, now) == decisions, "the same log gives other decisions"
         assert decide(state, now) == decisions, "decide() is not deterministic"
+        with walking_every_victim():
+            assert decide(state, now) == decisions, "a bound skipped a walk that would succeed"
         check_plan(state, decisions.events)
+        check_indexes(state)
         self.vc.settle()
 
     @rule(back=st.integers(1, 40))
@@ -523,6 +529,38 @@ class PolicyMachine(RuleBasedStateMachine):
         assert not changes, f"an hour with nothing happening changed: {changes}"
         after = {j.id: (j.phase, list(j.held)) for j in probe.state.live.values()}
         assert before == after
+
+
+@contextmanager
+def walking_every_victim() -> Iterator[None]:
+    """The policy without the bounds that spare it walks through victims which cannot end in a
+    preemption: it must decide the same."""
+    with (
+        patch.object(fair_share, "_could_end_within_fair_share", lambda *_: True),
+        patch.object(fair_share, "_reclaim_could_fit", lambda *_: True),
+    ):
+        yield
+
+
+def check_indexes(state: ClusterState) -> None:
+    """What a cycle reads instead of every job: who holds each GPU (`owners`) and for whom
+    GPUs are held (`reserved`) are the live jobs' replicas and nominations, and `live` is in
+    submission order (victims are ordered newest first by it)."""
+    held: dict[str, dict[int, str]] = {}
+    nominated: dict[str, dict[int, str]] = {}
+    for job in state.live.values():
+        for r in job.held:
+            held.setdefault(r.node, {}).update(dict.fromkeys(r.gpus, job.id))
+        for r in job.nomination:
+            nominated.setdefault(r.node, {}).update(dict.fromkeys(r.gpus, job.id))
+
+    def given(index: dict[str, dict[int, str]]) -> dict[str, dict[int, str]]:
+        return {node: gpus for node, gpus in index.items() if gpus}  # 0-GPU jobs hold none
+
+    assert given(state.owners) == given(held), "owners is not the jobs' held"
+    assert given(state.reserved) == given(nominated), "reserved is not the jobs' nominations"
+    seqs = [job.seq for job in state.live.values()]
+    assert seqs == sorted(seqs), "live is not in submission order"
 
 
 def check_plan(state: ClusterState, events: Sequence[Event]) -> None:

@@ -55,6 +55,28 @@ def test_a_placement_on_a_lost_node_is_ignored() -> None:
     assert vc.state.jobs["j1"].phase == "pending"  # its only node is gone
 
 
+def test_a_placement_of_more_replicas_than_the_job_has_is_refused() -> None:
+    """A job holds at most its replicas (victims are ordered on it): a forged or broken
+    placement giving a pending job more is refused and takes nothing."""
+    vc = VirtualCluster()
+    vc.add_pool("default")
+    vc.add_node("n0", "default", 4)
+    vc.set_project("a", {"default": ProjectTerms(quota=0)})
+    vc.submit("j", JobSpec(project="a", gpus=1))
+    two = JobScheduled(
+        id="j/forged",
+        time=0.0,
+        actor="t",
+        job_id="j",
+        attempt=1,
+        pool="default",
+        replicas=(Replica("n0", (0,)), Replica("n0", (1,))),
+    )
+    verdict = vc.record(two)
+    assert (verdict.applied, verdict.reason) == (False, "more replicas than the job has")
+    assert (vc.state.jobs["j"].held, vc.state.owners.get("n0", {})) == ([], {})
+
+
 def test_gpus_given_back_can_be_taken_again() -> None:
     vc = cluster()
     vc.complete("j1")

@@ -150,7 +150,7 @@ class Turns:
         return [c for q in self.queues.values() for c in q.remaining()]
 
 
-def allocate(cycle: PoolCycle, cands: list[Candidate]) -> list[Candidate]:  # noqa: PLR0912 (hot loop, kept flat)
+def allocate(cycle: PoolCycle, cands: list[Candidate]) -> list[Candidate]:
     """Place what fits on idle GPUs (rules 2, 3 and 6). Returns the candidates left waiting.
 
     Every candidate takes part in the turns, whether or not it could fit: a project is ranked
@@ -170,8 +170,7 @@ def allocate(cycle: PoolCycle, cands: list[Candidate]) -> list[Candidate]:  # no
         # order (sorting the whole queue made a settled cycle grow faster than the queue):
         # nothing fits the idle GPUs and the first turn goes to a candidate its gate lets
         # through, which does not fit; as below, then, every candidate waits.
-        for cand in cands:
-            cycle.waiting.setdefault(cand.job.id, "no_fit")
+        cycle.wait_for_room(cands)
         return list(cands)
     turns = Turns(cycle, cands)
     waiting: list[Candidate] = []
@@ -194,9 +193,9 @@ def allocate(cycle: PoolCycle, cands: list[Candidate]) -> list[Candidate]:  # no
                     # no candidate left could be placed: they all wait (their order does not
                     # matter: the preemption pass orders them by its own turns)
                     waiting.append(cand)
-                    for rest in turns.remaining():
-                        cycle.waiting.setdefault(rest.job.id, "no_fit")
-                        waiting.append(rest)
+                    rest = turns.remaining()
+                    cycle.wait_for_room(rest)
+                    waiting.extend(rest)
                     return waiting
         if placed:
             follow = cand.follow_up()
@@ -275,9 +274,14 @@ def _may_preempt(cycle: PoolCycle, waiting: list[Candidate]) -> list[Candidate]:
     lowest: dict[str, float] = {}  # the lowest priority of a possible victim, per project
     kept: list[Candidate] = []
     now = cycle.now
+    # every job became pending at an event's time, at the latest the state's last: unless the
+    # clock is behind the log, a job without a delay has waited long enough, and its
+    # pending_since (a float elsewhere in memory) need not be read
+    behind = now < cycle.state.last_time
     for cand in waiting:
         job = cand.job
-        if now - job.pending_since < job.preemption_delay_s:  # cycle.delay_passed, inline
+        delay = job.preemption_delay_s  # cycle.delay_passed, inline
+        if (delay or behind) and now - job.pending_since < delay:
             cycle.waiting[job.id] = "preemption_delay"
             continue
         project = job.project
@@ -310,6 +314,8 @@ def try_preempt_in_project(cycle: PoolCycle, cand: Candidate) -> bool:
         # never too few): looking would walk every unit of the project for nothing
         return False
     over_limit = acct.usage + cand.gpus - acct.limit  # what victims must free to get under it
+    if over_limit <= 0 and not _could_end_within_fair_share(cycle, cand, acct):
+        return False
 
     def lower(unit: Unit) -> bool:
         return unit.job.priority < job.priority
@@ -329,6 +335,25 @@ def try_preempt_in_project(cycle: PoolCycle, cand: Candidate) -> bool:
     note = f"{job.project}: priority {job.priority} job takes GPUs from lower-priority jobs"
     cycle.commit_preemption(cand, taken, "priority", note)
     return True
+
+
+def _could_end_within_fair_share(cycle: PoolCycle, cand: Candidate, acct: Account) -> bool:
+    """Could the victims an in-project walk keeps free enough for the project to end within
+    its fair share (the check after the walk)? An exact bound, worked out without walking.
+
+    The victims kept are minimal (`spare_unneeded`: the candidate fits with them and, limit
+    aside, no rule but fitting keeps one), so each kept victim's job frees a GPU that some
+    placement of the candidate uses: else sparing that victim would leave the placement as it
+    is. A placement uses at most `replicas` nodes, so the kept victims are jobs with a replica
+    on one of those nodes, and free at most `replicas` times what such jobs can hold in all
+    (`most_held_near_a_node`). At 4x the bench's size a project well over its fair share
+    walked hundreds of victims (a gang waiting for whole nodes) to learn this, again for
+    every shape: the part of the settled cycle that grew faster than the cluster.
+    """
+    must_free = acct.usage + cand.gpus - acct.fair_share
+    if must_free <= 0:
+        return True
+    return must_free <= cand.replicas * cycle.most_held_near_a_node(cand.job.project)
 
 
 def try_reclaim(cycle: PoolCycle, cand: Candidate) -> bool:  # noqa: PLR0911 (one return per rule)

@@ -16,7 +16,10 @@ is pure, so every run does the same work.
   after it, have been carried out by simulated executors: the common case, nothing to do.
 
 Figures are p50/p99 milliseconds (time.perf_counter) over `--runs` runs, and the growth of each
-against the smallest scale. Nothing is asserted about time: machines are shared and noisy.
+against the smallest scale. Every state is built first and the cycles are timed in rounds, each
+state in turn, so a busy moment on a shared machine falls on every size alike (the growth
+moved by 10% between runs when the sizes were timed one after the other). Nothing is asserted
+about time: machines are shared and noisy.
 
     uv run python -m bench.policy_cycle [--runs 30] [--scales 1,2,4] [--no-burst] [-o json]
         [--profile]
@@ -33,7 +36,7 @@ import random
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Annotated, Literal
 
 import cyclopts
@@ -338,44 +341,103 @@ def measure(
     victim_order: VictimOrder = "newest",
     gc_mode: GcMode = "on",
 ) -> list[Figures]:
-    built = build((base or BASE).times(scale), seed, scheduler, fitting, victim_order)
-    figures = [time_cycle(built.state, scale, "burst", runs, gc_mode)] if burst else []
-    if settled:
-        vc = VirtualCluster(state=built.state, now=NOW)
-        vc.settle()  # carry out the burst's decisions, and the cycles after it, until quiet
-        figures.append(time_cycle(vc.state, scale, "settled", runs, gc_mode))
-    return figures
+    """The cycles at one scale (see `measure_all`)."""
+    return measure_all(
+        [scale],
+        runs,
+        base=base,
+        seed=seed,
+        settled=settled,
+        burst=burst,
+        scheduler=scheduler,
+        fitting=fitting,
+        victim_order=victim_order,
+        gc_mode=gc_mode,
+    )
 
 
-def time_cycle(
-    state: ClusterState, scale: int, cycle: str, runs: int, gc_mode: GcMode = "on"
-) -> Figures:
-    decisions = len(decide(state, NOW))  # warm-up, and the size of the answer
-    samples = []
+@dataclass
+class _Timed:
+    """One state to time a cycle on, and its samples (milliseconds)."""
+
+    scale: int
+    cycle: str
+    state: ClusterState
+    decisions: int = 0
+    samples: list[float] = field(default_factory=list)
+
+
+def measure_all(
+    scales: list[int],
+    runs: int,
+    *,
+    base: Size | None = None,
+    seed: int = 7,
+    settled: bool = True,
+    burst: bool = True,
+    scheduler: SchedulerType = "fair_share",
+    fitting: Fitting = "best",
+    victim_order: VictimOrder = "newest",
+    gc_mode: GcMode = "on",
+    progress: Callable[[str], None] = lambda _: None,
+) -> list[Figures]:
+    """Build every scale's states first, then time their cycles in rounds, each state in turn
+    (an untimed cycle first, so its state is in cache as back-to-back cycles have it, then
+    `ROUND` timed ones). A machine shared with others slows down and speeds up over a run:
+    timed one scale after the other, the growth between scales moved by 10% from one run to
+    the next; in rounds, every scale sees the same moments."""
+    timed: list[_Timed] = []
+    settings = (scheduler, fitting, victim_order)
+    for scale in scales:
+        progress(f"building {scale}x ...")
+        size = (base or BASE).times(scale)
+        if burst:
+            timed.append(_Timed(scale, "burst", build(size, seed, *settings).state))
+        if settled:  # built again (not copied: a copy lays the objects out anew in memory)
+            vc = VirtualCluster(state=build(size, seed, *settings).state, now=NOW)
+            vc.settle()  # carry out the burst's decisions, and the cycles after it, until quiet
+            timed.append(_Timed(scale, "settled", vc.state))
+    for t in timed:
+        t.decisions = len(decide(t.state, NOW))  # warm-up, and the size of the answer
     gc.collect()
     if gc_mode == "freeze":
         gc.freeze()  # what a long-running service may do once it has replayed the log
     elif gc_mode == "off":
         gc.disable()
     try:
-        for _ in range(runs):
-            start = time.perf_counter()
-            decide(state, NOW)
-            samples.append((time.perf_counter() - start) * 1000)
+        done = 0
+        while done < runs:
+            count = min(ROUND, runs - done)
+            progress(f"timing: {done} of {runs} cycles of each ...")
+            for t in timed:
+                decide(t.state, NOW)
+                for _ in range(count):
+                    start = time.perf_counter()
+                    decide(t.state, NOW)
+                    t.samples.append((time.perf_counter() - start) * 1000)
+            done += count
     finally:
         gc.enable()
         gc.unfreeze()
-    phases = [j.phase for j in state.live.values()]
+    return [_figures(t) for t in timed]
+
+
+#: Timed cycles of one state in a row, within a round of `measure_all`
+ROUND = 5
+
+
+def _figures(t: _Timed) -> Figures:
+    phases = [j.phase for j in t.state.live.values()]
     return Figures(
-        scale=scale,
-        cycle=cycle,
-        nodes=len(state.nodes),
+        scale=t.scale,
+        cycle=t.cycle,
+        nodes=len(t.state.nodes),
         running=sum(p in ("starting", "running") for p in phases),
         pending=phases.count("pending"),
-        decisions=decisions,
-        runs=runs,
-        p50_ms=round(percentile(samples, 0.50), 2),
-        p99_ms=round(percentile(samples, 0.99), 2),
+        decisions=t.decisions,
+        runs=len(t.samples),
+        p50_ms=round(percentile(t.samples, 0.50), 2),
+        p99_ms=round(percentile(t.samples, 0.99), 2),
     )
 
 
@@ -458,22 +520,19 @@ def main(
     if profile_top:
         sys.stdout.write(profile(sizes[0], runs, seed, profile_top))
         return
-    results: list[Figures] = []
-    for scale in sizes:
-        with console.status(f"building and timing {scale}x ..."):
-            results.extend(
-                measure(
-                    scale,
-                    runs,
-                    seed=seed,
-                    settled=settled,
-                    burst=burst,
-                    scheduler=scheduler,
-                    fitting=fitting,
-                    victim_order=victim_order,
-                    gc_mode=gc_mode,
-                )
-            )
+    with console.status("building ...") as status:
+        results = measure_all(
+            sizes,
+            runs,
+            seed=seed,
+            settled=settled,
+            burst=burst,
+            scheduler=scheduler,
+            fitting=fitting,
+            victim_order=victim_order,
+            gc_mode=gc_mode,
+            progress=status.update,
+        )
     with_growth(results)
     if output == "json":
         doc = {

@@ -71,8 +71,8 @@ class Decider:
         await self.log.ensure_stream()
         await self.follower.catch_up()
         # The replayed state is long-lived: keep the collector from walking it again and again
-        # during cycles, which allocate a lot (bench.policy_cycle at 4x: 305 ms a settled cycle
-        # with the collector as it comes, 162 ms with the heap frozen like this).
+        # during cycles, which allocate a lot (bench.policy_cycle at 4x: 244 ms a settled cycle
+        # with the collector as it comes, 131 ms with the heap frozen like this).
         gc.collect()
         gc.freeze()
         following = asyncio.create_task(self.follower.run())

@@ -40,21 +40,44 @@ PREEMPTOR = "preemptor"
 WaitReason = Literal["no_fit", "limit", "quota", "preemption_delay", "held", "nominated", "no_pool"]
 
 
-@dataclass(slots=True)
 class Candidate:
-    """A request for GPUs: a pending job's minimum gang, or one more replica of an elastic job."""
+    """A request for GPUs: a pending job's minimum gang, or one more replica of an elastic job.
 
-    job: Job
-    replicas: int
-    extra: bool = False
-    before: int = 0  # replicas the job holds (or is given this cycle) before this request
+    It keeps a copy of what the passes over every candidate read of its job (project,
+    priority, size, node, preemption delay): made one after the other, candidates lie side by
+    side in memory, while each job lies where it was made; at 40,000 candidates reading the
+    jobs again in every pass missed the processor's cache."""
 
-    @property
-    def gpus(self) -> int:
-        return self.replicas * self.job.gpus
+    __slots__ = (
+        "before",
+        "delay",
+        "extra",
+        "gpus",
+        "job",
+        "job_gpus",
+        "node",
+        "priority",
+        "project",
+        "replicas",
+    )
+
+    def __init__(self, job: Job, replicas: int, extra: bool = False, before: int = 0) -> None:
+        self.job = job
+        self.replicas = replicas
+        self.extra = extra
+        self.before = before  # replicas the job holds (or is given this cycle) before this
+        self.project = job.project
+        self.priority = job.priority
+        self.job_gpus = job.gpus
+        self.gpus = replicas * job.gpus
+        self.node = job.node
+        self.delay = job.preemption_delay_s
+
+    def __repr__(self) -> str:
+        return f"Candidate({self.job.id!r}, {self.replicas}, extra={self.extra})"
 
     def shape(self) -> tuple[int, int, str | None]:
-        return (self.job.gpus, self.replicas, self.job.node)
+        return (self.job_gpus, self.replicas, self.node)
 
     def follow_up(self) -> Candidate | None:
         """Once this is placed, an elastic job's next replica waits its turn (rule 6)."""

@@ -42,8 +42,8 @@ def job_key(cand: Candidate) -> JobKey:
     job's second, ...: round robin), then submission order."""
     job = cand.job
     if cand.extra:
-        return (-job.priority, 1, cand.before - job.min_replicas, job.seq)
-    return (-job.priority, 0, 0, job.seq)
+        return (-cand.priority, 1, cand.before - job.min_replicas, job.seq)
+    return (-cand.priority, 0, 0, job.seq)
 
 
 #: A candidate queued after the start: job_key(cand) flattened, the order queued, the candidate
@@ -162,9 +162,9 @@ def allocate(cycle: PoolCycle, cands: list[Candidate]) -> list[Candidate]:
         shape = queued.shape()
         left[shape] = left.get(shape, 0) + 1
         key = job_key(queued)
-        front = fronts.get(queued.job.project)
+        front = fronts.get(queued.project)
         if front is None or key < front[0]:  # the first of equal keys, as a stable sort has it
-            fronts[queued.job.project] = (key, queued)
+            fronts[queued.project] = (key, queued)
     if _nothing_fits(cycle, left, set()) and _first_turn_finds_no_fit(cycle, fronts):
         # The settled cycle's common case, found without putting every candidate in turn
         # order (sorting the whole queue made a settled cycle grow faster than the queue):
@@ -279,12 +279,11 @@ def _may_preempt(cycle: PoolCycle, waiting: list[Candidate]) -> list[Candidate]:
     # pending_since (a float elsewhere in memory) need not be read
     behind = now < cycle.state.last_time
     for cand in waiting:
-        job = cand.job
-        delay = job.preemption_delay_s  # cycle.delay_passed, inline
-        if (delay or behind) and now - job.pending_since < delay:
-            cycle.waiting[job.id] = "preemption_delay"
+        delay = cand.delay  # cycle.delay_passed, inline
+        if (delay or behind) and now - cand.job.pending_since < delay:
+            cycle.waiting[cand.job.id] = "preemption_delay"
             continue
-        project = job.project
+        project = cand.project
         left = room.get(project)
         if left is None:
             acct = cycle.ledger.account(project)
@@ -295,7 +294,7 @@ def _may_preempt(cycle: PoolCycle, waiting: list[Candidate]) -> list[Candidate]:
         low = lowest.get(project)
         if low is None:
             low = lowest[project] = cycle.lowest_victim_priority(project)
-        if low < job.priority:
+        if low < cand.priority:
             kept.append(cand)
     return kept
 

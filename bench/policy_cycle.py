@@ -328,34 +328,6 @@ def _job_events(
 GcMode = Literal["on", "freeze", "off"]
 
 
-def measure(
-    scale: int,
-    runs: int,
-    *,
-    base: Size | None = None,
-    seed: int = 7,
-    settled: bool = True,
-    burst: bool = True,
-    scheduler: SchedulerType = "fair_share",
-    fitting: Fitting = "best",
-    victim_order: VictimOrder = "newest",
-    gc_mode: GcMode = "on",
-) -> list[Figures]:
-    """The cycles at one scale (see `measure_all`)."""
-    return measure_all(
-        [scale],
-        runs,
-        base=base,
-        seed=seed,
-        settled=settled,
-        burst=burst,
-        scheduler=scheduler,
-        fitting=fitting,
-        victim_order=victim_order,
-        gc_mode=gc_mode,
-    )
-
-
 @dataclass
 class _Timed:
     """One state to time a cycle on, and its samples (milliseconds)."""
@@ -367,7 +339,7 @@ class _Timed:
     samples: list[float] = field(default_factory=list)
 
 
-def measure_all(
+def measure(
     scales: list[int],
     runs: int,
     *,
@@ -422,7 +394,7 @@ def measure_all(
     return [_figures(t) for t in timed]
 
 
-#: Timed cycles of one state in a row, within a round of `measure_all`
+#: Timed cycles of one state in a row, within a round of `measure`
 ROUND = 5
 
 
@@ -521,7 +493,7 @@ def main(
         sys.stdout.write(profile(sizes[0], runs, seed, profile_top))
         return
     with console.status("building ...") as status:
-        results = measure_all(
+        results = measure(
             sizes,
             runs,
             seed=seed,

@@ -13,7 +13,7 @@ from events.model import SchedulerType
 
 
 def test_bench_measures_a_tiny_cluster() -> None:
-    burst, settled = policy_cycle.measure(1, runs=2, base=Size(nodes=8, running=30, pending=60))
+    burst, settled = policy_cycle.measure([1], runs=2, base=Size(nodes=8, running=30, pending=60))
     assert burst.decisions > 0  # the state as built is off its shares
     assert settled.decisions == 0  # settled means the policy has nothing more to do
     assert 0 < burst.p50_ms <= burst.p99_ms
@@ -22,7 +22,7 @@ def test_bench_measures_a_tiny_cluster() -> None:
 @pytest.mark.parametrize("scheduler", ["priority", "round_robin"])
 def test_bench_builds_for_every_scheduler(scheduler: SchedulerType) -> None:
     (burst,) = policy_cycle.measure(
-        1, runs=1, base=Size(nodes=4, running=10, pending=20), settled=False, scheduler=scheduler
+        [1], runs=1, base=Size(nodes=4, running=10, pending=20), settled=False, scheduler=scheduler
     )
     assert burst.decisions > 0 and burst.p50_ms > 0  # the scheduler ran and decided
 

@@ -47,6 +47,22 @@ def admit(state: ClusterState, job: str, gpus: int, replicas: int = 1, **kw: obj
     )
 
 
+def nominate(state: ClusterState, job: str, replicas: tuple[Replica, ...]) -> None:
+    """GPUs held for the job (by a reclaim whose victims have let go already)."""
+    state.apply(
+        JobNominated(
+            id=f"{job}/nominate/1",
+            time=0,
+            actor="t",
+            job_id=job,
+            pool="p",
+            replicas=replicas,
+            victims=(),
+            reason="reclaim",
+        )
+    )
+
+
 def test_every_decision_carries_the_position_it_was_decided_on() -> None:
     state = cluster()
     admit(state, "j", 2)
@@ -61,18 +77,7 @@ def test_a_nominee_that_starts_takes_its_turn_for_extras_in_the_same_cycle() -> 
     state = cluster()
     admit(state, "e", 1, replicas=3, min_replicas=1)
     nominated = (Replica("n0", (0,)),)
-    state.apply(
-        JobNominated(
-            id="e/nominate/1",
-            time=0,
-            actor="t",
-            job_id="e",
-            pool="p",
-            replicas=nominated,
-            victims=(),
-            reason="reclaim",
-        )
-    )
+    nominate(state, "e", nominated)
     plan = decide(state, 1.0)
     placed = [(e.replicas, e.scale_up) for e in plan.events if isinstance(e, JobScheduled)]
     assert placed[0] == (nominated, False)
@@ -85,18 +90,7 @@ def test_a_nominee_that_starts_is_not_waiting_though_an_extra_does_not_fit() -> 
     is not listed, even when an extra replica it asks for has no room."""
     state = cluster(gpus=2)
     admit(state, "e", 1, replicas=4, min_replicas=1)
-    state.apply(
-        JobNominated(
-            id="e/nominate/1",
-            time=0,
-            actor="t",
-            job_id="e",
-            pool="p",
-            replicas=(Replica("n0", (0,)),),
-            victims=(),
-            reason="reclaim",
-        )
-    )
+    nominate(state, "e", (Replica("n0", (0,)),))
     plan = decide(state, 1.0)
     assert [e.scale_up for e in plan.placements] == [False, True]  # one extra fits of three
     assert plan.waiting == {}

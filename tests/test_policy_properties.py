@@ -34,10 +34,8 @@ from __future__ import annotations
 
 import copy
 import os
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from unittest.mock import patch
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -66,9 +64,9 @@ from events import (
 )
 from events.catalogue import MAKES_ROOM
 from policy.cycle import decide, next_wakeup
-from policy.schedulers import fair_share
 from policy.state import HOLDING_PHASES, ClusterState, Job
 from simulation.virtual_cluster import NotSettled, VirtualCluster
+from tests.policy_bounds import walking_every_victim
 
 POOLS = ("p0", "p1", "p2", "p3")
 PROJECTS = ("a", "b", "c", "d", "e")
@@ -531,17 +529,6 @@ class PolicyMachine(RuleBasedStateMachine):
         assert not changes, f"an hour with nothing happening changed: {changes}"
         after = {j.id: (j.phase, list(j.held)) for j in probe.state.live.values()}
         assert before == after
-
-
-@contextmanager
-def walking_every_victim() -> Iterator[None]:
-    """The policy without the bounds that spare it walks through victims which cannot end in a
-    preemption: it must decide the same."""
-    with (
-        patch.object(fair_share, "_could_end_within_fair_share", lambda *_: True),
-        patch.object(fair_share, "_reclaim_could_fit", lambda *_: True),
-    ):
-        yield
 
 
 def check_indexes(state: ClusterState) -> None:

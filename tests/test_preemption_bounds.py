@@ -10,26 +10,13 @@ with the bounds as with every walk made.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-from unittest.mock import patch
-
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from events import JobSpec, ProjectTerms
 from policy.cycle import decide
-from policy.schedulers import fair_share
 from simulation.virtual_cluster import VirtualCluster
-
-
-@contextmanager
-def walking_every_victim() -> Iterator[None]:
-    with (
-        patch.object(fair_share, "_could_end_within_fair_share", lambda *_: True),
-        patch.object(fair_share, "_reclaim_could_fit", lambda *_: True),
-    ):
-        yield
+from tests.policy_bounds import walking_every_victim
 
 
 @st.composite

@@ -369,11 +369,12 @@ class PoolCycle:
     def most_held_near_a_node(self, project: str) -> int:
         """At least the GPUs that the project's possible victims with a replica on any one
         node hold in all (there and elsewhere), for every node of the pool: what is held on
-        the fullest node, plus what the victims spread over several nodes hold beyond one
-        replica each. Victims gone since only make it smaller: it stays an upper bound."""
+        the fullest node (of any pool), plus what the victims spread over several nodes hold
+        beyond one replica each. Victims gone since only make it smaller: it stays an upper
+        bound."""
         if self._most_held_on_a_node is None:
             self._most_held_on_a_node = max(map(len, self.state.owners.values()), default=0)
-        self._unit_counts(project)
+        self._unit_counts(project)  # works out the project's _spread with its unit counts
         return self._most_held_on_a_node + self._spread[project]
 
     def _forget_units(self, jobs: list[Job]) -> None:

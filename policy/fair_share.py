@@ -4,9 +4,8 @@ DESIGN.md, rule 1: every project first gets min(quota, demand). What is left goe
 with unmet demand, higher project priority first (strictly), and inside one priority in proportion
 to over_quota_weight, in whole GPUs, capped by demand, repeating while some project was capped.
 GPUs left over by rounding go one at a time to the largest fractional remainder, then to the
-older project. Weight 0 gets nothing above quota. Where quotas (capped by demand) add up to more
-than the pool, the pool is shared out in quota order instead (see _quotas_oversubscribed): the
-shares never add up to more than the pool holds.
+older project. Weight 0 gets nothing above quota. The first step is never cut down: where
+quotas (capped by demand) add up to more than the pool, the shares do too, as in KAI.
 """
 
 from __future__ import annotations
@@ -28,9 +27,10 @@ class Claim:
 
 
 def divide(capacity: int, claims: list[Claim]) -> dict[str, int]:
+    # min(quota, demand) is never cut down, even when those add up to more than the pool:
+    # a project then still preempts its own lower-priority work up to its quota (KAI's S-27),
+    # which a proportional cut would forbid; there is simply nothing left to divide.
     share = {c.project: min(c.quota, c.demand) for c in claims}
-    if sum(share.values()) > capacity:
-        return _quotas_oversubscribed(capacity, claims, share)
     remaining = capacity - sum(share.values())
     for priority in sorted({c.priority for c in claims}, reverse=True):
         if remaining <= 0:
@@ -41,34 +41,6 @@ def divide(capacity: int, claims: list[Claim]) -> dict[str, int]:
             if c.priority == priority and c.weight > 0 and share[c.project] < c.demand
         ]
         remaining = _water_fill(remaining, bucket, share)
-    return share
-
-
-def _quotas_oversubscribed(
-    capacity: int, claims: list[Claim], owed: dict[str, int]
-) -> dict[str, int]:
-    """Quotas (capped by demand) add up to more than the pool holds (nodes were lost, or
-    quotas were promised beyond it): no share is above quota, and the pool is divided in quota
-    order: higher project priority first (strictly); inside the level that no longer gets all
-    it is owed, in proportion to what each is owed, rounded like the rest of the division."""
-    share = dict.fromkeys(owed, 0)
-    remaining = capacity
-    for priority in sorted({c.priority for c in claims}, reverse=True):
-        level = [c for c in claims if c.priority == priority and owed[c.project] > 0]
-        wanted = sum(owed[c.project] for c in level)
-        if wanted <= remaining:
-            for c in level:
-                share[c.project] = owed[c.project]
-            remaining -= wanted
-            continue
-        exact = {c.project: Fraction(remaining * owed[c.project], wanted) for c in level}
-        for c in level:
-            share[c.project] = int(exact[c.project])
-        leftover = remaining - sum(share[c.project] for c in level)
-        by_remainder = sorted(level, key=lambda c: (-(exact[c.project] % 1), c.order))
-        for c in by_remainder[:leftover]:
-            share[c.project] += 1
-        break
     return share
 
 

@@ -98,6 +98,7 @@ class Taken:
     base_used: set[int]
     overlay: dict[str, list[int]]
     units: list[Unit] = field(default_factory=list)
+    gpus_freed: list[int] = field(default_factory=list)  # by each of `units`, in order
     freed_by_project: dict[str, int] = field(default_factory=dict)
     surplus_taken: dict[str, int] = field(default_factory=dict)
     cursor: dict[str, int] = field(default_factory=dict)  # where a picker stopped looking
@@ -122,6 +123,7 @@ class Taken:
             freed = self.overlay.setdefault(r.node, [])
             freed.extend(g for g in r.gpus if g not in freed)
         gpus = len(replicas) * unit.job.gpus
+        self.gpus_freed.append(gpus)
         self.freed_by_project[unit.project] = self.freed_by_project.get(unit.project, 0) + gpus
         if unit.surplus:
             self.surplus_taken[unit.job.id] = self.surplus_taken.get(unit.job.id, 0) + 1

@@ -13,7 +13,7 @@ import msgspec
 
 from events import Event, JobNominated, JobPreemptionRequested, JobScheduled
 
-POLICY_VERSION: Final = "1"
+POLICY_VERSION: Final = "2"
 
 
 E = TypeVar("E", bound=Event)

@@ -47,17 +47,31 @@ def test_largest_remainder_beats_age() -> None:
     assert shares == {"a": 2, "b": 2, "c": 3}
 
 
-def test_oversubscribed_quotas_never_more_than_the_pool() -> None:
-    # quotas 4 + 4 on 5 GPUs: 2.5 / 2.5 -> 2 / 2, the leftover to the older project
+def test_quotas_beyond_the_pool_are_never_cut_down() -> None:
+    # quotas 4 + 4 on 5 GPUs: each keeps min(quota, demand), and nothing is left to divide
     shares = divide(5, [claim("a", 0, quota=4), claim("b", 1, quota=4)])
-    assert shares == {"a": 3, "b": 2}
-
-
-def test_oversubscribed_quotas_go_by_project_priority() -> None:
+    assert shares == {"a": 4, "b": 4}
+    # whatever the project priorities: the first step is not a division
     shares = divide(
         6, [claim("lo", 0, quota=4), claim("hi", 1, quota=4, prio=200), claim("mid", 2, quota=4)]
     )
-    assert shares == {"hi": 4, "lo": 1, "mid": 1}
+    assert shares == {"hi": 4, "lo": 4, "mid": 4}
+
+
+def test_kai_s27_quotas_1_1_2_2_on_four_gpus() -> None:
+    # KAI's S-27: four 1-GPU nodes, quotas 1 + 1 + 2 + 2 with demand beyond them: each share
+    # is its quota (6 in all on a 4-GPU pool), so each project may still preempt its own
+    # lower-priority work up to its quota
+    shares = divide(
+        4,
+        [
+            claim("q1", 0, quota=1, demand=2),
+            claim("q2", 1, quota=1, demand=2),
+            claim("q3", 2, quota=2, demand=3),
+            claim("q4", 3, quota=2, demand=3),
+        ],
+    )
+    assert shares == {"q1": 1, "q2": 1, "q3": 2, "q4": 2}
 
 
 def test_rounding_is_settled_inside_each_level_capping_first() -> None:
@@ -105,25 +119,25 @@ def test_division_properties(capacity: int, drawn: list[tuple[int, int, int, int
     shares = divide(capacity, claims)
     assert set(shares) == {c.project for c in claims}
     assert all(0 <= shares[c.project] <= c.demand for c in claims), "share above demand"
-    assert sum(shares.values()) <= capacity, "more than the pool"
     owed = {c.project: min(c.quota, c.demand) for c in claims}
-    if sum(owed.values()) <= capacity:
-        # quota first; weight 0 gets nothing above it; the pool is used while anyone with a
-        # weight wants more
-        assert all(shares[c.project] >= owed[c.project] for c in claims), "quota not first"
-        for c in claims:
-            if c.weight == 0:
-                assert shares[c.project] == owed[c.project], "weight 0 above quota"
-        hungry = [c for c in claims if c.weight > 0 and shares[c.project] < c.demand]
-        if hungry:
-            assert sum(shares.values()) == capacity, "GPUs left while someone wants them"
-        # strict priority buckets: above quota at a lower priority only once every project
-        # with a weight at a higher priority has all it wants
-        for low in claims:
-            if shares[low.project] > owed[low.project]:
-                for high in claims:
-                    if high.priority > low.priority and high.weight > 0:
-                        assert shares[high.project] == high.demand, "priority not strict"
-    else:
-        assert all(shares[c.project] <= owed[c.project] for c in claims), "above quota"
-        assert sum(shares.values()) == capacity, "an oversubscribed pool not all shared"
+    # quota first, never cut down (even where the quotas outgrow the pool)
+    assert all(shares[c.project] >= owed[c.project] for c in claims), "quota not first"
+    # above quota only what the pool has beyond the quotas
+    assert sum(shares.values()) <= max(capacity, sum(owed.values())), "more than the pool"
+    if sum(owed.values()) >= capacity:
+        assert shares == owed, "a share above quota where nothing was left to divide"
+    # weight 0 gets nothing above quota; the pool is used while anyone with a weight wants
+    # more
+    for c in claims:
+        if c.weight == 0:
+            assert shares[c.project] == owed[c.project], "weight 0 above quota"
+    hungry = [c for c in claims if c.weight > 0 and shares[c.project] < c.demand]
+    if hungry:
+        assert sum(shares.values()) >= capacity, "GPUs left while someone wants them"
+    # strict priority buckets: above quota at a lower priority only once every project with
+    # a weight at a higher priority has all it wants
+    for low in claims:
+        if shares[low.project] > owed[low.project]:
+            for high in claims:
+                if high.priority > low.priority and high.weight > 0:
+                    assert shares[high.project] == high.demand, "priority not strict"

@@ -23,7 +23,8 @@ from projections import Batch, Projection
 from simulation.scenario.core_engine import CoreEngine
 from simulation.spec import load_scenario
 
-EXERCISE = Path(__file__).resolve().parent.parent / "scenarios" / "runai-preemption-exercise.yaml"
+SUITE = Path(__file__).resolve().parent.parent / "scenarios"
+EXERCISE = SUITE / "runai-preemption-exercise.yaml"
 
 
 def exercise_log() -> list[Event]:
@@ -100,6 +101,19 @@ def test_usage_and_fair_share_while_reclaimed() -> None:
     pp = {p.project: p for p in tables["project_pools"].values()}
     assert (pp["project-a"].usage, pp["project-b"].usage) == (0, 4)
     assert (pp["project-a"].fair_share, pp["project-b"].fair_share) == (4, 4)
+
+
+def test_shares_start_at_quota_where_quotas_outgrow_the_pool() -> None:
+    """What `fairlane projects` shows (the project_pools rows) on a 4-GPU pool whose quotas
+    add up to 6: every share starts at min(quota, demand), none cut down."""
+    scenario = load_scenario(SUITE / "fair-share-quotas-outgrow-pool-never-cut.yaml")
+    engine = CoreEngine(scenario)
+    for step in scenario.steps:
+        if step.kind != "expect":
+            engine.step(step)
+    tables = final_rows(project(list(engine.vc.log), batch_every=7))
+    rows = {p.project: (p.quota, p.usage, p.fair_share) for p in tables["project_pools"].values()}
+    assert rows == {"p1": (1, 1, 1), "p2": (1, 1, 1), "p3": (2, 2, 2), "p4": (2, 0, 1)}
 
 
 def test_batching_does_not_change_the_rows() -> None:

@@ -239,13 +239,18 @@ def _nothing_fits(
 def preempt(cycle: PoolCycle, waiting: list[Candidate]) -> None:
     """For jobs still waiting, in turn order: wait for releasing GPUs where they suffice
     (rule 7), else reclaim from other projects (rule 5), else take from lower-priority jobs of
-    the same project (rule 4)."""
-    turns = Turns(cycle, _may_preempt(cycle, waiting))
+    the same project (rule 4). A job still in its preemption_delay only waits for releasing
+    GPUs: that preempts nobody, so the delay does not hold it back (rule 7)."""
+    kept, delayed = _may_preempt(cycle, waiting)
+    turns = Turns(cycle, kept)
     failed: dict[tuple[object, ...], int] = {}
     for cand in turns:
         if not cycle.may_ask(cand):
             continue
         job = cand.job
+        if job.id in delayed:
+            cycle.try_releasing(cand)
+            continue
         # what a failure says nothing has changed for: same project, priority, preemptibility,
         # shape, kind of request (every candidate here is past its preemption_delay)
         memo = (
@@ -265,15 +270,18 @@ def preempt(cycle: PoolCycle, waiting: list[Candidate]) -> None:
             failed[memo] = cycle.generation
 
 
-def _may_preempt(cycle: PoolCycle, waiting: list[Candidate]) -> list[Candidate]:
-    """The candidates past their preemption_delay that could reclaim (the project would stay
-    within its fair share) or preempt in their project (lower-priority victims exist). Judged
-    as the pass starts: a project whose standing changes during the pass is looked at again in
-    the next cycle."""
+def _may_preempt(cycle: PoolCycle, waiting: list[Candidate]) -> tuple[list[Candidate], set[str]]:
+    """The candidates that could reclaim (the project would stay within its fair share) or
+    preempt in their project (lower-priority victims exist), and which of them are still in
+    their preemption_delay (kept only while GPUs are being given back: all they may do is wait
+    for those). Judged as the pass starts: a project whose standing changes during the pass is
+    looked at again in the next cycle."""
     room: dict[str, int] = {}  # fair share less usage, per project
     lowest: dict[str, float] = {}  # the lowest priority of a possible victim, per project
     kept: list[Candidate] = []
+    delayed: set[str] = set()
     now = cycle.now
+    releasing = bool(cycle.releasing)
     # every job became pending at an event's time, at the latest the state's last: unless the
     # clock is behind the log, a job without a delay has waited long enough, and its
     # pending_since (a float elsewhere in memory) need not be read
@@ -282,7 +290,9 @@ def _may_preempt(cycle: PoolCycle, waiting: list[Candidate]) -> list[Candidate]:
         delay = cand.delay  # cycle.delay_passed, inline
         if (delay or behind) and now - cand.job.pending_since < delay:
             cycle.waiting[cand.job.id] = "preemption_delay"
-            continue
+            if not releasing:
+                continue
+            delayed.add(cand.job.id)
         project = cand.project
         left = room.get(project)
         if left is None:
@@ -296,7 +306,7 @@ def _may_preempt(cycle: PoolCycle, waiting: list[Candidate]) -> list[Candidate]:
             low = lowest[project] = cycle.lowest_victim_priority(project)
         if low < cand.priority:
             kept.append(cand)
-    return kept
+    return kept, delayed
 
 
 def try_preempt_in_project(cycle: PoolCycle, cand: Candidate) -> bool:
@@ -419,6 +429,8 @@ def try_reclaim(cycle: PoolCycle, cand: Candidate) -> bool:  # noqa: PLR0911 (on
         cycle.most_freed_generation = cycle.generation
     if taken is None or not taken.units:
         return False
+    if not within_quota and _a_victim_comes_back(cycle, taken):
+        return False
     if not _claimant_goes_first(cycle, cand, taken):
         return False
     fair = claimant.fair_share
@@ -446,6 +458,23 @@ def _may_give(victim: Account, now_held: int, claimant_within_quota: bool) -> bo
     if now_held > _threshold(victim):
         return True
     return claimant_within_quota and now_held > min(victim.quota, victim.limit)
+
+
+def _a_victim_comes_back(cycle: PoolCycle, taken: Taken) -> bool:
+    """Rule 5, for a claimant above its quota: would the victims leave a project below its
+    quota (counted at most up to its limit) while one of them would fit within that quota
+    again? That project would take it straight back by the quota rule, and round it goes. A
+    victim too large to come back within the quota may still be taken."""
+    smallest: dict[str, int] = {}
+    for unit, gpus in zip(taken.units, taken.gpus_freed, strict=True):
+        smallest[unit.project] = min(gpus, smallest.get(unit.project, gpus))
+    for project, freed in taken.freed_by_project.items():
+        victim = cycle.ledger.account(project)
+        quota = min(victim.quota, victim.limit)
+        left = victim.usage - freed
+        if left < quota and left + smallest[project] <= quota:
+            return True
+    return False
 
 
 def _could_free_enough(

@@ -43,7 +43,10 @@ def preempt(cycle: PoolCycle, waiting: list[Candidate]) -> None:
         job = cand.job
         memo = (job.priority, cand.shape(), cand.extra)
         if not cycle.delay_passed(cand):
+            # waiting for GPUs being given back preempts nobody: the delay does not hold it
             cycle.waiting[job.id] = "preemption_delay"
+            if cycle.may_ask(cand):
+                cycle.try_releasing(cand)
             continue
         if not cycle.may_ask(cand) or failed.get(memo) == cycle.generation:
             continue

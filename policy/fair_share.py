@@ -1,6 +1,6 @@
 """Fair share: how many whole GPUs each project of a pool is entitled to right now.
 
-DESIGN.md, rule 1: every project first gets min(quota, demand). What is left goes to projects
+Rule 1 (docs/rules.md): every project first gets min(quota, demand). What is left goes to projects
 with unmet demand, higher project priority first (strictly), and inside one priority in proportion
 to over_quota_weight, in whole GPUs, capped by demand, repeating while some project was capped.
 GPUs left over by rounding go one at a time to the largest fractional remainder, then to the

@@ -2,7 +2,7 @@
 
 A victim unit is either one surplus replica of an elastic job (above its minimum), or a whole
 job. Among units, lower job priority goes first; among equal priority, surplus replicas go
-before whole jobs (an elastic job loses its extras before anything else, DESIGN rule 6); then the
+before whole jobs (an elastic job loses its extras before anything else, rule 6); then the
 newest job, or with `victim_order: cost` the one that would lose the least work (rule 9).
 """
 

@@ -1,4 +1,4 @@
-"""The integer fair-share division of DESIGN rule 1, on hand-computed cases."""
+"""The integer fair-share division of rule 1 (docs/rules.md), on hand-computed cases."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Admission: is a submitted job one the cluster could ever run? (DESIGN rule 10)
+"""Admission: is a submitted job one the cluster could ever run? (rule 10, docs/rules.md)
 
 Refused with a reason that names the bad value: an unknown project, pool, node or class; a
 job its pools could not hold even when empty; a job larger than its project's limit. An

@@ -1,6 +1,6 @@
 """The default scheduler: quotas, fair shares, in-project preemption and reclaim (Run:AI's rules).
 
-DESIGN.md, "Scheduling semantics", rules 2 to 7 and 9. Projects take turns; after every job the
+Rules 2 to 7 and 9 (docs/rules.md). Projects take turns; after every job the
 project that was served is ranked again, so a project that got GPUs steps back behind those that
 have less of their share.
 """

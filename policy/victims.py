@@ -41,10 +41,13 @@ def protected(job: Job, now: float) -> bool:
 
 
 def may_be_victim(job: Job, now: float) -> bool:
+    """A job that is giving some replicas back (a stop of its extras not yet answered) is
+    still a victim for the replicas it keeps (rule 5), as it is in the cycle that asked: the
+    units count only its active replicas, and the ones stopping count as releasing."""
     return (
         job.preemptible
         and job.phase in ("starting", "running")
-        and job.stop_replicas == 0
+        and job.active_replicas > 0
         and not job.lost_node  # asked to stop already: its GPUs count as releasing
         and not job.nomination
         and not protected(job, now)

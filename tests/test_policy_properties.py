@@ -219,6 +219,7 @@ class PolicyMachine(RuleBasedStateMachine):
         self.jobs: list[str] = []
         self.node_names: list[str] = []  # every node ever registered, lost ones included
         self.stale = False  # applying decisions made on a stale view: they may be refused
+        self.stopping_before: dict[str, int] = {}  # each job's stop_replicas before its event
 
     # -- setup and commands ----------------------------------------------------------------------
 
@@ -386,8 +387,13 @@ class PolicyMachine(RuleBasedStateMachine):
 
     def check_decision(self, event: Event) -> None:
         """Every event as it is recorded (the state has just applied it)."""
-        if self.stale:
-            return
+        if not self.stale:
+            self.check_applied(event)
+        job_id = getattr(event, "job_id", None)
+        if job_id in self.vc.state.jobs:
+            self.stopping_before[job_id] = self.vc.state.jobs[job_id].stop_replicas
+
+    def check_applied(self, event: Event) -> None:
         state = self.vc.state
         if isinstance(event, JobPreemptionRequested) and event.reason in MAKES_ROOM:
             victim = state.jobs[event.job_id]
@@ -408,8 +414,9 @@ class PolicyMachine(RuleBasedStateMachine):
             facts = event.facts
             assert facts is not None, f"{event.id}: a preemption without its facts"
             # what the decision says it takes is what the job holds: a job that got GPUs
-            # earlier in the same cycle must not be preempted for what it held before
-            stops = event.replicas or len(victim.held)
+            # earlier in the same cycle must not be preempted for what it held before, and a
+            # whole stop takes only the replicas that were not being stopped already
+            stops = event.replicas or len(victim.held) - self.stopping_before.get(victim.id, 0)
             assert facts.victim_gpus == stops * victim.gpus, (
                 f"{event.id}: takes {facts.victim_gpus} GPUs but stops {stops} x {victim.gpus}"
             )

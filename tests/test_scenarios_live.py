@@ -53,7 +53,8 @@ TWO_HOURS = parse_scenario(
 
 async def test_work_finishes_on_the_virtual_clock_of_the_live_services() -> None:
     """Two hours of simulated work end when `advance` has moved the services' clock two hours
-    on, not before, and the log says so in the events' own times."""
+    on, not before, and the log says so in the events' own times: every service stamps its
+    events with the virtual clock."""
     engine = LiveEngine(TWO_HOURS)
     assert isinstance(engine.clock, VirtualClock)
     try:
@@ -69,3 +70,4 @@ async def test_work_finishes_on_the_virtual_clock_of_the_live_services() -> None
     completed = next(e for e in engine.events if isinstance(e, JobCompleted))
     assert completed.time - started.time == 7200.0
     assert engine.clock.now() == started.time + 7200.0
+    assert max(e.time for e in engine.events) == engine.clock.now()

@@ -12,9 +12,10 @@ The clock is the scenario's to choose:
   gets a real node executor with its declared GPUs (process runtime, the built-in workload);
   `complete` and `fail` tell the built-in workload to exit 0 or 1.
 - A scenario that does (`advance`, `duration`, `checkpoint`: `Scenario.needs_virtual_clock`)
-  runs on a `VirtualClock` given to admission, the ledger and the deciders, which the engine
-  moves on `advance`, settling at every moment something becomes due on the way (a rule's
-  moment, a job's work finishing or checkpointing), as the core and in-process engines do.
+  runs on a `VirtualClock` given to admission, the ledger, the deciders and the node watcher
+  (every event in the log carries its time), which the engine moves on `advance`, settling
+  at every moment something becomes due on the way (a rule's moment, a job's work finishing
+  or checkpointing), as the core and in-process engines do.
   Its nodes are the in-process engine's simulated executors (`SimulatedExecutors`), on this
   same NATS log: a real executor's workloads are processes that progress, checkpoint and report
   on the wall clock (the checkpoint marker's mtime is the event's time), so two hours of

@@ -193,8 +193,6 @@ def _check_values(command: AnyCommand) -> None:
         case ConfigureCluster(priority_classes=classes):
             for i, priority_class in enumerate(classes):
                 _convert(priority_class, _PriorityClassBounds, f"$.priority_classes[{i}]")
-        case SetProject(quota=int(quota), limit=int(limit)) if limit < quota:
-            raise msgspec.ValidationError(f"Expected `int` >= {quota} (the quota) - at `$.limit`")
         case _:
             pass
 

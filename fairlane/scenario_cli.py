@@ -40,7 +40,9 @@ def run(
         Scenario YAML files (see scenarios/FORMAT.md).
     engine
         core: the pure policy with a virtual clock (fast, no servers). live: the real services
-        on an embedded NATS; scenarios that need the virtual clock are skipped.
+        on an embedded NATS, with real workloads, or on a virtual clock with simulated ones
+        when the scenario moves time or simulates work. in-process: the services in one
+        process on the in-memory log and a virtual clock.
     output
         text for people, json for scripts (one object with every result).
     """

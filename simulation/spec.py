@@ -115,7 +115,8 @@ class Scenario:
 
     @property
     def needs_virtual_clock(self) -> str | None:
-        """Why the live engine cannot run this scenario, or None if it can."""
+        """Why the scenario needs the virtual clock (it moves time, or simulates work), or None
+        if it runs on the wall clock: the live engine picks its clock and executors by it."""
         for step in self.steps:
             if step.kind == "advance":
                 return f"step {step.number} uses advance (the virtual clock)"

@@ -287,7 +287,7 @@ _REFUSAL_FIELDS: Final = (
 async def _command(ctx: Context, command: AnyCommand) -> Accepted:
     try:
         reply = await send(ctx.nc, command)
-    except msgspec.ValidationError as e:  # out of bounds (a limit below the quota): unsent
+    except msgspec.ValidationError as e:  # out of bounds (a negative quota): unsent
         at = re.search(r"`\$\.(\w+)", str(e))
         raise _fail(400, str(e), at[1] if at else None) from None
     except (nats.errors.NoRespondersError, nats.errors.TimeoutError, TimeoutError) as e:

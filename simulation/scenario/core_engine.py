@@ -6,6 +6,7 @@ import copy
 
 from events.commands import AnyCommand
 from policy.commands import Refused
+from policy.state import ClusterState
 from simulation.scenario.observe import Observation, holdings, observe, what_changed
 from simulation.scenario.setup import (
     JOB_COMMANDS,
@@ -17,6 +18,17 @@ from simulation.virtual_cluster import VirtualCluster
 
 #: How long `stable` runs the system on, in virtual time, with no job finishing.
 STABLE_HORIZON_S = 3600.0
+
+
+def unsettled_on_a_copy(state: ClusterState, now: float) -> str:
+    """What `stable` sees on engines whose services folded `state` on a virtual clock, judged
+    as the core engine judges its own: on a copy, more cycles, then an hour with no job
+    finishing. "" when nothing changes."""
+    probe = VirtualCluster(state=copy.deepcopy(state), now=now)
+    before = holdings(probe.state)
+    probe.settle()
+    probe.advance(STABLE_HORIZON_S)
+    return what_changed(before, holdings(probe.state), probe.log)
 
 
 class SetupRefused(RuntimeError):

@@ -34,7 +34,7 @@ from services.admission.service import Admission
 from services.ledger.service import Ledger
 from services.runtime.clock import VirtualClock
 from services.runtime.decider import Decider
-from services.runtime.eventlog import Stored
+from services.runtime.eventlog import EventLog, Stored
 from services.runtime.follower import Follower, OnEvent
 from services.runtime.host import InProcessHost
 from services.runtime.memory_log import MemoryLog
@@ -56,9 +56,10 @@ class SimulatedExecutors:
     """Every node's executor, answering the decisions on the log at once (a start reported, a
     victim stopped) with the ids the real executor and the virtual cluster use, and doing a
     job's simulated work (`duration`, `checkpoint`) on the virtual clock as the virtual
-    cluster does (`simulation/virtual_cluster.py`'s `Work`)."""
+    cluster does (`simulation/virtual_cluster.py`'s `Work`). On any event log: the in-memory
+    one here, the NATS stream on the live engine's virtual clock."""
 
-    def __init__(self, log: MemoryLog, clock: VirtualClock) -> None:
+    def __init__(self, log: EventLog, clock: VirtualClock) -> None:
         self.log = log
         self.clock = clock
         self.follower = Follower(log)

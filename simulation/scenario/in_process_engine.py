@@ -8,17 +8,14 @@ here too and every scenario of the suite can run on the services.
 
 from __future__ import annotations
 
-import copy
-
 from events import Event
 from events.commands import AnyCommand, HoldScheduling, SetPool, SubmitJob
 from services.runtime.eventlog import Stored
-from simulation.scenario.core_engine import STABLE_HORIZON_S
+from simulation.scenario.core_engine import unsettled_on_a_copy
 from simulation.scenario.in_process import InProcessCluster
-from simulation.scenario.observe import Observation, holdings, observe, what_changed
+from simulation.scenario.observe import Observation, observe
 from simulation.scenario.setup import JOB_COMMANDS, Projects, pool_commands
 from simulation.spec import ProjectEntry, Scenario, Step, compute_pool_of
-from simulation.virtual_cluster import VirtualCluster
 
 
 class SetupRefused(RuntimeError):
@@ -95,12 +92,4 @@ class InProcessEngine:
         return seen
 
     def _unsettled(self) -> str:
-        """As the core engine judges it: on a copy of the state the services folded, more
-        cycles, then an hour with no job finishing."""
-        probe = VirtualCluster(
-            state=copy.deepcopy(self.cluster.observer.state), now=self.cluster.clock.now()
-        )
-        before = holdings(probe.state)
-        probe.settle()
-        probe.advance(STABLE_HORIZON_S)
-        return what_changed(before, holdings(probe.state), probe.log)
+        return unsettled_on_a_copy(self.cluster.observer.state, self.cluster.clock.now())

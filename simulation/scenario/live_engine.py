@@ -2,11 +2,25 @@
 
 Admission, the quota ledger, the scheduler, the preemptor and the node watcher (which relays
 each executor's work to it) run as they do in their processes (here as tasks, each with its
-own NATS connection); every node of the scenario gets a node
-executor with its declared GPUs (process runtime, the built-in workload). Steps become the
-commands a user would send; `complete` and `fail` tell the built-in workload to exit 0 or 1.
-After each step the engine waits until the cluster is settled: the log has been quiet for a
-moment, the policy has nothing more to decide, and no start or stop is outstanding.
+own NATS connection). Steps become the commands a user would send. After each step the engine
+waits until the cluster is settled: the log has been quiet for a moment, the policy has nothing
+more to decide, and no start or stop is outstanding.
+
+The clock is the scenario's to choose:
+
+- A scenario that neither moves time nor simulates work runs on the wall clock, and every node
+  gets a real node executor with its declared GPUs (process runtime, the built-in workload);
+  `complete` and `fail` tell the built-in workload to exit 0 or 1.
+- A scenario that does (`advance`, `duration`, `checkpoint`: `Scenario.needs_virtual_clock`)
+  runs on a `VirtualClock` given to admission, the ledger, the deciders and the node watcher
+  (every event in the log carries its time), which the engine moves on `advance`, settling
+  at every moment something becomes due on the way (a rule's moment, a job's work finishing
+  or checkpointing), as the core and in-process engines do.
+  Its nodes are the in-process engine's simulated executors (`SimulatedExecutors`), on this
+  same NATS log: a real executor's workloads are processes that progress, checkpoint and report
+  on the wall clock (the checkpoint marker's mtime is the event's time), so two hours of
+  `duration` could not pass in the moment an `advance` takes. The simulated executors answer
+  the same decisions on the log, with the ids the real executor uses, at the virtual moments.
 """
 
 from __future__ import annotations
@@ -30,22 +44,26 @@ from events import (
     NodeLost,
 )
 from events.commands import (
+    AnyCommand,
     CancelJob,
     HoldScheduling,
     SetPool,
     SubmitJob,
 )
 from policy.commands import ids
-from policy.cycle import decide
+from policy.cycle import decide, next_wakeup
 from services.admission.service import Admission
 from services.ledger.service import Ledger
 from services.nodewatch.service import NodeWatch
 from services.runtime.client import send
+from services.runtime.clock import WALL_CLOCK, Clock, VirtualClock
 from services.runtime.decider import Decider
 from services.runtime.eventlog import JetStreamLog, Stored, connect
 from services.runtime.follower import Follower
 from services.runtime.servers import NatsServer
 from services.runtime.tasks import cancel_and_wait
+from simulation.scenario.core_engine import unsettled_on_a_copy
+from simulation.scenario.in_process import SimulatedExecutors
 from simulation.scenario.observe import Observation, holdings, observe, what_changed
 from simulation.scenario.setup import JOB_COMMANDS, Projects, pool_commands
 from simulation.spec import NodeEntry, ProjectEntry, Scenario, Step, compute_pool_of
@@ -62,8 +80,9 @@ class LiveError(RuntimeError):
     """The live cluster did not do what a step asked (a command refused, never settled)."""
 
 
-#: A heartbeat timeout no scenario reaches
-NEVER_LAPSES_S = 86_400.0
+#: A heartbeat timeout no scenario reaches, on either clock (simulated nodes send no heartbeat,
+#: and a scenario's `advance` may pass days)
+NEVER_LAPSES_S = 365 * 86_400.0
 
 
 def _places(e: Event) -> bool:
@@ -75,9 +94,9 @@ def _preempts(e: Event) -> bool:
 
 
 class LiveEngine:
-    def __init__(self, scenario: Scenario, start_executor: ExecutorFactory) -> None:
+    def __init__(self, scenario: Scenario, start_executor: ExecutorFactory | None = None) -> None:
         self.scenario = scenario
-        self.start_executor = start_executor
+        self.start_executor = start_executor or start_process_executor
         self.pools = [p.name for p in scenario.pools]
         self.compute_pool = compute_pool_of(scenario)
         self.projects = Projects(self.compute_pool)
@@ -88,6 +107,11 @@ class LiveEngine:
         self._dir = tempfile.TemporaryDirectory(prefix="fairlane-live-")
         self.root = Path(self._dir.name)
         self.server = NatsServer(store_dir=self.root / "nats")
+        #: The virtual clock the services decide on, when the scenario needs one (None: the
+        #: wall clock and real executors).
+        self.virtual = VirtualClock() if scenario.needs_virtual_clock is not None else None
+        self.clock: Clock = self.virtual or WALL_CLOCK
+        self.simulated: SimulatedExecutors | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -97,17 +121,24 @@ class LiveEngine:
         await self.client.ensure_stream()
         self.follower = Follower(await self._log("observer"))
         self._spawn(self.follower.run(self._collect))
-        self._spawn(Admission(await self._log("admission")).run())
-        self._spawn(Ledger(await self._log("ledger")).run())
-        self._spawn(Decider(await self._log("scheduler"), "scheduler", _places).run())
-        self._spawn(Decider(await self._log("preemptor"), "preemptor", _preempts).run())
+        clock = self.clock
+        self._spawn(Admission(await self._log("admission"), clock).run())
+        self._spawn(Ledger(await self._log("ledger"), clock=clock).run())
+        self._spawn(Decider(await self._log("scheduler"), "scheduler", _places, clock).run())
+        self._spawn(Decider(await self._log("preemptor"), "preemptor", _preempts, clock).run())
         # relays each executor's work to it; nodes are lost by the scenario, not by heartbeats
-        self._spawn(NodeWatch(await self._log("nodewatch"), timeout_s=NEVER_LAPSES_S).run())
+        watch = NodeWatch(await self._log("nodewatch"), timeout_s=NEVER_LAPSES_S, clock=clock)
+        self._spawn(watch.run())
+        if self.virtual is not None:
+            self.simulated = SimulatedExecutors(await self._log("executors"), self.virtual)
+            self._spawn(self.simulated.run())
         await self._until_answering(CancelJob(job_id="readiness-probe"))
         cluster = self.scenario.config
-        # real workloads stop at once here: a long grace would only slow the run down
-        grace = min(cluster.preemption_grace_s, 5.0)
-        await self._command(msgspec.structs.replace(cluster, preemption_grace_s=grace))
+        if self.simulated is None:
+            # real workloads stop at once here: a long grace would only slow the run down
+            grace = min(cluster.preemption_grace_s, 5.0)
+            cluster = msgspec.structs.replace(cluster, preemption_grace_s=grace)
+        await self._command(cluster)
         for pool, command in zip(self.scenario.pools, pool_commands(self.scenario), strict=True):
             await self._command(command)
             for node in pool.nodes:
@@ -146,7 +177,7 @@ class LiveEngine:
                 await self._submit(step)
             case "complete" | "fail":
                 for job_id in step.value:
-                    self._tell_workload(job_id, 0 if step.kind == "complete" else 1)
+                    await self._finish(job_id, ok=step.kind == "complete")
             case "cancel" | "pause" | "resume":
                 for job_id in step.value:
                     await self._command(JOB_COMMANDS[step.kind](job_id=job_id))
@@ -159,6 +190,8 @@ class LiveEngine:
                 await self._add_node(step.value)
             case "remove_node":
                 await self._remove_node(step.value)
+            case "advance" if self.virtual is not None:
+                await self._advance(self.virtual, step.value)
             case _:
                 raise LiveError(
                     f"step {step.number}: {step.kind} is not possible on a live cluster"
@@ -186,8 +219,11 @@ class LiveEngine:
                     raise LiveError(f"no service answers {type(probe).__name__}") from None
                 await asyncio.sleep(0.05)
 
-    async def _command(self, command: Any) -> None:
-        reply = await send(self.client.nc, command)
+    async def _command(self, command: AnyCommand) -> None:
+        try:
+            reply = await send(self.client.nc, command)
+        except msgspec.ValidationError as e:  # refused before it is sent: out of bounds
+            raise LiveError(f"{type(command).__name__} refused: {e}") from None
         if not reply.ok:
             raise LiveError(f"{type(command).__name__} refused: {reply.error}")
 
@@ -196,10 +232,13 @@ class LiveEngine:
             await self._command(command)
 
     async def _add_node(self, node: NodeEntry) -> None:
-        executor_log = await self._log(f"executor-{node.name}")
-        self.executors[node.name] = await self.start_executor(
-            executor_log, node.name, node.pool, node.gpus, self.root / "executors" / node.name
-        )
+        if self.simulated is not None:
+            await self.simulated.register(node.name, node.pool, node.gpus)
+        else:
+            executor_log = await self._log(f"executor-{node.name}")
+            self.executors[node.name] = await self.start_executor(
+                executor_log, node.name, node.pool, node.gpus, self.root / "executors" / node.name
+            )
         deadline = time.monotonic() + 15
         while node.name not in self.follower.state.nodes:
             if time.monotonic() > deadline:
@@ -214,19 +253,38 @@ class LiveEngine:
         await self.client.publish(
             NodeLost(
                 id=ids.node_lost(name, self.follower.applied_seq),
-                time=time.time(),
+                time=self.clock.now(),
                 actor="operator",
                 node=name,
                 reason="removed by the scenario",
             )
         )
 
-    def _tell_workload(self, job_id: str, code: int) -> None:
-        """The built-in workload exits with the code it finds in `.exit` (services/executor)."""
+    async def _finish(self, job_id: str, ok: bool) -> None:
+        if self.simulated is not None:
+            await self.simulated.finish(job_id, ok)
+            return
+        # the built-in workload exits with the code it finds in `.exit` (services/executor)
         for checkpoints in self.root.glob("executors/*/checkpoints"):
             target = checkpoints / job_id
             target.mkdir(parents=True, exist_ok=True)
-            (target / ".exit").write_text(str(code))
+            (target / ".exit").write_text("0" if ok else "1")
+
+    async def _advance(self, clock: VirtualClock, seconds: float) -> None:
+        """Move the virtual clock on, stopping and settling at each moment something is due."""
+        end = clock.now() + seconds
+        await self.settle()
+        while (due := self._next_due(clock)) is not None and due <= end:
+            clock.move_to(max(due, clock.now()))
+            await self.settle()
+        clock.move_to(end)
+
+    def _next_due(self, clock: VirtualClock) -> float | None:
+        """The next moment something is due: one a service or a simulated job's work sleeps
+        until (the clock holds those), or a rule's moment in the folded state, in case the
+        decider has not yet gone to sleep on it (it wakes on the clock's moment, not after)."""
+        times = (clock.next_due(), next_wakeup(self.follower.state, clock.now()))
+        return min((t for t in times if t is not None), default=None)
 
     # -- settling and observing ------------------------------------------------------------------
 
@@ -235,24 +293,43 @@ class LiveEngine:
         seen, quiet_since = -1, time.monotonic()
         while time.monotonic() < deadline:
             await asyncio.sleep(0.05)
+            self._raise_if_one_stopped()
+            if self.virtual is not None and self._wake_those_due_now(self.virtual):
+                continue
             if self.follower.applied_seq != seen:
                 seen, quiet_since = self.follower.applied_seq, time.monotonic()
                 continue
             if time.monotonic() - quiet_since < QUIET_S:
                 continue
-            if not self._outstanding():
+            if not self._outstanding() and seen >= await self.client.last_seq():
                 return
         raise LiveError(f"the cluster did not settle within {SETTLE_LIMIT_S:.0f}s")
+
+    @staticmethod
+    def _wake_those_due_now(clock: VirtualClock) -> bool:
+        """Wake whoever went to sleep until the clock's present moment (a decider waiting for
+        a rule's moment that is now, a job's work finishing now); whether anyone was."""
+        due = clock.next_due()
+        if due is None or due > clock.now():
+            return False
+        clock.move_to(clock.now())
+        return True
+
+    def _raise_if_one_stopped(self) -> None:
+        for task in self.tasks:
+            if task.done():
+                error = None if task.cancelled() else task.exception()
+                raise LiveError(f"a service stopped: {error or 'it returned'}")
 
     def _outstanding(self) -> bool:
         state = self.follower.state
         for job in state.live.values():
             if job.phase == "starting" or job.stop_replicas:
                 return True
-        return bool(decide(state, time.time()))
+        return bool(decide(state, self.clock.now()))
 
     def observe(self) -> Observation:
-        seen = observe(self.follower.state, self.events, time.time(), self.compute_pool)
+        seen = observe(self.follower.state, self.events, self.clock.now(), self.compute_pool)
         seen.unsettled = self._unsettled_marker
         return seen
 
@@ -260,12 +337,17 @@ class LiveEngine:
         return self._last_stability
 
     async def check_stable(self) -> None:
-        """Watch the running cluster for a while: nothing may move."""
+        """Watch the running cluster for a while: nothing may move. On the virtual clock, then
+        also as the core engine judges it: an hour on, on a copy of the folded state, with no
+        job finishing (the scenario's clock does not move)."""
         start, before = len(self.events), holdings(self.follower.state)
         await asyncio.sleep(STABLE_WATCH_S)
         await self.settle()
         after = holdings(self.follower.state)
-        self._last_stability = what_changed(before, after, self.events[start:])
+        changed = what_changed(before, after, self.events[start:])
+        if not changed and self.virtual is not None:
+            changed = unsettled_on_a_copy(self.follower.state, self.virtual.now())
+        self._last_stability = changed
 
     _last_stability = ""
 

@@ -9,14 +9,15 @@ from typing import Literal
 
 from simulation.scenario.core_engine import CoreEngine
 from simulation.scenario.in_process_engine import InProcessEngine, SetupRefused
-from simulation.scenario.live_engine import LiveEngine, LiveError, start_process_executor
+from simulation.scenario.live_engine import LiveEngine, LiveError
 from simulation.scenario.observe import check
 from simulation.spec import Scenario, ScenarioError, load_scenario
 from simulation.virtual_cluster import NotSettled
 
 Verdict = Literal["pass", "fail", "skip", "error"]
-#: core: the pure policy; live: the services on nats-server with real workloads; in-process:
-#: the services in one process on the in-memory log and a virtual clock (every scenario runs)
+#: core: the pure policy; live: the services on nats-server, with real workloads on the wall
+#: clock or simulated ones on a virtual clock (as the scenario needs); in-process: the services
+#: in one process on the in-memory log and a virtual clock. Every scenario runs on each.
 EngineName = Literal["core", "live", "in-process"]
 
 
@@ -41,10 +42,6 @@ def run_file(path: Path, engine: EngineName = "core") -> Result:
 def run_scenario(scenario: Scenario, engine: EngineName = "core") -> Result:
     result = Result(str(scenario.path), scenario.name, "pass")
     if engine == "live":
-        why = scenario.needs_virtual_clock
-        if why is not None:
-            result.verdict, result.reason = "skip", f"needs the virtual clock: {why}"
-            return result
         return asyncio.run(_run_live(scenario, result))
     if engine == "in-process":
         return asyncio.run(_run_in_process(scenario, result))
@@ -66,7 +63,7 @@ def run_scenario(scenario: Scenario, engine: EngineName = "core") -> Result:
 
 
 async def _run_live(scenario: Scenario, result: Result) -> Result:
-    engine = LiveEngine(scenario, start_process_executor)
+    engine = LiveEngine(scenario)
     try:
         await engine.start()
         for step in scenario.steps:

@@ -3,16 +3,13 @@ it holds, also in a later cycle that runs while the executor has not yet answere
 
 On the core engine an executor answers at once, so no cycle sees a stop of some replicas in
 flight; the live services can (a real workload takes a moment to exit), and there the policy
-passes over the job (`policy.victims.may_be_victim` asks for `stop_replicas == 0`) and stops a
-whole job instead. Expected to fail until the policy keeps such a job a candidate for its
-active replicas; strict, so the fix shows up here.
+passed over the job and stopped a whole job instead, until `may_be_victim` kept such a job a
+candidate for the replicas it keeps.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-
-import pytest
 
 from events import JobNominated, JobPreemptionRequested, JobSpec
 from policy.cycle import decide
@@ -41,9 +38,6 @@ CLUSTER = parse_scenario(
 )
 
 
-@pytest.mark.xfail(
-    strict=True, reason="may_be_victim passes over a job whose surplus stop is in flight"
-)
 def test_a_job_whose_surplus_stop_is_in_flight_is_still_a_victim_candidate() -> None:
     core = CoreEngine(CLUSTER)
     core.step(CLUSTER.steps[0])

@@ -29,9 +29,9 @@ from events.model import (
 #: The catalogue's schema version. 2: `ClusterConfigured` carries its settings as one struct.
 SCHEMA_VERSION: Final = 2
 
-PreemptionReason = Literal["priority", "reclaim", "pause", "cancel", "node_lost"]
-#: Reasons that make room for other work. Pauses, cancels and lost nodes are not preemptions
-#: in the user's sense and are not counted as such.
+PreemptionReason = Literal["priority", "reclaim", "pause", "cancel", "node_lost", "drain"]
+#: Reasons that make room for other work. Pauses, cancels, lost and drained nodes are not
+#: preemptions in the user's sense and are not counted as such.
 MAKES_ROOM: Final = frozenset({"priority", "reclaim"})
 
 
@@ -84,6 +84,22 @@ class NodeRegistered(Event, frozen=True, kw_only=True):
 
 
 class NodeLost(Event, frozen=True, kw_only=True):
+    node: str
+    reason: str = ""
+
+
+class NodeCordoned(Event, frozen=True, kw_only=True):
+    """An operator took the node out of service: it takes no new work. Drained (`drain`), its
+    jobs are also asked to checkpoint and stop, and resume elsewhere by the usual rules."""
+
+    node: str
+    drain: bool = False
+    reason: str = ""
+
+
+class NodeUncordoned(Event, frozen=True, kw_only=True):
+    """The node takes new work again."""
+
     node: str
     reason: str = ""
 
@@ -338,6 +354,8 @@ AnyEvent = (
     | PoolConfigured
     | NodeRegistered
     | NodeLost
+    | NodeCordoned
+    | NodeUncordoned
     | ProjectConfigured
     | JobSubmitted
     | JobAdmitted
@@ -374,7 +392,12 @@ def subject_for(event: Event) -> str:
     `fl.work.<node>`)."""
     name = _SNAKE.sub("_", type(event).__name__).lower()
     match event:
-        case NodeRegistered(node=node) | NodeLost(node=node):
+        case (
+            NodeRegistered(node=node)
+            | NodeLost(node=node)
+            | NodeCordoned(node=node)
+            | NodeUncordoned(node=node)
+        ):
             subject = f"fl.node.{node}.{name}"
         case LeaderElected(kind=kind):
             subject = f"fl.leader.{kind}"

@@ -116,6 +116,22 @@ class SetPool(Command, frozen=True, kw_only=True):
     scheduler: SchedulerSettings | None = None
 
 
+class CordonNode(Command, frozen=True, kw_only=True):
+    """Take a node out of service: no new work goes there; with `drain`, its jobs are also
+    asked to checkpoint and stop, and resume elsewhere."""
+
+    node: Name
+    drain: bool = False
+    reason: Text = ""
+
+
+class UncordonNode(Command, frozen=True, kw_only=True):
+    """Put a cordoned or drained node back in service."""
+
+    node: Name
+    reason: Text = ""
+
+
 AnyCommand = (
     SubmitJob
     | CancelJob
@@ -125,10 +141,19 @@ AnyCommand = (
     | SetPool
     | ConfigureCluster
     | HoldScheduling
+    | CordonNode
+    | UncordonNode
 )
 
 #: The commands the quota ledger answers (on LEDGER_SUBJECT); admission answers the others.
-LEDGER_COMMANDS: Final = (SetProject, SetPool, ConfigureCluster, HoldScheduling)
+LEDGER_COMMANDS: Final = (
+    SetProject,
+    SetPool,
+    ConfigureCluster,
+    HoldScheduling,
+    CordonNode,
+    UncordonNode,
+)
 
 
 def service_subject(command: AnyCommand) -> str:

@@ -7,7 +7,7 @@ import contextlib
 import json
 import sys
 from collections.abc import Iterator
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal
 
 import cyclopts
 from rich.markup import escape
@@ -30,6 +30,11 @@ def register(app: cyclopts.App) -> None:
     pool.command(pool_set, name="set")
     app.command(pool)
     app.command(nodes)
+    node = cyclopts.App(name="node", help="Take a node out of service and back: cordon, drain.")
+    node.command(node_cordon, name="cordon")
+    node.command(node_drain, name="drain")
+    node.command(node_uncordon, name="uncordon")
+    app.command(node)
     app.command(cluster_info, name="cluster-info")
     app.command(events)
 
@@ -180,12 +185,98 @@ def _pairs(values: dict[str, Any]) -> str:
 
 
 def nodes(*, connection: Connection | None = None, output: Output = "table") -> None:
-    """Nodes: pool, GPUs, free GPUs, lost or not.
+    """Nodes: pool, GPUs, free GPUs, and their state (ready, cordoned, drained or lost).
 
     fairlane nodes
     """
     with errors_said(), connected(connection) as api:
         emit(api.get("/v1/nodes"), output, _nodes_table)
+
+
+def node_cordon(
+    name: str,
+    /,
+    *,
+    reason: str = "",
+    connection: Connection | None = None,
+    output: Output = "table",
+) -> None:
+    """Cordon a node (admin token): it takes no new work; what runs there keeps running.
+
+    ```
+    fairlane node cordon gpu-3 --reason "flaky fan"
+    ```
+
+    Parameters
+    ----------
+    reason
+        Why, kept on the node's timeline.
+    """
+    _node_service(name, "cordon", reason, connection, output)
+
+
+def node_drain(
+    name: str,
+    /,
+    *,
+    reason: str = "",
+    connection: Connection | None = None,
+    output: Output = "table",
+) -> None:
+    """Drain a node (admin token): it takes no new work, and its jobs save a checkpoint, stop
+    (reason `drain` on their timeline) and resume elsewhere by the usual rules.
+
+    ```
+    fairlane node drain gpu-3 --reason "driver upgrade"
+    ```
+
+    Parameters
+    ----------
+    reason
+        Why, kept on the node's timeline.
+    """
+    _node_service(name, "drain", reason, connection, output)
+
+
+def node_uncordon(
+    name: str,
+    /,
+    *,
+    reason: str = "",
+    connection: Connection | None = None,
+    output: Output = "table",
+) -> None:
+    """Put a cordoned or drained node back in service (admin token).
+
+    ```
+    fairlane node uncordon gpu-3
+    ```
+
+    Parameters
+    ----------
+    reason
+        Why, kept on the node's timeline.
+    """
+    _node_service(name, "uncordon", reason, connection, output)
+
+
+def _node_service(
+    name: str, verb: str, reason: str, connection: Connection | None, output: Output
+) -> None:
+    with errors_said(), connected(connection) as api:
+        answer = api.post(f"/v1/nodes/{name}/{verb}", {"reason": reason})
+        emit(answer, output, lambda a: _node_said(name, verb, a))
+
+
+def _node_said(name: str, verb: str, answer: dict[str, Any]) -> None:
+    done = {"cordon": "cordoned", "drain": "drained", "uncordon": "back in service"}[verb]
+    console.print(f"node {escape(name)} {done} [dim]({answer.get('type')})[/]")
+
+
+_NODE_STATES: Final = {
+    "cordoned": "[yellow]cordoned[/]",
+    "drained": "[yellow]drained[/]",
+}
 
 
 def _nodes_table(found: list[dict[str, Any]]) -> None:
@@ -199,8 +290,10 @@ def _nodes_table(found: list[dict[str, Any]]) -> None:
     table.add_column("FREE", justify="right")
     table.add_column("STATE")
     for n in found:
-        lost = "[red]lost[/]" if n["lost"] else "[green]ready[/]"
-        table.add_row(escape(n["node"]), escape(n["pool"]), str(n["gpus"]), str(n["free"]), lost)
+        state = _NODE_STATES.get(n.get("cordon", ""), "[green]ready[/]")
+        if n["lost"]:
+            state = "[red]lost[/]"
+        table.add_row(escape(n["node"]), escape(n["pool"]), str(n["gpus"]), str(n["free"]), state)
     console.print(table)
 
 

@@ -179,7 +179,7 @@ def _stopping(state: ClusterState) -> list[Job]:
     return [
         job
         for job in state.live.values()
-        if job.phase in _STOPPING_PHASES or job.lost_node or job.stop_replicas
+        if job.phase in _STOPPING_PHASES or job.lost_node or job.stop_replicas or job.drained
     ]
 
 
@@ -193,6 +193,8 @@ def _ask_to_stop(stopping: list[Job], position: int, now: float, out: list[Event
             reason = "cancel"
         elif job.lost_node:
             reason = "node_lost"
+        elif job.drained:
+            reason = "drain"
         else:
             continue  # replicas asked to stop: asked already
         if job.held and not job.stop_replicas:
@@ -222,7 +224,14 @@ def _pool_cycles(  # noqa: PLR0913 (the cycle's parts, handed to each pool)
     given back (rule 7) that are not held for a nominee already."""
     owners, reserved = state.owners, state.reserved
     by_pool: dict[str, list[NodeSlots]] = {p: [] for p in state.pools}
+    cordoned_gpus: dict[str, int] = {}  # per pool: still counted in the pool's fair shares
     for node in state.nodes.values():
+        if node.cordoned:
+            # out of service for a while, not lost: no new work goes there, so the cycle
+            # does not see its GPUs (idle, releasing or freed by a victim) as room
+            by_pool.setdefault(node.pool, [])
+            cordoned_gpus[node.pool] = cordoned_gpus.get(node.pool, 0) + node.gpus
+            continue
         held, held_for = owners.get(node.name), reserved.get(node.name)
         slots = by_pool.setdefault(node.pool, [])
         if held or held_for:
@@ -235,14 +244,14 @@ def _pool_cycles(  # noqa: PLR0913 (the cycle's parts, handed to each pool)
     for job in stopping:
         for r in _giving_back(job):
             where = state.nodes.get(r.node)
-            if where is not None:
+            if where is not None and not where.cordoned:
                 kept = [g for g in r.gpus if g not in reserved.get(r.node, _NONE)]
                 if kept:
                     back.setdefault(where.pool, {}).setdefault(r.node, []).extend(kept)
     cycles: dict[str, PoolCycle] = {}
     for pool, nodes in by_pool.items():
         capacity = Capacity(nodes)
-        ledger = Ledger(state, pool, capacity.total_gpus)
+        ledger = Ledger(state, pool, capacity.total_gpus + cordoned_gpus.get(pool, 0))
         settings = state.pool_settings(pool)
         cycles[pool] = PoolCycle(
             state,

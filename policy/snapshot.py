@@ -25,9 +25,12 @@ from policy.state import ClusterState, Job, Node, Pool, Project
 
 #: The meaning of the fold (bump with any change to `policy/state.py` that changes results).
 #: 5: a placement or nomination of more replicas than a pending job has is refused.
-FOLD_VERSION: Final = 5
+#: 6: cordoned and drained nodes (NodeCordoned, NodeUncordoned): a node's cordon and a job's
+#: drain are kept.
+FOLD_VERSION: Final = 6
 #: The layout of this file's structs. 2: the settings as `events.ClusterSettings`.
-FORMAT_VERSION: Final = 2
+#: 3: a node's cordon.
+FORMAT_VERSION: Final = 3
 
 
 class SnapshotMismatch(ValueError):
@@ -45,6 +48,7 @@ class _Node(msgspec.Struct, array_like=True):
     pool: str
     gpus: int
     order: int
+    cordoned: bool
 
 
 class _Project(msgspec.Struct, array_like=True):
@@ -90,7 +94,9 @@ def encode_snapshot(state: ClusterState, seq: int) -> bytes:
         _Snapshot(
             settings=state.settings,
             pools=[_Pool(p.name, p.order, p.scheduler) for p in state.pools.values()],
-            nodes=[_Node(n.name, n.pool, n.gpus, n.order) for n in state.nodes.values()],
+            nodes=[
+                _Node(n.name, n.pool, n.gpus, n.order, n.cordoned) for n in state.nodes.values()
+            ],
             projects=[_Project(p.name, p.order, p.terms) for p in state.projects.values()],
             jobs=list(state.jobs.values()),
             live=list(state.live),
@@ -123,7 +129,7 @@ def decode_snapshot(data: bytes) -> tuple[ClusterState, int]:
     state = ClusterState(
         settings=snap.settings,
         pools={p.name: Pool(p.name, p.order, p.scheduler) for p in snap.pools},
-        nodes={n.name: Node(n.name, n.pool, n.gpus, n.order) for n in snap.nodes},
+        nodes={n.name: Node(n.name, n.pool, n.gpus, n.order, n.cordoned) for n in snap.nodes},
         projects={p.name: Project(p.name, p.order, p.terms) for p in snap.projects},
         jobs=jobs,
         live={job_id: jobs[job_id] for job_id in snap.live},

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
@@ -33,8 +33,10 @@ from events import (
     JobScheduled,
     JobStarted,
     JobSubmitted,
+    NodeCordoned,
     NodeLost,
     NodeRegistered,
+    NodeUncordoned,
     PoolConfigured,
     PriorityClass,
     ProjectConfigured,
@@ -80,6 +82,7 @@ class Node:
     pool: str
     gpus: int
     order: int
+    cordoned: bool = False  # takes no new work (an operator's cordon or drain)
 
 
 @dataclass(slots=True)
@@ -150,6 +153,8 @@ class Job(msgspec.Struct, array_like=True):
     last_checkpoint_at: float | None = None
     save_s: float = 0.0
     restore_s: float = 0.0
+    #: a replica is on a drained node: the job is asked to stop (reason `drain`)
+    drained: bool = False
 
     @property
     def elastic(self) -> bool:
@@ -385,6 +390,41 @@ def _node_lost(state: ClusterState, e: NodeLost) -> Refusal:
     return None
 
 
+def _node_cordoned(state: ClusterState, e: NodeCordoned) -> Refusal:
+    """No new work on the node: nominations holding its GPUs are dropped (their jobs wait to
+    be placed again, elsewhere), and placements decided before the cordon are refused. A drain
+    also marks the jobs running there, which the next cycle asks to stop."""
+    node = state.nodes.get(e.node)
+    if node is None:
+        return "unknown node"
+    node.cordoned = True
+    for job in list(state.live.values()):
+        if job.nomination and any(r.node == e.node for r in job.nomination):
+            state._drop_nomination(job)
+        if e.drain and job.phase in HOLDING_PHASES and any(r.node == e.node for r in job.held):
+            job.drained = True
+    return None
+
+
+def _node_uncordoned(state: ClusterState, e: NodeUncordoned) -> Refusal:
+    node = state.nodes.get(e.node)
+    if node is None:
+        return "unknown node"
+    node.cordoned = False
+    return None
+
+
+def _on_cordoned_node(state: ClusterState, replicas: Sequence[Replica]) -> bool:
+    for r in replicas:
+        node = state.nodes.get(r.node)
+        if node is not None and node.cordoned:
+            return True
+    return False
+
+
+_CORDONED: Final = "a node it names is cordoned"
+
+
 def _project_configured(state: ClusterState, e: ProjectConfigured) -> Refusal:
     project = state.projects.get(e.project)
     if project is None:
@@ -443,6 +483,8 @@ def _job_nominated(state: ClusterState, e: JobNominated) -> Refusal:
         return refusal
     job.nominations += 1  # counted even when refused: the next nomination gets a fresh id
     job.last_nomination_id = e.id
+    if _on_cordoned_node(state, e.replicas):
+        return _CORDONED
     if not state._reserve(job, e.replicas, e.victims):
         return "a GPU it holds is taken, held for another job, or gone"
     job.nomination, job.nomination_pool, job.nomination_id = e.replicas, e.pool, e.id
@@ -470,16 +512,26 @@ def _job_scheduled(state: ClusterState, e: JobScheduled) -> Refusal:
         return _UNKNOWN_JOB
     if e.scale_up:
         return _job_scaled_up(state, job, e)
-    if job.phase != "pending":
-        return f"job is {job.phase}, not pending"
-    if len(e.replicas) > job.replicas:
-        return "more replicas than the job has"
+    refusal = _placement_refusal(state, job, e)
+    if refusal is not None:
+        return refusal
     if not state._take(job, e.replicas):
         return _GPUS_TAKEN  # decided on a state the log has since moved past: no effect
     job.attempt, job.pool, job.held = e.attempt, sys.intern(e.pool), list(e.replicas)
     job.phase, job.started_at = "starting", None
     state._drop_nomination(job)
-    job.stop_replicas, job.stop_reason, job.lost_node = 0, "", False
+    job.stop_replicas, job.stop_reason, job.lost_node, job.drained = 0, "", False, False
+    return None
+
+
+def _placement_refusal(state: ClusterState, job: Job, e: JobScheduled) -> Refusal:
+    """Why a placement of a pending job is refused before its GPUs are looked at."""
+    if job.phase != "pending":
+        return f"job is {job.phase}, not pending"
+    if len(e.replicas) > job.replicas:
+        return "more replicas than the job has"
+    if _on_cordoned_node(state, e.replicas):
+        return _CORDONED
     return None
 
 
@@ -489,6 +541,8 @@ def _job_scaled_up(state: ClusterState, job: Job, e: JobScheduled) -> Refusal:
         return "not the job's running attempt"
     if len(job.held) + len(e.replicas) > job.replicas:
         return "more replicas than the job has"
+    if _on_cordoned_node(state, e.replicas):
+        return _CORDONED
     taken = state._take(job, e.replicas)
     if taken:
         job.held.extend(e.replicas)
@@ -557,7 +611,7 @@ def _job_preempted(state: ClusterState, e: JobPreempted) -> Refusal:
 
 def _released(state: ClusterState, job: Job, time: float) -> None:
     """The job's attempt is over and it holds nothing: back in the queue unless it was ended."""
-    job.stop_replicas, job.stop_reason, job.lost_node = 0, "", False
+    job.stop_replicas, job.stop_reason, job.lost_node, job.drained = 0, "", False, False
     job.started_at = None
     if job.phase in HOLDING_PHASES:
         job.phase, job.pending_since = "pending", time
@@ -646,6 +700,8 @@ _HANDLERS: Final[dict[type[Event], Callable[[ClusterState, Any], Refusal]]] = {
     SchedulingHeld: _scheduling_held,
     NodeRegistered: _node_registered,
     NodeLost: _node_lost,
+    NodeCordoned: _node_cordoned,
+    NodeUncordoned: _node_uncordoned,
     ProjectConfigured: _project_configured,
     JobSubmitted: _job_submitted,
     JobAdmitted: _job_admitted,

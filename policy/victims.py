@@ -49,6 +49,7 @@ def may_be_victim(job: Job, now: float) -> bool:
         and job.phase in ("starting", "running")
         and job.active_replicas > 0
         and not job.lost_node  # asked to stop already: its GPUs count as releasing
+        and not job.drained
         and not job.nomination
         and not protected(job, now)
     )

@@ -26,8 +26,10 @@ from events import (
     JobPreempted,
     JobPreemptionRequested,
     JobScheduled,
+    NodeCordoned,
     NodeLost,
     NodeRegistered,
+    NodeUncordoned,
     PoolConfigured,
     ProjectConfigured,
     ProjectQuotaCrossed,
@@ -170,11 +172,46 @@ class Projection:
         self._other_rows(seq, event, applied, lost_work)
         self._timeline.append(self._timeline_row(seq, event, applied, nodes_before))
 
+    def _node_rows(
+        self,
+        seq: int,
+        event: NodeRegistered | NodeLost | NodeCordoned | NodeUncordoned,
+        applied: bool,
+    ) -> None:
+        match event:
+            case NodeRegistered(node=node, pool=pool, gpus=gpus):
+                known = self._nodes.get(node)
+                registered_at = known.registered_at if known and not known.lost else event.time
+                cordon = known.cordon if known and not known.lost else ""  # kept on a restart
+                self._nodes[node] = NodeRow(
+                    node, pool, gpus, gpus, False, registered_at, None, seq, cordon
+                )
+                self._dirty_nodes.add(node)
+                self._shares_stale = True
+            case NodeLost(node=node):
+                known = self._nodes.get(node)
+                if known is not None and not known.lost:
+                    self._nodes[node] = msgspec.structs.replace(
+                        known, lost=True, free=0, lost_at=event.time, last_seq=seq
+                    )
+                    self._dirty_nodes.add(node)
+                    self._shares_stale = True
+            case NodeCordoned(node=node, drain=drain) if applied:
+                self._set_cordon(node, "drained" if drain else "cordoned", seq)
+            case NodeUncordoned(node=node) if applied:
+                self._set_cordon(node, "", seq)
+
+    def _set_cordon(self, node: str, cordon: str, seq: int) -> None:
+        known = self._nodes.get(node)
+        if known is not None:
+            self._nodes[node] = msgspec.structs.replace(known, cordon=cordon, last_seq=seq)
+            self._dirty_nodes.add(node)
+
     def _touched_jobs(self, event: Event) -> list[str]:
         job_id: str | None = getattr(event, "job_id", None)
         if job_id is not None:
             return [job_id]
-        if isinstance(event, NodeLost):
+        if isinstance(event, NodeLost | NodeCordoned):
             return [
                 job.id
                 for job in self.state.live.values()
@@ -229,21 +266,9 @@ class Projection:
         self._dirty_pp.add(key)
 
     def _other_rows(self, seq: int, event: Event, applied: bool, lost: float | None) -> None:
+        if isinstance(event, NodeRegistered | NodeLost | NodeCordoned | NodeUncordoned):
+            self._node_rows(seq, event, applied)
         match event:
-            case NodeRegistered(node=node, pool=pool, gpus=gpus):
-                known = self._nodes.get(node)
-                registered_at = known.registered_at if known and not known.lost else event.time
-                self._nodes[node] = NodeRow(node, pool, gpus, gpus, False, registered_at, None, seq)
-                self._dirty_nodes.add(node)
-                self._shares_stale = True
-            case NodeLost(node=node):
-                known = self._nodes.get(node)
-                if known is not None and not known.lost:
-                    self._nodes[node] = msgspec.structs.replace(
-                        known, lost=True, free=0, lost_at=event.time, last_seq=seq
-                    )
-                    self._dirty_nodes.add(node)
-                    self._shares_stale = True
             case PoolConfigured():
                 self._shares_stale = True
             case ProjectConfigured(project=project, terms=terms):
@@ -321,7 +346,7 @@ class Projection:
         nodes: tuple[str, ...] = ()
         if isinstance(event, JobScheduled | JobNominated):
             nodes = tuple(dict.fromkeys(r.node for r in event.replicas))
-        elif isinstance(event, NodeRegistered | NodeLost):
+        elif isinstance(event, NodeRegistered | NodeLost | NodeCordoned | NodeUncordoned):
             nodes = (event.node,)
         elif job_id is not None:
             nodes = nodes_before.get(job_id) or self._job_nodes(job_id)

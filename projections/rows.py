@@ -70,6 +70,8 @@ class NodeRow(msgspec.Struct, frozen=True):
     registered_at: float
     lost_at: float | None
     last_seq: int
+    #: '' in service, 'cordoned' (no new work) or 'drained' (its jobs asked to move too)
+    cordon: str = ""
 
 
 class ProjectPoolRow(msgspec.Struct, frozen=True):

@@ -41,6 +41,9 @@ STEP_KINDS: Final = (
     "set_project",
     "add_node",
     "remove_node",
+    "cordon",
+    "drain",
+    "uncordon",
     "advance",
     "expect",
 )
@@ -294,6 +297,9 @@ class _Step(_Strict, frozen=True):
     set_project: _Project | None = None
     add_node: _AddNode | None = None
     remove_node: str | None = None
+    cordon: str | None = None
+    drain: str | None = None
+    uncordon: str | None = None
     advance: Seconds | None = None
     expect: _Expect | None = None
 
@@ -510,7 +516,7 @@ class _Reader:
         elif kind == "add_node":
             parsed = NodeEntry(value.name, value.gpus, value.pool)
             self.nodes.add(value.name)
-        elif kind == "remove_node":
+        elif kind in ("remove_node", "cordon", "drain", "uncordon"):
             if value not in self.nodes:
                 raise self.error(where, f"unknown node {value!r}")
             parsed = value

@@ -123,6 +123,31 @@ async def test_runai_exercise_through_the_api(cluster: ClusterFile) -> None:
         (preemption,) = await get("/v1/preemptions?victim=large-training-job")
         assert preemption["beneficiary"] == "jupyter-workspace"
 
+        # the node taken out of service: only an admin may; an unknown node is named
+        (node,) = await get("/v1/nodes")
+        name = node["node"]
+        refused = await c.post(f"/v1/nodes/{name}/drain", json={}, headers=team_b_auth)
+        assert refused.status_code == 403, refused.text
+        unknown = await c.post("/v1/nodes/gpu9/drain", json={}, headers=admin)
+        assert unknown.status_code == 422 and "'gpu9'" in unknown.json()["error"], unknown.text
+        assert unknown.json()["field"] == "node"
+        drained = await c.post(
+            f"/v1/nodes/{name}/drain", json={"reason": "driver upgrade"}, headers=admin
+        )
+        assert drained.status_code == 200 and drained.json()["type"] == "NodeCordoned"
+        await until(job("large-training-job"), lambda j: j["state"] == "pending", "drained")
+        await until(lambda: get("/v1/nodes"), lambda n: n[0]["cordon"] == "drained", "shown")
+        stops = [e for e in (await get("/v1/jobs/large-training-job/timeline"))["items"]
+                 if e["type"] == "JobPreemptionRequested" and e["applied"]]  # fmt: skip
+        assert stops[-1]["reason"] == "drain"
+        back_in = await c.post(f"/v1/nodes/{name}/uncordon", json={}, headers=admin)
+        assert back_in.status_code == 200 and back_in.json()["type"] == "NodeUncordoned"
+        resumed = await until(
+            job("large-training-job"), lambda j: j["state"] == "running" and j["attempt"] == 3,
+            "training resumes once the node is back",
+        )  # fmt: skip
+        assert resumed["preemptions"] == 1  # a drain is not a preemption to make room
+
         # the read models made again from the whole log, beside the running projector
         rebuild = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "fairlane.cli", "projections", "rebuild",

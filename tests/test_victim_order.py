@@ -1,4 +1,4 @@
-"""The order victims are taken in (rules 4, 5, 6 and 9 of docs/rules.md), against the rule as written.
+"""The order victims are taken in (rules 4, 5, 6 and 9 of docs/rules.md), against the rules.
 
 `policy.victims.units_of` fills buckets by priority and kind, relying on the jobs coming in
 submission order, instead of sorting by a key: here it is checked against that key, over

@@ -1,4 +1,5 @@
-"""Configuration commands: projects, pools, cluster settings and scheduling holds.
+"""Configuration commands: projects, pools, cluster settings, scheduling holds and nodes taken
+out of service.
 
 A change names only what changes; the event it becomes names the complete result, so a replay
 needs no history.
@@ -11,12 +12,21 @@ import msgspec
 from events import (
     ClusterConfigured,
     ClusterSettings,
+    NodeCordoned,
+    NodeUncordoned,
     PoolConfigured,
     ProjectConfigured,
     ProjectTerms,
     SchedulingHeld,
 )
-from events.commands import ConfigureCluster, HoldScheduling, SetPool, SetProject
+from events.commands import (
+    ConfigureCluster,
+    CordonNode,
+    HoldScheduling,
+    SetPool,
+    SetProject,
+    UncordonNode,
+)
 from policy.commands import ids
 from policy.commands.names import name_problem
 from policy.commands.outcome import Accepted, Outcome, Refused
@@ -107,3 +117,41 @@ def merged_terms(old: ProjectTerms, command: SetProject) -> ProjectTerms:
         limit=limit,
         priority=old.priority if command.priority is None else command.priority,
     )
+
+
+def cordon_node(state: ClusterState, command: CordonNode, now: float, at: int) -> Outcome:
+    """Cordon (or drain) a registered node; cordoning one that is cordoned already, or
+    draining it, is accepted: an operator may say it again, or decide to drain after all."""
+    refusal = _unknown_node(state, command.node)
+    if refusal is not None:
+        return refusal
+    event = NodeCordoned(
+        id=ids.node_cordoned(command.node, at),
+        time=now,
+        actor=command.actor,
+        node=command.node,
+        drain=command.drain,
+        reason=command.reason,
+    )
+    return Accepted((event,))
+
+
+def uncordon_node(state: ClusterState, command: UncordonNode, now: float, at: int) -> Outcome:
+    refusal = _unknown_node(state, command.node)
+    if refusal is not None:
+        return refusal
+    event = NodeUncordoned(
+        id=ids.node_uncordoned(command.node, at),
+        time=now,
+        actor=command.actor,
+        node=command.node,
+        reason=command.reason,
+    )
+    return Accepted((event,))
+
+
+def _unknown_node(state: ClusterState, node: str) -> Refused | None:
+    if node in state.nodes:
+        return None
+    known = ", ".join(sorted(state.nodes)) or "none"
+    return Refused(f"unknown node {node!r} (known: {known})")

@@ -9,12 +9,14 @@ from events.commands import (
     AnyCommand,
     CancelJob,
     ConfigureCluster,
+    CordonNode,
     HoldScheduling,
     PauseJob,
     ResumeJob,
     SetPool,
     SetProject,
     SubmitJob,
+    UncordonNode,
 )
 from policy.commands import config, jobs
 from policy.commands.outcome import Outcome
@@ -32,6 +34,8 @@ DECIDERS: Final[dict[type, Decider]] = {
     SetPool: config.set_pool,
     ConfigureCluster: config.configure_cluster,
     HoldScheduling: config.hold,
+    CordonNode: config.cordon_node,
+    UncordonNode: config.uncordon_node,
 }
 
 

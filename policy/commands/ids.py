@@ -79,3 +79,11 @@ def project_configured(project: str, at: int) -> str:
 
 def quota_crossed(project: str, pool: str, at: int) -> str:
     return f"quota/{project}/{pool}/{at}"
+
+
+def node_cordoned(node: str, at: int) -> str:
+    return f"node/{node}/cordoned/{at}"
+
+
+def node_uncordoned(node: str, at: int) -> str:
+    return f"node/{node}/uncordoned/{at}"

@@ -49,11 +49,13 @@ from events.catalogue import AnyEvent
 from events.commands import (
     AnyCommand,
     CancelJob,
+    CordonNode,
     PauseJob,
     ResumeJob,
     SetPool,
     SetProject,
     SubmitJob,
+    UncordonNode,
 )
 from policy.audit import Scope
 from services.api import audit as api_audit
@@ -67,6 +69,7 @@ from services.api.types import (
     JobDetail,
     JobPage,
     Node,
+    NodeServiceRequest,
     PoolRequest,
     Preemption,
     Project,
@@ -402,6 +405,38 @@ async def set_pool(ctx: Ctx, caller: Who, name: PathName, data: JSONBody[PoolReq
         else None
     )
     return await _command(ctx, SetPool(actor=caller.name, pool=name, scheduler=settings))
+
+
+@post("/v1/nodes/{name:str}/cordon", status_code=200, responses=ADMIN_ERRORS, tags=["nodes"])
+async def cordon_node(
+    ctx: Ctx, caller: Who, name: PathName, data: JSONBody[NodeServiceRequest] | None = None
+) -> Accepted:
+    """Cordon a node (admin): it takes no new work; what runs there keeps running."""
+    _admin(caller, "cordon nodes")
+    reason = data.reason if data is not None else ""
+    return await _command(ctx, CordonNode(actor=caller.name, node=name, reason=reason))
+
+
+@post("/v1/nodes/{name:str}/drain", status_code=200, responses=ADMIN_ERRORS, tags=["nodes"])
+async def drain_node(
+    ctx: Ctx, caller: Who, name: PathName, data: JSONBody[NodeServiceRequest] | None = None
+) -> Accepted:
+    """Drain a node (admin): it takes no new work, and its jobs checkpoint, stop (reason
+    `drain` on their timeline) and are placed elsewhere by the usual rules."""
+    _admin(caller, "drain nodes")
+    reason = data.reason if data is not None else ""
+    command = CordonNode(actor=caller.name, node=name, drain=True, reason=reason)
+    return await _command(ctx, command)
+
+
+@post("/v1/nodes/{name:str}/uncordon", status_code=200, responses=ADMIN_ERRORS, tags=["nodes"])
+async def uncordon_node(
+    ctx: Ctx, caller: Who, name: PathName, data: JSONBody[NodeServiceRequest] | None = None
+) -> Accepted:
+    """Put a cordoned or drained node back in service (admin)."""
+    _admin(caller, "uncordon nodes")
+    reason = data.reason if data is not None else ""
+    return await _command(ctx, UncordonNode(actor=caller.name, node=name, reason=reason))
 
 
 # -- queries ----------------------------------------------------------------------------------
@@ -902,6 +937,9 @@ def create_app(settings: Settings) -> Litestar:
             project_as_of,
             list_pools,
             list_nodes,
+            cordon_node,
+            drain_node,
+            uncordon_node,
             list_preemptions,
             create_token,
             list_tokens,

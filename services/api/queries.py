@@ -253,8 +253,8 @@ async def projects(conn: asyncpg.Connection, name: str | None = None) -> list[Pr
 
 
 async def nodes(conn: asyncpg.Connection) -> list[Node]:
-    rows = await conn.fetch("SELECT node, pool, gpus, free, lost FROM nodes ORDER BY node")
-    return [Node(r["node"], r["pool"], r["gpus"], r["free"], r["lost"]) for r in rows]
+    rows = await conn.fetch("SELECT node, pool, gpus, free, lost, cordon FROM nodes ORDER BY node")
+    return [Node(r["node"], r["pool"], r["gpus"], r["free"], r["lost"], r["cordon"]) for r in rows]
 
 
 async def pools(conn: asyncpg.Connection) -> list[Pool]:

@@ -64,6 +64,12 @@ class PoolRequest(msgspec.Struct, forbid_unknown_fields=True):
     victim_order: Literal["newest", "cost"] = "newest"
 
 
+class NodeServiceRequest(msgspec.Struct, forbid_unknown_fields=True):
+    """Why a node is taken out of service or put back (kept on its timeline)."""
+
+    reason: Annotated[str, msgspec.Meta(max_length=1000)] = ""
+
+
 class TokenRequest(msgspec.Struct, forbid_unknown_fields=True):
     name: Name
     projects: Annotated[list[Name], msgspec.Meta(max_length=1000)] = []
@@ -201,6 +207,8 @@ class Node(msgspec.Struct):
     gpus: int
     free: int
     lost: bool
+    #: '' in service, 'cordoned' (no new work) or 'drained' (no work at all)
+    cordon: str = ""
 
 
 class Pool(msgspec.Struct):

@@ -9,7 +9,7 @@ snapshot, or delete the stream. With it, the server itself refuses all of that:
 - only an executor publishes its node's reports (`fl.node.<its node>.>`) and attempts' outcomes;
 - only the node watcher relays work to a node (`fl.work.<node>`), and an executor reads only
   its own node's work, through its own consumer (it reads nothing else of the log);
-- only the ledger writes configuration events and snapshots;
+- only the ledger writes configuration events (a node's cordon among them) and snapshots;
 - admission alone records submissions and their verdicts;
 - clients (the CLI, workloads) reach only the command subjects and their own replies;
 - only the admin user creates, changes or deletes streams and buckets (`fairlane up` does that
@@ -166,7 +166,14 @@ def _admission(user: str, inbox: list[str]) -> Permissions:
 
 
 def _ledger(user: str, inbox: list[str]) -> Permissions:
-    publish = [*_log_reader(), "fl.project.>", "fl.pool.>", "fl.cluster.>"]
+    publish = [
+        *_log_reader(),
+        "fl.project.>",
+        "fl.pool.>",
+        "fl.cluster.>",
+        "fl.node.*.node_cordoned",
+        "fl.node.*.node_uncordoned",
+    ]
     # writing a snapshot: its chunks and metadata, and purging the previous one's chunks
     publish += [f"$O.{SNAPSHOTS}.>", f"$JS.API.STREAM.PURGE.OBJ_{SNAPSHOTS}"]
     return Permissions(publish, [*inbox, LEDGER_SUBJECT], allow_responses=True)

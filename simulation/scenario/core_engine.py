@@ -11,6 +11,7 @@ from simulation.scenario.observe import Observation, holdings, observe, what_cha
 from simulation.scenario.setup import (
     JOB_COMMANDS,
     Projects,
+    node_command,
     pool_commands,
 )
 from simulation.spec import ProjectEntry, Scenario, Step, compute_pool_of
@@ -81,6 +82,8 @@ class CoreEngine:
                 vc.add_node(step.value.name, step.value.pool, step.value.gpus)
             case "remove_node":
                 vc.remove_node(step.value)
+            case "cordon" | "drain" | "uncordon":
+                vc.command(node_command(step.kind, step.value))
             case "advance":
                 vc.advance(step.value)
                 return

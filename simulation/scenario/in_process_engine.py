@@ -14,7 +14,7 @@ from services.runtime.eventlog import Stored
 from simulation.scenario.core_engine import unsettled_on_a_copy
 from simulation.scenario.in_process import InProcessCluster
 from simulation.scenario.observe import Observation, observe
-from simulation.scenario.setup import JOB_COMMANDS, Projects, pool_commands
+from simulation.scenario.setup import JOB_COMMANDS, Projects, node_command, pool_commands
 from simulation.spec import ProjectEntry, Scenario, Step, compute_pool_of
 
 
@@ -81,6 +81,8 @@ class InProcessEngine:
                 await cluster.executors.register(node.name, node.pool, node.gpus)
             case "remove_node":
                 await cluster.executors.lose(step.value)
+            case "cordon" | "drain" | "uncordon":
+                await self._configure(node_command(step.kind, step.value))
             case "advance":
                 await cluster.advance(step.value)
         await cluster.settle()

@@ -65,7 +65,7 @@ from services.runtime.tasks import cancel_and_wait
 from simulation.scenario.core_engine import unsettled_on_a_copy
 from simulation.scenario.in_process import SimulatedExecutors
 from simulation.scenario.observe import Observation, holdings, observe, what_changed
-from simulation.scenario.setup import JOB_COMMANDS, Projects, pool_commands
+from simulation.scenario.setup import JOB_COMMANDS, Projects, node_command, pool_commands
 from simulation.spec import NodeEntry, ProjectEntry, Scenario, Step, compute_pool_of
 
 #: Starts a node executor for (log, node, pool, gpus, data_dir); returns its running task.
@@ -190,6 +190,8 @@ class LiveEngine:
                 await self._add_node(step.value)
             case "remove_node":
                 await self._remove_node(step.value)
+            case "cordon" | "drain" | "uncordon":
+                await self._command(node_command(step.kind, step.value))
             case "advance" if self.virtual is not None:
                 await self._advance(self.virtual, step.value)
             case _:

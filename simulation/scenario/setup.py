@@ -5,7 +5,15 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Final
 
-from events.commands import CancelJob, PauseJob, ResumeJob, SetPool, SetProject
+from events.commands import (
+    CancelJob,
+    CordonNode,
+    PauseJob,
+    ResumeJob,
+    SetPool,
+    SetProject,
+    UncordonNode,
+)
 from simulation.spec import ProjectEntry, Scenario, project_terms
 
 #: The steps that are a user's command about a job, and the command each one sends.
@@ -14,6 +22,13 @@ JOB_COMMANDS: Final[dict[str, type[CancelJob | PauseJob | ResumeJob]]] = {
     "pause": PauseJob,
     "resume": ResumeJob,
 }
+
+
+def node_command(kind: str, node: str) -> CordonNode | UncordonNode:
+    """The operator's command a `cordon`, `drain` or `uncordon` step sends."""
+    if kind == "uncordon":
+        return UncordonNode(node=node)
+    return CordonNode(node=node, drain=kind == "drain")
 
 
 def pool_commands(scenario: Scenario) -> list[SetPool]:

@@ -409,7 +409,7 @@ async def set_pool(ctx: Ctx, caller: Who, name: PathName, data: JSONBody[PoolReq
 
 @post("/v1/nodes/{name:str}/cordon", status_code=200, responses=ADMIN_ERRORS, tags=["nodes"])
 async def cordon_node(
-    ctx: Ctx, caller: Who, name: PathName, data: JSONBody[NodeServiceRequest] | None = None
+    ctx: Ctx, caller: Who, name: PathName, data: JSONBody[NodeServiceRequest | None] = None
 ) -> Accepted:
     """Cordon a node (admin): it takes no new work; what runs there keeps running."""
     _admin(caller, "cordon nodes")
@@ -419,7 +419,7 @@ async def cordon_node(
 
 @post("/v1/nodes/{name:str}/drain", status_code=200, responses=ADMIN_ERRORS, tags=["nodes"])
 async def drain_node(
-    ctx: Ctx, caller: Who, name: PathName, data: JSONBody[NodeServiceRequest] | None = None
+    ctx: Ctx, caller: Who, name: PathName, data: JSONBody[NodeServiceRequest | None] = None
 ) -> Accepted:
     """Drain a node (admin): it takes no new work, and its jobs checkpoint, stop (reason
     `drain` on their timeline) and are placed elsewhere by the usual rules."""
@@ -431,7 +431,7 @@ async def drain_node(
 
 @post("/v1/nodes/{name:str}/uncordon", status_code=200, responses=ADMIN_ERRORS, tags=["nodes"])
 async def uncordon_node(
-    ctx: Ctx, caller: Who, name: PathName, data: JSONBody[NodeServiceRequest] | None = None
+    ctx: Ctx, caller: Who, name: PathName, data: JSONBody[NodeServiceRequest | None] = None
 ) -> Accepted:
     """Put a cordoned or drained node back in service (admin)."""
     _admin(caller, "uncordon nodes")

@@ -368,12 +368,13 @@ async def test_registers_and_runs_each_replica_with_its_environment(cluster: Clu
     assert (started.id, started.attempt, started.resumed) == ("j1/1/started", 1, False)
 
     ckpt = cluster.tmp / "n1" / "checkpoints" / "j1"
-    await eventually(lambda: all((ckpt / f"env-{i}.txt").exists() for i in (0, 1)))
+    own = [ckpt / f"replica-{i}" for i in (0, 1)]  # each replica its own checkpoint folder
+    await eventually(lambda: all((own[i] / f"env-{i}.txt").exists() for i in (0, 1)))
     for index in (0, 1):
-        env = read_env(ckpt / f"env-{index}.txt")
+        env = read_env(own[index] / f"env-{index}.txt")
         assert env["FAIRLANE_JOB_ID"] == "j1"
         assert env["FAIRLANE_ATTEMPT"] == "1"
-        assert env["FAIRLANE_CHECKPOINT_DIR"] == str(ckpt.resolve())
+        assert env["FAIRLANE_CHECKPOINT_DIR"] == str(own[index].resolve())
         assert env["FAIRLANE_REPLICA"] == str(index)
         assert env["CUDA_VISIBLE_DEVICES"] == str(index)
         assert "FAIRLANE_RESUMED" not in env
@@ -410,7 +411,7 @@ async def test_preemption_saves_a_checkpoint_and_the_next_attempt_resumes(
     preempted = await cluster.recorder.wait(JobPreempted, "j2")
     assert preempted.checkpointed
     assert time.monotonic() - asked < 5.0  # it saved and exited on SIGTERM, no SIGKILL needed
-    state_file = cluster.tmp / "n1" / "checkpoints" / "j2" / "state.json"
+    state_file = cluster.tmp / "n1" / "checkpoints" / "j2" / "replica-0" / "state.json"
     first = read_json(state_file)
     assert first["attempt"] == 1 and first["step"] > 0
 
@@ -440,7 +441,7 @@ async def test_a_workload_that_ignores_sigterm_is_killed_after_the_grace(
     command = ("sh", "-c", "trap '' TERM; echo $$ > \"$FAIRLANE_CHECKPOINT_DIR/pid\"; sleep 30")
     await cluster.job("j3", (Replica("n1", (0,)),), command)
     await cluster.recorder.wait(JobStarted, "j3")
-    pid_file = cluster.tmp / "n1" / "checkpoints" / "j3" / "pid"
+    pid_file = cluster.tmp / "n1" / "checkpoints" / "j3" / "replica-0" / "pid"
     await eventually(pid_file.exists)
     pid = int(pid_file.read_text())
 
@@ -496,7 +497,7 @@ async def test_a_restarted_executor_adopts_reports_and_cleans_up(cluster: Cluste
         executor.kill()  # kill -9: no chance to clean up
         executor.wait()
         # `down` ends while nobody watches; its shim leaves the exit status behind
-        (data / "checkpoints" / "down" / "done").touch()
+        (data / "checkpoints" / "down" / "replica-0" / "done").touch()
         await eventually((data / "runs" / "down" / "1.0.exit").exists)
         # `lost` dies with its shim: no exit status at all
         os.killpg(pids["lost"], signal.SIGKILL)
@@ -516,10 +517,12 @@ async def test_a_restarted_executor_adopts_reports_and_cleans_up(cluster: Cluste
         await eventually(lambda: not alive(pids["stale"]))
         # reconciliation is done (it reported `down`): `keep` was adopted, not started again
         assert alive(pids["keep"])
-        (data / "checkpoints" / "keep" / "done").touch()
+        (data / "checkpoints" / "keep" / "replica-0" / "done").touch()
         completed = await cluster.recorder.wait(JobCompleted, "keep")
         assert completed.attempt == 1
-        assert (data / "checkpoints" / "keep" / "starts").read_text().splitlines() == ["started"]
+        assert (
+            data / "checkpoints" / "keep" / "replica-0" / "starts"
+        ).read_text().splitlines() == ["started"]
         assert len(cluster.recorder.of(JobStarted, "keep")) == 1
         assert len(cluster.recorder.of(JobCompleted)) == 2  # keep, and stale by someone else
         assert not cluster.recorder.of(JobFailed, "stale")
@@ -554,8 +557,12 @@ async def test_a_gang_over_two_nodes_grows_and_stops_on_both(cluster: Cluster) -
     )
     await eventually(lambda: len(n2.local_replicas()) == 2)
     replicas = cluster.tmp / "n2" / "checkpoints" / "g"
-    await eventually(lambda: len(list(replicas.glob("r-*"))) == 2)
-    assert sorted(p.read_text().strip() for p in replicas.glob("r-*")) == ["1", "2"]
+    await eventually(lambda: len(list(replicas.glob("replica-*/r-*"))) == 2)
+    assert sorted(p.parent.name for p in replicas.glob("replica-*/r-*")) == [
+        "replica-1",
+        "replica-2",
+    ]
+    assert sorted(p.read_text().strip() for p in replicas.glob("replica-*/r-*")) == ["1", "2"]
     pids = [r.pid for ex in (n1, n2) for r in load_records(ex.records_path)]
     assert len(pids) == 3 and all(alive(pid) for pid in pids)
 
@@ -682,6 +689,47 @@ async def test_workload_events_reach_the_timeline_and_forged_ones_do_not(cluster
     assert [(entry.attempt, entry.replica) for entry in logs] == [(1, 0)]
     output = logs[0].path.read_text()
     assert "attempt 1: starting from step 0" in output and "stopping at step" in output
+
+
+async def test_a_gang_of_the_training_example_resumes_each_replica_from_its_own_step(
+    cluster: Cluster,
+) -> None:
+    """Four replicas of examples/train.py on one node: each saves to a checkpoint folder of
+    its own (in one shared folder they race on the same files and fail), is preempted, and
+    resumes from the step it saved itself."""
+    ex = await cluster.executor("n1", gpus=4)
+    train = (*TRAIN, "--steps", "100000", "--step-seconds", "0.002", "--checkpoint-every", "10")
+    gang = tuple(Replica("n1", (i,)) for i in range(4))
+    await cluster.job("g4", gang, train)
+    await cluster.recorder.wait(JobStarted, "g4")
+    folders = [ex.checkpoints_root / "g4" / f"replica-{i}" for i in range(4)]
+    await eventually(lambda: all((f / "train.json").exists() for f in folders), within=20)
+    await asyncio.sleep(0.5)  # many saves each, side by side
+    await cluster.preempt("g4")
+    preempted = await cluster.recorder.wait(JobPreempted, "g4", within=20)
+    assert preempted.checkpointed and not preempted.killed
+    assert not cluster.recorder.of(JobFailed, "g4")
+
+    def said(attempt: int, words: str) -> dict[int, int]:
+        """replica -> the step in its attempt's line starting with `words`"""
+        steps = {}
+        for entry in attempt_logs(ex.data_dir, "g4"):
+            for line in entry.path.read_text().splitlines():
+                if entry.attempt == attempt and words in line:
+                    steps[entry.replica] = int(line.split(words)[1].split()[0])
+        return steps
+
+    stopped = said(1, "stopping at step ")
+    assert sorted(stopped) == [0, 1, 2, 3] and all(step > 0 for step in stopped.values())
+    for i, folder in enumerate(folders):
+        assert read_json(folder / "train.json")["step"] == stopped[i]
+
+    await cluster.job("g4", gang, attempt=2)
+    await cluster.recorder.wait(JobStarted, "g4", lambda e: e.attempt == 2)
+    await eventually(lambda: len(said(2, "resumed from step ")) == 4, within=20)
+    assert said(2, "resumed from step ") == stopped
+    await asyncio.sleep(0.3)
+    assert not cluster.recorder.of(JobFailed, "g4")
 
 
 async def test_the_pytorch_example_is_preempted_and_resumes(cluster: Cluster) -> None:

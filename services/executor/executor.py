@@ -72,6 +72,8 @@ class Executor:
         self.node = config.node
         #: Absolute: records and the workloads' environment must not depend on the cwd.
         self.data_dir = config.data_dir.resolve()
+        #: Where the replicas' checkpoint folders are (`<job>/replica-<i>` under it).
+        self.checkpoints_root = self.data_dir / "checkpoints"
         self.runtime = runtime or runtime_for(config)
         self.attempts: dict[AttemptKey, LocalAttempt] = {}
         #: Where workloads publish their own events (real runtimes only).
@@ -199,13 +201,15 @@ class Executor:
     # -- the attempts and replicas here ----------------------------------------------------------
 
     def attempt(
-        self, job_id: str, attempt: int, scheduled_id: str | None, announce: bool
+        self, job_id: str, attempt: int, scheduled_id: str | None, announce: bool, first: int
     ) -> LocalAttempt:
-        """The local attempt, made on first use (`announce`: this executor reports its start)."""
+        """The local attempt, made on first use (`announce`: this executor reports its start;
+        `first`: the lowest index of the job's replicas here, whose checkpoint marker says
+        whether the attempt checkpointed; replica 0's where it runs here)."""
         key = (job_id, attempt)
         att = self.attempts.get(key)
         if att is None:
-            directory = checkpoint_dir(self.data_dir, job_id)
+            directory = checkpoint_dir(self.checkpoints_root, job_id, first)
             att = LocalAttempt(
                 job_id=job_id,
                 attempt=attempt,

@@ -52,7 +52,7 @@ def on_scheduled(ex: Executor, e: JobScheduled) -> None:
         return
     announce = not e.scale_up and job.held[0].node == ex.node
     fresh = (job.job_id, e.attempt) not in ex.attempts
-    att = ex.attempt(job.job_id, e.attempt, None if e.scale_up else e.id, announce)
+    att = ex.attempt(job.job_id, e.attempt, None if e.scale_up else e.id, announce, mine[0][0])
     started = 0
     for index, replica in mine:
         if replica in att.replicas:
@@ -77,7 +77,7 @@ def launch_of(ex: Executor, job: JobWork, index: int, replica: Replica) -> Launc
     spec = job.spec
     if spec is None:  # relayed with every placement: only a broken relay leaves it out
         raise ValueError(f"no spec was relayed for job {job.job_id!r}")
-    directory = checkpoint_dir(ex.data_dir, job.job_id)
+    directory = checkpoint_dir(ex.checkpoints_root, job.job_id, index)
     own = dict(entry.partition("=")[::2] for entry in spec.env)
     env = {
         **own,

@@ -43,6 +43,8 @@ class LocalReplica:
 class LocalAttempt:
     job_id: str
     attempt: int
+    #: The checkpoint folder of the job's first replica here (replica 0's where it runs
+    #: here): its `.checkpoint` marker is the one polled.
     checkpoint_dir: Path
     #: The checkpoint marker's mtime before this attempt started here (None: no marker).
     baseline_mtime: float | None

@@ -11,6 +11,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -50,6 +51,7 @@ from services.executor.logs import attempt_logs
 from services.executor.runtime import Launch, load_records, proc_start_ticks
 from services.executor.service import Executor, ExecutorConfig, ExecutorGroup
 from services.nodewatch.service import NodeWatch
+from services.nodewatch.work import rendezvous_port
 from services.runtime.eventlog import JetStreamLog, connect
 from services.runtime.servers import NatsServer
 from services.runtime.tasks import cancel_and_wait
@@ -574,6 +576,97 @@ async def test_a_gang_over_two_nodes_grows_and_stops_on_both(cluster: Cluster) -
     assert len(cluster.recorder.of(JobPreempted, "g")) == 1
 
 
+RENDEZVOUS = (
+    "FAIRLANE_REPLICA",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "WORLD_SIZE",
+    "RANK",
+    "LOCAL_RANK",
+    "NODE_RANK",
+    "LOCAL_WORLD_SIZE",
+)
+
+
+async def test_every_replica_of_a_gang_over_two_nodes_meets_at_the_same_master(
+    cluster: Cluster,
+) -> None:
+    """Two executors (two nodes on this machine, one registering another address): each
+    replica of an attempt gets the same MASTER_ADDR:MASTER_PORT (replica 0's node's address)
+    and its own rank; the next attempt meets at a new port."""
+    await cluster.executor("n1", gpus=1)
+    await cluster.executor("n2", gpus=1, address="127.0.0.2")
+    await eventually(lambda: len(cluster.recorder.of(NodeRegistered)) == 2)
+    assert {e.node: e.address for e in cluster.recorder.of(NodeRegistered)} == {
+        "n1": "127.0.0.1",
+        "n2": "127.0.0.2",
+    }
+    out = '"$FAIRLANE_CHECKPOINT_DIR/env-$FAIRLANE_ATTEMPT"'
+    command = ("sh", "-c", f"env > {out}.tmp && mv {out}.tmp {out}; sleep 30")
+
+    async def environments(attempt: int, gang: tuple[Replica, ...]) -> list[dict[str, str]]:
+        files = [
+            cluster.tmp / r.node / "checkpoints" / "g2" / f"replica-{i}" / f"env-{attempt}"
+            for i, r in enumerate(gang)
+        ]
+        await eventually(lambda: all(f.exists() for f in files))
+        return [{k: v for k, v in read_env(f).items() if k in RENDEZVOUS} for f in files]
+
+    first = (Replica("n1", (0,)), Replica("n2", (0,)))
+    await cluster.job("g2", first, command)
+    one = await environments(1, first)
+    port = one[0]["MASTER_PORT"]
+    assert one == [
+        {
+            "FAIRLANE_REPLICA": str(rank),
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": port,
+            "WORLD_SIZE": "2",
+            "RANK": str(rank),
+            "LOCAL_RANK": "0",
+            "NODE_RANK": str(rank),
+            "LOCAL_WORLD_SIZE": "1",
+        }
+        for rank in (0, 1)
+    ]
+    assert 29500 <= int(port) < 32768  # below the kernel's ephemeral ports
+
+    await cluster.preempt("g2")
+    await cluster.recorder.wait(JobPreempted, "g2")
+    second = (Replica("n2", (0,)), Replica("n1", (0,)))  # replica 0 on n2 this time
+    await cluster.job("g2", second, attempt=2)
+    two = await environments(2, second)
+    assert {e["MASTER_ADDR"] for e in two} == {"127.0.0.2"}
+    assert len({e["MASTER_PORT"] for e in two}) == 1 and two[0]["MASTER_PORT"] != port
+    assert [(e["RANK"], e["NODE_RANK"]) for e in two] == [("0", "0"), ("1", "1")]
+
+
+async def test_a_taken_rendezvous_port_fails_the_attempt_clearly(cluster: Cluster) -> None:
+    """Something outside Fairlane listens on the port the relay chose: replica 0's executor
+    starts nothing and says which port, instead of a gang waiting for a master forever."""
+    await cluster.executor("n1", gpus=2)
+    gang = (Replica("n1", (0,)), Replica("n1", (1,)))
+    await cluster.job("busy", gang, ("sh", "-c", "sleep 30"))
+    started = await cluster.recorder.wait(JobStarted, "busy")
+    relayed = next(
+        job.rendezvous
+        for r in cluster.recorder.of(WorkRelayed)
+        for job in r.jobs
+        if job.job_id == "busy" and job.rendezvous is not None
+    )
+    await cluster.preempt("busy")
+    await cluster.recorder.wait(JobPreempted, "busy")
+    # the next attempt's port is the first free one after the first attempt's
+    port = rendezvous_port("busy", 2, {relayed.port})
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", port))
+        squatter.listen()
+        await cluster.job("busy", gang, attempt=2)
+        failed = await cluster.recorder.wait(JobFailed, "busy")
+    assert started.attempt == 1 and failed.attempt == 2
+    assert f"the rendezvous port {port} (MASTER_PORT) on n1 is taken" in failed.reason
+
+
 # -- hollow --------------------------------------------------------------------------------------
 
 
@@ -750,6 +843,37 @@ async def test_the_pytorch_example_is_preempted_and_resumes(cluster: Cluster) ->
     later = await cluster.recorder.wait(JobProgress, "t", lambda e: e.attempt == 2, within=60)
     assert later.step is not None and later.step > (last or 0)
     assert "resumed from step" in attempt_logs(ex.data_dir, "t")[-1].path.read_text()
+
+
+async def test_the_pytorch_example_trains_as_a_gang_over_two_nodes(cluster: Cluster) -> None:
+    """torch.distributed over the rendezvous the executors give (gloo on CPUs, NCCL on GPUs):
+    two replicas on two nodes meet, are preempted together and resume from the same step.
+    Runs where PyTorch is installed (it is not a dependency)."""
+    pytest.importorskip("torch")
+    nodes = [await cluster.executor(n, gpus=1) for n in ("n1", "n2")]
+    example = str(Path(__file__).resolve().parent.parent / "examples" / "train_torch.py")
+    command = (sys.executable, example, "--steps", "1000000", "--checkpoint-every", "50")
+    gang = (Replica("n1", (0,)), Replica("n2", (0,)))
+
+    def output(attempt: int) -> list[str]:
+        return [
+            entry.path.read_text()
+            for ex in nodes
+            for entry in attempt_logs(ex.data_dir, "tg")
+            if entry.attempt == attempt
+        ]
+
+    await cluster.job("tg", gang, command)
+    await cluster.recorder.wait(JobCheckpointed, "tg", lambda e: e.step is not None, within=120)
+    met = [line for text in output(1) for line in text.splitlines() if " met at " in line]
+    assert len(met) == 2 and len({line.split(" met at ")[1] for line in met}) == 1, met
+    await cluster.preempt("tg")
+    preempted = await cluster.recorder.wait(JobPreempted, "tg", within=60)
+    assert preempted.checkpointed and not cluster.recorder.of(JobFailed, "tg")
+    await cluster.job("tg", gang, attempt=2)
+    await eventually(lambda: sum("resumed from step" in t for t in output(2)) == 2, within=120)
+    resumed = {t.split("resumed from step ")[1].split()[0] for t in output(2)}
+    assert len(resumed) == 1  # both replicas stopped, saved and resumed at the same step
 
 
 def test_a_replica_gets_a_burst_of_events_then_a_steady_rate() -> None:

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import structlog
 
+from events.catalogue import LOCAL_ADDRESS
 from services.executor.gpus import GpuDiscoveryError, discover_gpus
 from services.executor.service import Executor, ExecutorConfig
 from services.runtime.auth import executor_consumer
@@ -48,6 +49,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=Path,
         default=None,
         help="checkpoints, logs and process records (default .fairlane/executor/NODE)",
+    )
+    parser.add_argument(
+        "--address",
+        default=LOCAL_ADDRESS,
+        help="where other nodes reach this node's replicas: a gang's MASTER_ADDR when its "
+        f"replica 0 runs here (default {LOCAL_ADDRESS}: every node on this machine)",
     )
     parser.add_argument(
         "--hollow", action="store_true", help="start nothing: replicas run only in memory"
@@ -137,6 +144,7 @@ async def serve(args: argparse.Namespace) -> int:
         gpu_devices=inventory.devices,
         gpu_source=inventory.source,
         data_dir=args.data_dir or Path(".fairlane/executor") / args.node,
+        address=args.address,
         hollow=args.hollow,
         runtime=args.runtime,
         docker_host=args.docker_host,

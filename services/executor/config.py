@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from events.catalogue import LOCAL_ADDRESS
 from events.model import GpuDevice
 
 
@@ -20,6 +21,9 @@ class ExecutorConfig:
     gpu_devices: tuple[GpuDevice, ...] = ()
     gpu_source: Literal["nvml", "declared"] = "declared"
     data_dir: Path = Path(".fairlane/executor")
+    #: Where other nodes reach this node's replicas (a gang's `MASTER_ADDR` when replica 0
+    #: runs here); registered with the node.
+    address: str = LOCAL_ADDRESS
     hollow: bool = False
     #: How replicas run: local processes, or Docker containers (the job's image).
     runtime: Literal["process", "docker"] = "process"

@@ -127,6 +127,7 @@ class Executor:
             gpu_uuids=self.config.gpu_uuids,
             gpu_source=self.config.gpu_source,
             gpu_devices=self.config.gpu_devices,
+            address=self.config.address,
         )
 
     def local_replicas(self) -> list[LocalReplica]:

@@ -26,6 +26,7 @@ class LocalReplica:
     ended: bool = False
     stopping: bool = False  # this executor asked it to stop: its end is not a failure
     token: str = ""  # its attempt's token for the workload events endpoint
+    failure: str = ""  # why it was not started, where the executor itself refused
     launched: asyncio.Event = field(default_factory=asyncio.Event)
     finished: asyncio.Event = field(default_factory=asyncio.Event)
 

@@ -183,13 +183,20 @@ class Cluster:
         attempt: int = 1,
         elastic_to: int | None = None,
         image: str | None = None,
+        working_dir: str | None = None,
     ) -> None:
         """Submitted, admitted and placed on `replicas`, as the policy would (`elastic_to`:
         the job may grow to that many replicas)."""
         now = time.time()
         size = elastic_to or len(replicas)
         if attempt == 1:
-            spec = JobSpec(project="a", replicas=size, command=command, image=image)
+            spec = JobSpec(
+                project="a",
+                replicas=size,
+                command=command,
+                image=image,
+                working_dir=working_dir,
+            )
             await self.publish(
                 JobSubmitted(
                     id=f"{job_id}/submitted", time=now, actor="t", job_id=job_id, spec=spec
@@ -665,6 +672,34 @@ async def test_a_taken_rendezvous_port_fails_the_attempt_clearly(cluster: Cluste
         failed = await cluster.recorder.wait(JobFailed, "busy")
     assert started.attempt == 1 and failed.attempt == 2
     assert f"the rendezvous port {port} (MASTER_PORT) on n1 is taken" in failed.reason
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+async def test_the_workload_runs_in_its_working_directory(cluster: Cluster) -> None:
+    """`python3 examples/train.py`, relative to the job's working directory (the checkout),
+    finds its file; the checkpoint folder is only in the environment; a job without one runs
+    in its folder of run files; a folder that is not there fails the job, naming it."""
+    ex = await cluster.executor("n1", gpus=3)
+    train = (sys.executable, "examples/train.py", "--steps", "30", "--step-seconds", "0.001")
+    await cluster.job("wd", (Replica("n1", (0,)),), train, working_dir=str(ROOT))
+    done = await cluster.recorder.wait(JobCompleted, "wd", within=20)
+    assert done.attempt == 1
+    assert (ex.checkpoints_root / "wd" / "replica-0" / "train.json").exists()
+
+    where = ("sh", "-c", 'pwd > "$FAIRLANE_CHECKPOINT_DIR/pwd"')
+    await cluster.job("nowd", (Replica("n1", (1,)),), where)
+    await cluster.recorder.wait(JobCompleted, "nowd")
+    assert (ex.checkpoints_root / "nowd" / "replica-0" / "pwd").read_text().strip() == str(
+        ex.data_dir / "runs" / "nowd"
+    )
+
+    missing = str(cluster.tmp / "not-there")
+    await cluster.job("badwd", (Replica("n1", (2,)),), where, working_dir=missing)
+    failed = await cluster.recorder.wait(JobFailed, "badwd")
+    assert f"the working directory {missing!r} does not exist" in failed.reason
+    assert failed.exit_code == 126
 
 
 # -- hollow --------------------------------------------------------------------------------------

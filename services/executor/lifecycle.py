@@ -106,6 +106,7 @@ def launch_of(ex: Executor, job: JobWork, index: int, replica: Replica) -> Launc
         env=env,
         checkpoint_dir=directory,
         run_dir=ex.data_dir / "runs" / safe_name(job.job_id),
+        working_dir=Path(spec.working_dir) if spec.working_dir else None,
     )
 
 

@@ -70,6 +70,10 @@ class Launch:
     env: dict[str, str]
     checkpoint_dir: Path
     run_dir: Path  # exit-status files and logs of this job's attempts
+    #: Where the workload runs (the job's `working_dir`); None: the process runtime runs it
+    #: in `run_dir`, Docker in the image's own working directory. Never the checkpoint
+    #: folder: that one is only named in the environment.
+    working_dir: Path | None = None
 
     @property
     def name(self) -> str:
@@ -305,7 +309,7 @@ class ProcessRuntime:
             "--exit-file",
             str(self.exit_file(launch)),
             "--cwd",
-            str(launch.checkpoint_dir),
+            str(launch.working_dir or launch.run_dir),
             "--",
             *command,
         ]

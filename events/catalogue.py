@@ -209,6 +209,9 @@ class JobPreempted(Event, frozen=True, kw_only=True):
     checkpointed: bool = False
     #: A replica did not exit within the grace period and was killed (SIGKILL).
     killed: bool = False
+    #: Bytes of checkpoint the reporting executor stored in the cluster's checkpoint store
+    #: as its replicas stopped (None: nothing stored). Optional: no upcast needed.
+    stored_bytes: int | None = None
 
 
 class JobCheckpointed(Event, frozen=True, kw_only=True):

@@ -164,3 +164,12 @@ def test_the_working_dir_defaults_to_the_submitting_folder_on_this_machine(
     assert _working_dir(str(tmp_path), local=True, image=None) == str(tmp_path)
     assert _working_dir("/on/the/nodes", local=False, image=None) == "/on/the/nodes"
     assert _on_this_machine("http://127.0.0.1:8080") and not _on_this_machine("https://fl.example")
+
+
+def test_describe_says_how_much_checkpoint_a_stop_stored() -> None:
+    event = {"job_id": "j", "attempt": 1, "reason": "priority", "checkpointed": True}
+    entry = {"type": "JobPreempted", "event": {**event, "stored_bytes": 2048}}
+    assert details(entry) == "stopped (priority), checkpoint saved and stored (2048 bytes)"
+    assert (
+        details({"type": "JobPreempted", "event": event}) == "stopped (priority), checkpoint saved"
+    )

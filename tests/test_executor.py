@@ -21,6 +21,7 @@ from types import ModuleType
 from typing import Any, TypeVar
 
 import pytest
+from nats.js.errors import NotFoundError
 
 from events import (
     ClusterConfigured,
@@ -39,6 +40,7 @@ from events import (
     JobSpec,
     JobStarted,
     JobSubmitted,
+    NodeLost,
     NodeRegistered,
     Replica,
     WorkRelayed,
@@ -50,8 +52,10 @@ from services.executor.gpus import GpuDiscoveryError, discover_gpus
 from services.executor.logs import attempt_logs
 from services.executor.runtime import Launch, load_records, proc_start_ticks
 from services.executor.service import Executor, ExecutorConfig, ExecutorGroup
+from services.executor.storage import CheckpointStorage, object_name
 from services.nodewatch.service import NodeWatch
 from services.nodewatch.work import rendezvous_port
+from services.runtime.checkpoint_bucket import checkpoint_bucket
 from services.runtime.eventlog import JetStreamLog, connect
 from services.runtime.servers import NatsServer
 from services.runtime.tasks import cancel_and_wait
@@ -581,6 +585,104 @@ async def test_a_gang_over_two_nodes_grows_and_stops_on_both(cluster: Cluster) -
     await eventually(lambda: not any(alive(pid) for pid in pids))
     await eventually(lambda: not n1.attempts and not n2.attempts)
     assert len(cluster.recorder.of(JobPreempted, "g")) == 1
+
+
+def stopped_and_resumed(ex: Executor, job_id: str) -> tuple[int | None, int | None]:
+    """The step examples/train.py said it stopped at in attempt 1 and resumed from in 2."""
+    stopped = resumed = None
+    for entry in attempt_logs(ex.data_dir, job_id):
+        for line in entry.path.read_text().splitlines():
+            if "stopping at step " in line:
+                stopped = int(line.split("stopping at step ")[1].split()[0])
+            if "resumed from step " in line:
+                resumed = int(line.split("resumed from step ")[1].split()[0])
+    return stopped, resumed
+
+
+async def test_a_job_checkpointed_on_one_node_resumes_on_another_from_its_step(
+    cluster: Cluster,
+) -> None:
+    """The built-in storage: node A stores the replica's folder in the cluster's object store
+    as it stops (before reporting the stop); node B fetches it before the next attempt starts
+    there, and the workload resumes from the step it saved on A."""
+    a = await cluster.executor("n1", gpus=1)
+    b = await cluster.executor("n2", gpus=1)
+    train = (*TRAIN, "--steps", "100000", "--step-seconds", "0.002", "--checkpoint-every", "50")
+    await cluster.job("mv", (Replica("n1", (0,)),), train)
+    await cluster.recorder.wait(JobCheckpointed, "mv", lambda e: e.step is not None)
+    await cluster.preempt("mv")
+    preempted = await cluster.recorder.wait(JobPreempted, "mv")
+    assert preempted.checkpointed and preempted.stored_bytes and preempted.stored_bytes > 0
+    stopped, _ = stopped_and_resumed(a, "mv")
+    assert stopped is not None and stopped > 0
+
+    await cluster.job("mv", (Replica("n2", (0,)),), attempt=2)
+    said = await cluster.recorder.wait(JobMessage, "mv", lambda e: e.attempt == 2)
+    assert said.text == f"resumed from step {stopped}"
+    assert stopped_and_resumed(b, "mv") == (None, stopped)
+    saved = read_json(b.checkpoints_root / "mv" / "replica-0" / "train.json")
+    assert saved["step"] >= stopped
+    assert not (b.checkpoints_root / "mv" / "replica-0" / ".checkpoint").exists()
+
+
+async def test_a_lost_nodes_job_resumes_elsewhere_from_its_last_stored_checkpoint(
+    cluster: Cluster,
+) -> None:
+    """A replica's periodic saves are stored as they happen (the marker, here): when its node
+    is lost, the next attempt on another node starts from the last one stored."""
+    await cluster.executor("n1", gpus=1)
+    b = await cluster.executor("n2", gpus=1)
+    command = (*WORKLOAD, "--step-seconds", "0.05", "--checkpoint-every", "0.3")
+    await cluster.job("lost", (Replica("n1", (0,)),), command)
+    checkpoint = await cluster.recorder.wait(JobCheckpointed, "lost")
+    assert checkpoint.size_bytes and checkpoint.size_bytes > 0  # what the store holds
+    await cluster.publish(
+        NodeLost(id="n1/lost", time=time.time(), actor="t", node="n1", reason="test")
+    )
+    await cluster.job("lost", (Replica("n2", (0,)),), attempt=2)
+    await cluster.recorder.wait(JobStarted, "lost", lambda e: e.attempt == 2)
+    state = b.checkpoints_root / "lost" / "replica-0" / "state.json"
+    await eventually(lambda: state.exists() and read_json(state)["attempt"] == 2)
+    resumed = read_json(state)
+    assert resumed["resumed_from"] and resumed["resumed_from"] > 0
+
+
+async def test_a_checkpoint_over_the_bound_is_not_stored_and_the_timeline_says_so(
+    cluster: Cluster,
+) -> None:
+    small = CheckpointStorage("object_store", None, max_bytes=1000)
+    await cluster.executor("n1", gpus=1, checkpoint_storage=small)
+    command = (
+        "sh",
+        "-c",
+        'head -c 5000 /dev/zero > "$FAIRLANE_CHECKPOINT_DIR/big" '
+        '&& touch "$FAIRLANE_CHECKPOINT_DIR/.checkpoint"; sleep 30',
+    )
+    await cluster.job("big", (Replica("n1", (0,)),), command)
+    said = await cluster.recorder.wait(JobMessage, "big")
+    assert "over the bound of 1000 (--checkpoint-max-bytes): not stored" in said.text
+    assert said.actor == "executor/n1"
+    bucket = await checkpoint_bucket(cluster.log.js)
+    with pytest.raises(NotFoundError):
+        await bucket.get_info(object_name("big", 0))
+
+
+async def test_a_shared_folder_holds_the_checkpoints_of_every_node(cluster: Cluster) -> None:
+    shared = CheckpointStorage("shared_fs", cluster.tmp / "shared")
+    a = await cluster.executor("n1", gpus=1, checkpoint_storage=shared)
+    b = await cluster.executor("n2", gpus=1, checkpoint_storage=shared)
+    assert a.checkpoints_root == b.checkpoints_root == (cluster.tmp / "shared").resolve()
+    assert a.objects is None and b.objects is None  # nothing is copied
+    train = (*TRAIN, "--steps", "100000", "--step-seconds", "0.002", "--checkpoint-every", "50")
+    await cluster.job("sh", (Replica("n1", (0,)),), train)
+    await cluster.recorder.wait(JobCheckpointed, "sh", lambda e: e.step is not None)
+    await cluster.preempt("sh")
+    preempted = await cluster.recorder.wait(JobPreempted, "sh")
+    assert preempted.checkpointed and preempted.stored_bytes is None
+    stopped, _ = stopped_and_resumed(a, "sh")
+    await cluster.job("sh", (Replica("n2", (0,)),), attempt=2)
+    said = await cluster.recorder.wait(JobMessage, "sh", lambda e: e.attempt == 2)
+    assert said.text == f"resumed from step {stopped}"
 
 
 RENDEZVOUS = (

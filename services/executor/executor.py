@@ -38,6 +38,7 @@ from services.executor.runtime import (
     save_records,
 )
 from services.executor.stopping import begin_stop, grace_of, sync_job, terminate, wait_all
+from services.executor.storage import ObjectCheckpoints
 from services.runtime.eventlog import JetStreamLog
 from services.runtime.heartbeats import heartbeat_bucket
 from services.runtime.tasks import cancel_and_wait
@@ -72,9 +73,21 @@ class Executor:
         self.node = config.node
         #: Absolute: records and the workloads' environment must not depend on the cwd.
         self.data_dir = config.data_dir.resolve()
-        #: Where the replicas' checkpoint folders are (`<job>/replica-<i>` under it).
-        self.checkpoints_root = self.data_dir / "checkpoints"
         self.runtime = runtime or runtime_for(config)
+        storage = config.checkpoint_storage
+        #: Where the replicas' checkpoint folders are (`<job>/replica-<i>` under it): this
+        #: node's data folder, or the folder every node shares.
+        self.checkpoints_root = (
+            storage.path.resolve()
+            if storage.kind == "shared_fs" and storage.path is not None
+            else self.data_dir / "checkpoints"
+        )
+        #: The cluster's checkpoint store (None: a shared folder, or nothing runs for real).
+        self.objects = (
+            ObjectCheckpoints(log.js, storage.max_bytes)
+            if storage.kind == "object_store" and self.runtime.real
+            else None
+        )
         self.attempts: dict[AttemptKey, LocalAttempt] = {}
         #: Where workloads publish their own events (real runtimes only).
         self.endpoint = Endpoint(self) if self.runtime.real else None

@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING, Final
 from events import JobCompleted, JobFailed, JobPreempted, JobScheduled, JobStarted
 from events.catalogue import JobWork
 from events.model import Replica
-from services.executor.checkpoints import checkpointed
+from services.executor.checkpoints import checkpointed, fetch_replica
 from services.executor.endpoint import SOCKET_ENV
 from services.executor.gang import gang_env, port_taken
-from services.executor.local import LocalAttempt, LocalReplica
+from services.executor.local import LocalAttempt, LocalReplica, marker_mtime
 from services.executor.logs import attempt_log_path
 from services.executor.logship import ship_replica
 from services.executor.nodework import desired
@@ -124,6 +124,8 @@ async def run_replica(ex: Executor, lr: LocalReplica, launch: Launch | None) -> 
         att = ex.attempts.get(lr.key)
         baseline = att.baseline_mtime if att is not None else None
         lr.token = launch.env.get(TOKEN_ENV, "")
+        await fetch_replica(ex, lr)  # a later attempt: the checkpoint it resumes from
+        lr.stored_mark = marker_mtime(launch.checkpoint_dir)  # older saves are not its own
         if (taken := master_port_taken(ex, launch)) is not None:
             ex.logger.error("the rendezvous port is taken", job=lr.job_id, port=taken)
             lr.failure = (

@@ -99,7 +99,7 @@ class WorkBook:
             return []
         nodes = self._move(job)
         placed = isinstance(event, JobScheduled)
-        meet = self._meet(job, new=placed and not event.scale_up) if placed else None
+        meet = self._meet(job, new=not event.scale_up) if isinstance(event, JobScheduled) else None
         work = (job_work(state, job, with_spec=placed, rendezvous=meet),)
         if job.phase in ENDED:
             self._free(job.id, forget=True)

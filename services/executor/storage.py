@@ -133,6 +133,8 @@ def unpack(archive: Path, folder: Path) -> None:
     """Replace `folder` with the archive's content: unpacked beside it, then swapped in, so the
     replica never sees half of it. The `data` filter refuses links out of the folder, absolute
     names and device files."""
+    if not hasattr(tarfile, "data_filter"):  # Python 3.11.4 and later
+        raise RuntimeError("unpacking a checkpoint safely needs Python 3.11.4 or later")
     fresh = Path(tempfile.mkdtemp(prefix=folder.name + ".fetched-", dir=folder.parent))
     with tarfile.open(archive) as tar:
         tar.extractall(fresh, filter="data")

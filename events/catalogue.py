@@ -81,6 +81,14 @@ class NodeRegistered(Event, frozen=True, kw_only=True):
     #: Where the GPU count came from: NVML, or declared by the operator (no NVML there).
     gpu_source: Literal["nvml", "declared"] | None = None
     gpu_devices: tuple[GpuDevice, ...] = ()
+    #: Where the node's replicas are reached from other nodes: a gang's rendezvous is replica
+    #: 0's node's. Optional, so neither an older event nor an older reader needs an upcast:
+    #: an event without it reads as None, a node on the same machine (`LOCAL_ADDRESS`).
+    address: str | None = None
+
+
+#: The address of a node that registered none.
+LOCAL_ADDRESS: Final = "127.0.0.1"
 
 
 class NodeLost(Event, frozen=True, kw_only=True):
@@ -217,6 +225,9 @@ class JobPreempted(Event, frozen=True, kw_only=True):
     checkpointed: bool = False
     #: A replica did not exit within the grace period and was killed (SIGKILL).
     killed: bool = False
+    #: Bytes of checkpoint the reporting executor stored in the cluster's checkpoint store
+    #: as its replicas stopped (None: nothing stored). Optional: no upcast needed.
+    stored_bytes: int | None = None
 
 
 class JobCheckpointed(Event, frozen=True, kw_only=True):
@@ -280,6 +291,16 @@ class JobPriorityChanged(Event, frozen=True, kw_only=True):
 # -- work relayed to one node ----------------------------------------------------------------
 
 
+class Rendezvous(msgspec.Struct, frozen=True, kw_only=True):
+    """Where the replicas of one attempt of a gang meet (torch.distributed's `MASTER_ADDR`
+    and `MASTER_PORT`): replica 0's node's address and a port chosen by the relay from the
+    log, so every replica's executor is told the same one, and the next attempt a new one."""
+
+    attempt: int
+    address: str
+    port: int
+
+
 class JobWork(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """A job as the fold left it right after a relayed event: what its node executors act on.
     `spec` comes with the placements on the node (it is what the executor starts), not with
@@ -296,6 +317,8 @@ class JobWork(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     #: the job's own grace period, or the cluster's when it was relayed
     grace_s: float = 30.0
     spec: JobSpec | None = None
+    #: the attempt's rendezvous, relayed with its placements like the spec
+    rendezvous: Rendezvous | None = None
 
 
 #: The events a node's executor acts on, relayed once the fold applied them.

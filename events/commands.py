@@ -47,6 +47,8 @@ MAX_ENV: Final = 256
 EnvEntry = Annotated[
     str, msgspec.Meta(max_length=MAX_TEXT, pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}=")
 ]
+#: an absolute path (PATH_MAX long at most)
+WorkingDir = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_TEXT, pattern=r"^/")]
 Gpus = Annotated[int, msgspec.Meta(ge=0, le=MAX_GPUS)]
 Replicas = Annotated[int, msgspec.Meta(ge=1, le=MAX_REPLICAS)]
 GpuCount = Annotated[int, msgspec.Meta(ge=0, le=MAX_GPUS_TOTAL)]
@@ -196,6 +198,7 @@ class _JobSpecBounds(msgspec.Struct, frozen=True):
     grace_s: Duration | None = None
     duration_s: Duration | None = None
     checkpoint: _CheckpointBounds | None = None
+    working_dir: WorkingDir | None = None
 
 
 class _PriorityClassBounds(msgspec.Struct, frozen=True):

@@ -88,6 +88,10 @@ class JobSpec(msgspec.Struct, frozen=True, omit_defaults=True):
     grace_s: float | None = None
     duration_s: float | None = None
     checkpoint: CheckpointModel | None = None
+    #: The folder the workload runs in, an absolute path on the node (None: for the process
+    #: runtime, the job's folder of run files on the node; for Docker, the image's own).
+    #: Optional, so an older event reads as None and no upcast is needed.
+    working_dir: str | None = None
 
 
 class Replica(msgspec.Struct, frozen=True, array_like=True):

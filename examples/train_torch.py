@@ -7,6 +7,13 @@ from the executor), else on the CPU. Every `--checkpoint-every` steps and on SIG
 model, optimizer and step with `torch.save` to `$FAIRLANE_CHECKPOINT_DIR/model.pt` (written
 to a temporary file and renamed, so a kill mid-save leaves the previous checkpoint whole), and
 tells the job's timeline through `fairlane.workload`; a later attempt resumes from it.
+
+As a gang (`fairlane submit --replicas 2 ...`) it trains data-parallel with torch.distributed:
+each replica joins the process group at the `MASTER_ADDR:MASTER_PORT` the executor gives every
+replica of the attempt (`WORLD_SIZE`, `RANK`: `env://`), over NCCL on GPUs and gloo on CPUs,
+and wraps the network in DistributedDataParallel. The replicas agree on when to stop (a
+SIGTERM on any of them stops all at the same step) and each saves to its own checkpoint folder,
+so every replica resumes from the same step, wherever it runs next.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from pathlib import Path
 from types import FrameType
 
 import torch
+import torch.distributed as dist
 
 try:
     from fairlane import workload
@@ -37,7 +45,13 @@ def on_sigterm(signum: int, frame: FrameType | None) -> None:
 def save(path: Path, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
     tmp = path.with_name(path.name + ".tmp")
     torch.save(
-        {"step": step, "model": model.state_dict(), "optimizer": optimizer.state_dict()}, tmp
+        # the network itself, not DistributedDataParallel's wrapper (its names say `module.`)
+        {
+            "step": step,
+            "model": getattr(model, "module", model).state_dict(),
+            "optimizer": optimizer.state_dict(),
+        },
+        tmp,
     )
     os.replace(tmp, path)
     workload.checkpoint_saved(step=step, size_bytes=path.stat().st_size)
@@ -53,9 +67,10 @@ def main() -> int:
     signal.signal(signal.SIGTERM, on_sigterm)
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    model = torch.nn.Sequential(torch.nn.Linear(1, 64), torch.nn.Tanh(), torch.nn.Linear(64, 1)).to(
-        device
-    )
+    world = join(device)
+    model: torch.nn.Module = torch.nn.Sequential(
+        torch.nn.Linear(1, 64), torch.nn.Tanh(), torch.nn.Linear(64, 1)
+    ).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
     path = workload.checkpoint_dir() / "model.pt"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -70,12 +85,18 @@ def main() -> int:
     else:
         print(f"attempt {workload.attempt()}: starting from step 0 on {device}", flush=True)
 
-    generator = torch.Generator(device="cpu").manual_seed(step)
+    if world > 1:
+        model = torch.nn.parallel.DistributedDataParallel(model)
+    rank = dist.get_rank() if world > 1 else 0
+    generator = torch.Generator(device="cpu").manual_seed(step * world + rank)
     while step < args.steps:
-        if stop_signal is not None:
+        if stopping(world, device):
             save(path, step, model, optimizer)
-            print(f"stopping at step {step} (signal {stop_signal})", flush=True)
-            return 128 + stop_signal
+            signum = stop_signal or signal.SIGTERM  # or another replica got it
+            print(f"stopping at step {step} (signal {signum})", flush=True)
+            if world > 1:
+                dist.destroy_process_group()
+            return 128 + signum
         x = (torch.rand(256, 1, generator=generator) * 6.28 - 3.14).to(device)
         loss = torch.nn.functional.mse_loss(model(x), torch.sin(x))
         optimizer.zero_grad()
@@ -89,7 +110,29 @@ def main() -> int:
     if step % args.checkpoint_every:
         save(path, step, model, optimizer)
     print(f"done at step {step}", flush=True)
+    if world > 1:
+        dist.destroy_process_group()
     return 0
+
+
+def join(device: torch.device) -> int:
+    """Join the gang's process group where there is a gang; its size (1: alone)."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world > 1:  # env:// reads MASTER_ADDR, MASTER_PORT, WORLD_SIZE and RANK
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+        where = f"{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}"
+        print(f"rank {dist.get_rank()} of {world} met at {where}", flush=True)
+    return world
+
+
+def stopping(world: int, device: torch.device) -> bool:
+    """Whether to save and stop now: this replica got SIGTERM, or (in a gang) any replica did,
+    so all stop after the same step instead of one waiting for the others' gradients."""
+    if world == 1:
+        return stop_signal is not None
+    flag = torch.tensor([0 if stop_signal is None else 1], device=device)
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    return bool(flag.item())
 
 
 if __name__ == "__main__":

@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import Annotated, Any, Literal
+from pathlib import Path
+from typing import Annotated, Any, Final, Literal
+from urllib.parse import urlsplit
 
 import cyclopts
 from rich.markup import escape
@@ -33,6 +35,8 @@ JobState = Literal[
 ]  # fmt: skip
 #: States of a job that may still start.
 WAITING = frozenset({"submitted", "pending", "paused"})
+#: The longest `--working-dir` (PATH_MAX; the API's and the services' bound too).
+MAX_WORKING_DIR: Final = 4096
 #: Most events `describe --events` shows (the API pages them; `events --job` goes further).
 DESCRIBE_EVENTS_MAX = 2000
 
@@ -62,6 +66,7 @@ def submit(
     preemption_delay: float | None = None,
     min_runtime: float | None = None,
     grace: float | None = None,
+    working_dir: str | None = None,
     idempotency_key: str | None = None,
     connection: Connection | None = None,
     output: Output = "table",
@@ -110,6 +115,10 @@ def submit(
         Seconds it runs before it may be preempted.
     grace
         Seconds between SIGTERM and SIGKILL when it is stopped (default: the cluster's).
+    working_dir
+        The folder the workload runs in on its node (its checkpoint folder is only named in
+        FAIRLANE_CHECKPOINT_DIR). Default: with no --image and the cluster on this machine,
+        the folder `submit` is run in; with an image, the image's own.
     idempotency_key
         Submitting again with the same key returns the first answer instead of a second job.
     """
@@ -138,8 +147,37 @@ def submit(
     if env:
         body["env"] = _environment(env)
     with errors_said(), connected(connection) as api:
+        folder = _working_dir(working_dir, local=_on_this_machine(api.target.api), image=image)
+        if folder is not None:
+            body["working_dir"] = folder
         answer = api.post("/v1/jobs", body)
         emit(answer, output, lambda a: _said(a, f"job {job_id}"))
+
+
+LOCAL_HOSTS: Final = frozenset({"127.0.0.1", "localhost", "::1"})
+
+
+def _on_this_machine(api_url: str) -> bool:
+    """Whether the API (so, for `fairlane up`, the whole cluster) runs on this machine."""
+    return urlsplit(api_url).hostname in LOCAL_HOSTS
+
+
+def _working_dir(given: str | None, local: bool, image: str | None) -> str | None:
+    """The job's working directory: checked here where the nodes share this machine's
+    folders, before anything is sent (elsewhere the node's executor says so if it is not
+    there)."""
+    if given is None:
+        return os.getcwd() if local and image is None else None
+    if len(given) > MAX_WORKING_DIR:
+        fail(f"--working-dir is longer than {MAX_WORKING_DIR} characters", USAGE)
+    if not local:
+        if not given.startswith("/"):
+            fail(f"--working-dir must be an absolute path on the nodes, got {given!r}", USAGE)
+        return given
+    folder = Path(given).expanduser().absolute()
+    if not folder.is_dir():
+        fail(f"--working-dir {given!r}: no such directory on this machine", USAGE)
+    return str(folder)
 
 
 def _environment(pairs: list[str]) -> dict[str, str]:

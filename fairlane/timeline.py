@@ -64,6 +64,8 @@ def _preemption_requested(entry: dict[str, Any], event: dict[str, Any]) -> str:
 def _preempted(entry: dict[str, Any], event: dict[str, Any]) -> str:
     text = f"stopped ({event.get('reason')})"
     text += ", checkpoint saved" if event.get("checkpointed") else ""
+    if event.get("stored_bytes"):  # in the cluster's checkpoint store, for any node
+        text += f" and stored ({event['stored_bytes']} bytes)"
     return text + (", killed after its grace" if event.get("killed") else "")
 
 

@@ -33,6 +33,7 @@ from events import (
 from events.commands import SetPool, SetProject
 from policy.snapshot import encode_snapshot
 from policy.state import ClusterState
+from services.executor.storage import ObjectCheckpoints, object_name
 from services.nodewatch.service import TIMEOUT_ENV
 from services.runtime import auth, logstream
 from services.runtime.auth import (
@@ -45,6 +46,7 @@ from services.runtime.auth import (
     load_credentials,
     write_auth,
 )
+from services.runtime.checkpoint_bucket import BUCKET as CHECKPOINTS
 from services.runtime.connection import connect
 from services.runtime.eventlog import STREAM, JetStreamLog
 from services.runtime.lease import Lease
@@ -261,6 +263,38 @@ async def test_leases_and_snapshots_work_for_their_owners(secured: Secured) -> N
     await log.ensure_stream()  # info only: it exists
     for nc in (scheduler, preemptor, ledger):
         await nc.close()
+
+
+async def test_executors_store_and_fetch_checkpoints_and_clients_cannot(
+    secured: Secured, tmp_path: Path
+) -> None:
+    """The cluster's checkpoint store (provisioned by the admin): an executor stores a
+    replica's folder, replaces it (the old chunks purged) and fetches it into another folder
+    (as the next node would); a client reads none of it; an executor cannot delete the
+    bucket."""
+    creds = load_credentials(secured.files[executor_user(NODE)])
+    executor = await connect(secured.server.url, "e", credentials=creds)
+    here, there = tmp_path / "here" / "replica-0", tmp_path / "there" / "replica-0"
+    here.mkdir(parents=True)
+    store = ObjectCheckpoints(executor.jetstream(timeout=2.0), max_bytes=1 << 20)
+    digests = []
+    for step in (1, 2):
+        (here / "state.json").write_text(f'{{"step": {step}}}')
+        digests.append((await store.store(here, object_name("j", 0))).digest)
+    assert digests[0] and digests[1] and digests[0] != digests[1]
+    assert await store.fetch(there, object_name("j", 0))
+    assert (there / "state.json").read_text() == '{"step": 2}'
+    assert await store.fetch(there, object_name("j", 0)) is None  # it has it already
+    with pytest.raises(Exception):  # noqa: B017 (refused, or a timeout: the server drops it)
+        await executor.jetstream(timeout=1.0).delete_stream(f"OBJ_{CHECKPOINTS}")
+    await executor.close()
+
+    client = await secured.connect(CLIENT)
+    with pytest.raises(Exception):  # noqa: B017
+        await ObjectCheckpoints(client.jetstream(timeout=1.0), 1 << 20).fetch(
+            tmp_path / "client" / "replica-0", object_name("j", 0)
+        )
+    await client.close()
 
 
 def test_the_permissions_name_the_stream_the_log_uses() -> None:

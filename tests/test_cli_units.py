@@ -4,6 +4,8 @@ suggestions, and how shipped log chunks become output."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import msgspec
@@ -12,6 +14,7 @@ from ruamel.yaml import YAML
 
 from fairlane.client import CliError, closest, resolve
 from fairlane.cluster_file import ClusterFile, cluster_file
+from fairlane.jobs_cli import _on_this_machine, _working_dir
 from fairlane.output import duration, to_yaml
 from fairlane.timeline import details
 from services.api.logs import Lines
@@ -137,3 +140,36 @@ def test_a_timeline_entry_tells_the_fields_the_log_leaves_at_their_default() -> 
     # where no teller speaks, only what the event says is listed, not its defaults
     saved = {**base, "job_id": "u", "attempt": 1, "step": 500}
     assert details({"type": "JobCheckpointed", "event": saved}) == "attempt 1, step 500"
+
+
+def test_a_working_dir_that_is_not_there_is_refused_before_anything_is_sent(
+    clean_env: Path, tmp_path: Path
+) -> None:
+    """The API named is not even listening: the error is the working directory's, so the
+    submission was refused before any request."""
+    missing = tmp_path / "not-there"
+    argv = [str(Path(sys.executable).with_name("fairlane")), "submit", "j", "--project", "a"]
+    argv += ["--api", "http://127.0.0.1:9", "--token", "t", "--working-dir", str(missing)]
+    run = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    assert run.returncode == 2
+    assert f"--working-dir '{missing}': no such directory" in " ".join(run.stderr.split())
+
+
+def test_the_working_dir_defaults_to_the_submitting_folder_on_this_machine(
+    tmp_path: Path,
+) -> None:
+    assert _working_dir(None, local=True, image=None) == os.getcwd()
+    assert _working_dir(None, local=True, image="trainer:1") is None  # the image's own
+    assert _working_dir(None, local=False, image=None) is None
+    assert _working_dir(str(tmp_path), local=True, image=None) == str(tmp_path)
+    assert _working_dir("/on/the/nodes", local=False, image=None) == "/on/the/nodes"
+    assert _on_this_machine("http://127.0.0.1:8080") and not _on_this_machine("https://fl.example")
+
+
+def test_describe_says_how_much_checkpoint_a_stop_stored() -> None:
+    event = {"job_id": "j", "attempt": 1, "reason": "priority", "checkpointed": True}
+    entry = {"type": "JobPreempted", "event": {**event, "stored_bytes": 2048}}
+    assert details(entry) == "stopped (priority), checkpoint saved and stored (2048 bytes)"
+    assert (
+        details({"type": "JobPreempted", "event": event}) == "stopped (priority), checkpoint saved"
+    )

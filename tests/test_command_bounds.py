@@ -64,6 +64,8 @@ BAD = [
     (submit(pools=[LONG]), "$.spec.pools[0]"),
     (submit(node=LONG), "$.spec.node"),
     (submit(project=LONG), "$.spec.project"),
+    (submit(working_dir="relative/path"), "$.spec.working_dir"),
+    (submit(working_dir="/" + "x" * 5000), "$.spec.working_dir"),
     ({**submit(), "job_id": LONG}, "$.job_id"),
     ({**submit(), "job_id": ""}, "$.job_id"),
     ({**submit(), "actor": LONG}, "$.actor"),

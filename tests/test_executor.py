@@ -11,6 +11,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -20,6 +21,7 @@ from types import ModuleType
 from typing import Any, TypeVar
 
 import pytest
+from nats.js.errors import NotFoundError
 
 from events import (
     ClusterConfigured,
@@ -38,6 +40,7 @@ from events import (
     JobSpec,
     JobStarted,
     JobSubmitted,
+    NodeLost,
     NodeRegistered,
     Replica,
     WorkRelayed,
@@ -49,7 +52,10 @@ from services.executor.gpus import GpuDiscoveryError, discover_gpus
 from services.executor.logs import attempt_logs
 from services.executor.runtime import Launch, load_records, proc_start_ticks
 from services.executor.service import Executor, ExecutorConfig, ExecutorGroup
+from services.executor.storage import CheckpointStorage, object_name
 from services.nodewatch.service import NodeWatch
+from services.nodewatch.work import rendezvous_port
+from services.runtime.checkpoint_bucket import checkpoint_bucket
 from services.runtime.eventlog import JetStreamLog, connect
 from services.runtime.servers import NatsServer
 from services.runtime.tasks import cancel_and_wait
@@ -181,13 +187,20 @@ class Cluster:
         attempt: int = 1,
         elastic_to: int | None = None,
         image: str | None = None,
+        working_dir: str | None = None,
     ) -> None:
         """Submitted, admitted and placed on `replicas`, as the policy would (`elastic_to`:
         the job may grow to that many replicas)."""
         now = time.time()
         size = elastic_to or len(replicas)
         if attempt == 1:
-            spec = JobSpec(project="a", replicas=size, command=command, image=image)
+            spec = JobSpec(
+                project="a",
+                replicas=size,
+                command=command,
+                image=image,
+                working_dir=working_dir,
+            )
             await self.publish(
                 JobSubmitted(
                     id=f"{job_id}/submitted", time=now, actor="t", job_id=job_id, spec=spec
@@ -368,12 +381,13 @@ async def test_registers_and_runs_each_replica_with_its_environment(cluster: Clu
     assert (started.id, started.attempt, started.resumed) == ("j1/1/started", 1, False)
 
     ckpt = cluster.tmp / "n1" / "checkpoints" / "j1"
-    await eventually(lambda: all((ckpt / f"env-{i}.txt").exists() for i in (0, 1)))
+    own = [ckpt / f"replica-{i}" for i in (0, 1)]  # each replica its own checkpoint folder
+    await eventually(lambda: all((own[i] / f"env-{i}.txt").exists() for i in (0, 1)))
     for index in (0, 1):
-        env = read_env(ckpt / f"env-{index}.txt")
+        env = read_env(own[index] / f"env-{index}.txt")
         assert env["FAIRLANE_JOB_ID"] == "j1"
         assert env["FAIRLANE_ATTEMPT"] == "1"
-        assert env["FAIRLANE_CHECKPOINT_DIR"] == str(ckpt.resolve())
+        assert env["FAIRLANE_CHECKPOINT_DIR"] == str(own[index].resolve())
         assert env["FAIRLANE_REPLICA"] == str(index)
         assert env["CUDA_VISIBLE_DEVICES"] == str(index)
         assert "FAIRLANE_RESUMED" not in env
@@ -410,7 +424,7 @@ async def test_preemption_saves_a_checkpoint_and_the_next_attempt_resumes(
     preempted = await cluster.recorder.wait(JobPreempted, "j2")
     assert preempted.checkpointed
     assert time.monotonic() - asked < 5.0  # it saved and exited on SIGTERM, no SIGKILL needed
-    state_file = cluster.tmp / "n1" / "checkpoints" / "j2" / "state.json"
+    state_file = cluster.tmp / "n1" / "checkpoints" / "j2" / "replica-0" / "state.json"
     first = read_json(state_file)
     assert first["attempt"] == 1 and first["step"] > 0
 
@@ -440,7 +454,7 @@ async def test_a_workload_that_ignores_sigterm_is_killed_after_the_grace(
     command = ("sh", "-c", "trap '' TERM; echo $$ > \"$FAIRLANE_CHECKPOINT_DIR/pid\"; sleep 30")
     await cluster.job("j3", (Replica("n1", (0,)),), command)
     await cluster.recorder.wait(JobStarted, "j3")
-    pid_file = cluster.tmp / "n1" / "checkpoints" / "j3" / "pid"
+    pid_file = cluster.tmp / "n1" / "checkpoints" / "j3" / "replica-0" / "pid"
     await eventually(pid_file.exists)
     pid = int(pid_file.read_text())
 
@@ -496,7 +510,7 @@ async def test_a_restarted_executor_adopts_reports_and_cleans_up(cluster: Cluste
         executor.kill()  # kill -9: no chance to clean up
         executor.wait()
         # `down` ends while nobody watches; its shim leaves the exit status behind
-        (data / "checkpoints" / "down" / "done").touch()
+        (data / "checkpoints" / "down" / "replica-0" / "done").touch()
         await eventually((data / "runs" / "down" / "1.0.exit").exists)
         # `lost` dies with its shim: no exit status at all
         os.killpg(pids["lost"], signal.SIGKILL)
@@ -516,10 +530,12 @@ async def test_a_restarted_executor_adopts_reports_and_cleans_up(cluster: Cluste
         await eventually(lambda: not alive(pids["stale"]))
         # reconciliation is done (it reported `down`): `keep` was adopted, not started again
         assert alive(pids["keep"])
-        (data / "checkpoints" / "keep" / "done").touch()
+        (data / "checkpoints" / "keep" / "replica-0" / "done").touch()
         completed = await cluster.recorder.wait(JobCompleted, "keep")
         assert completed.attempt == 1
-        assert (data / "checkpoints" / "keep" / "starts").read_text().splitlines() == ["started"]
+        assert (
+            data / "checkpoints" / "keep" / "replica-0" / "starts"
+        ).read_text().splitlines() == ["started"]
         assert len(cluster.recorder.of(JobStarted, "keep")) == 1
         assert len(cluster.recorder.of(JobCompleted)) == 2  # keep, and stale by someone else
         assert not cluster.recorder.of(JobFailed, "stale")
@@ -554,8 +570,12 @@ async def test_a_gang_over_two_nodes_grows_and_stops_on_both(cluster: Cluster) -
     )
     await eventually(lambda: len(n2.local_replicas()) == 2)
     replicas = cluster.tmp / "n2" / "checkpoints" / "g"
-    await eventually(lambda: len(list(replicas.glob("r-*"))) == 2)
-    assert sorted(p.read_text().strip() for p in replicas.glob("r-*")) == ["1", "2"]
+    await eventually(lambda: len(list(replicas.glob("replica-*/r-*"))) == 2)
+    assert sorted(p.parent.name for p in replicas.glob("replica-*/r-*")) == [
+        "replica-1",
+        "replica-2",
+    ]
+    assert sorted(p.read_text().strip() for p in replicas.glob("replica-*/r-*")) == ["1", "2"]
     pids = [r.pid for ex in (n1, n2) for r in load_records(ex.records_path)]
     assert len(pids) == 3 and all(alive(pid) for pid in pids)
 
@@ -565,6 +585,223 @@ async def test_a_gang_over_two_nodes_grows_and_stops_on_both(cluster: Cluster) -
     await eventually(lambda: not any(alive(pid) for pid in pids))
     await eventually(lambda: not n1.attempts and not n2.attempts)
     assert len(cluster.recorder.of(JobPreempted, "g")) == 1
+
+
+def stopped_and_resumed(ex: Executor, job_id: str) -> tuple[int | None, int | None]:
+    """The step examples/train.py said it stopped at in attempt 1 and resumed from in 2."""
+    stopped = resumed = None
+    for entry in attempt_logs(ex.data_dir, job_id):
+        for line in entry.path.read_text().splitlines():
+            if "stopping at step " in line:
+                stopped = int(line.split("stopping at step ")[1].split()[0])
+            if "resumed from step " in line:
+                resumed = int(line.split("resumed from step ")[1].split()[0])
+    return stopped, resumed
+
+
+async def test_a_job_checkpointed_on_one_node_resumes_on_another_from_its_step(
+    cluster: Cluster,
+) -> None:
+    """The built-in storage: node A stores the replica's folder in the cluster's object store
+    as it stops (before reporting the stop); node B fetches it before the next attempt starts
+    there, and the workload resumes from the step it saved on A."""
+    a = await cluster.executor("n1", gpus=1)
+    b = await cluster.executor("n2", gpus=1)
+    train = (*TRAIN, "--steps", "100000", "--step-seconds", "0.002", "--checkpoint-every", "50")
+    await cluster.job("mv", (Replica("n1", (0,)),), train)
+    await cluster.recorder.wait(JobCheckpointed, "mv", lambda e: e.step is not None)
+    await cluster.preempt("mv")
+    preempted = await cluster.recorder.wait(JobPreempted, "mv")
+    assert preempted.checkpointed and preempted.stored_bytes and preempted.stored_bytes > 0
+    stopped, _ = stopped_and_resumed(a, "mv")
+    assert stopped is not None and stopped > 0
+
+    await cluster.job("mv", (Replica("n2", (0,)),), attempt=2)
+    said = await cluster.recorder.wait(JobMessage, "mv", lambda e: e.attempt == 2)
+    assert said.text == f"resumed from step {stopped}"
+    assert stopped_and_resumed(b, "mv") == (None, stopped)
+    saved = read_json(b.checkpoints_root / "mv" / "replica-0" / "train.json")
+    assert saved["step"] >= stopped
+    assert not (b.checkpoints_root / "mv" / "replica-0" / ".checkpoint").exists()
+
+
+async def test_a_lost_nodes_job_resumes_elsewhere_from_its_last_stored_checkpoint(
+    cluster: Cluster,
+) -> None:
+    """A replica's periodic saves are stored as they happen (the marker, here): when its node
+    is lost, the next attempt on another node starts from the last one stored."""
+    await cluster.executor("n1", gpus=1)
+    b = await cluster.executor("n2", gpus=1)
+    command = (*WORKLOAD, "--step-seconds", "0.05", "--checkpoint-every", "0.3")
+    await cluster.job("lost", (Replica("n1", (0,)),), command)
+    checkpoint = await cluster.recorder.wait(JobCheckpointed, "lost")
+    assert checkpoint.size_bytes and checkpoint.size_bytes > 0  # what the store holds
+    await cluster.publish(
+        NodeLost(id="n1/lost", time=time.time(), actor="t", node="n1", reason="test")
+    )
+    await cluster.job("lost", (Replica("n2", (0,)),), attempt=2)
+    await cluster.recorder.wait(JobStarted, "lost", lambda e: e.attempt == 2)
+    state = b.checkpoints_root / "lost" / "replica-0" / "state.json"
+    await eventually(lambda: state.exists() and read_json(state)["attempt"] == 2)
+    resumed = read_json(state)
+    assert resumed["resumed_from"] and resumed["resumed_from"] > 0
+
+
+async def test_a_checkpoint_over_the_bound_is_not_stored_and_the_timeline_says_so(
+    cluster: Cluster,
+) -> None:
+    small = CheckpointStorage("object_store", None, max_bytes=1000)
+    await cluster.executor("n1", gpus=1, checkpoint_storage=small)
+    command = (
+        "sh",
+        "-c",
+        'head -c 5000 /dev/zero > "$FAIRLANE_CHECKPOINT_DIR/big" '
+        '&& touch "$FAIRLANE_CHECKPOINT_DIR/.checkpoint"; sleep 30',
+    )
+    await cluster.job("big", (Replica("n1", (0,)),), command)
+    said = await cluster.recorder.wait(JobMessage, "big")
+    assert "over the bound of 1000 (--checkpoint-max-bytes): not stored" in said.text
+    assert said.actor == "executor/n1"
+    bucket = await checkpoint_bucket(cluster.log.js)
+    with pytest.raises(NotFoundError):
+        await bucket.get_info(object_name("big", 0))
+
+
+async def test_a_shared_folder_holds_the_checkpoints_of_every_node(cluster: Cluster) -> None:
+    shared = CheckpointStorage("shared_fs", cluster.tmp / "shared")
+    a = await cluster.executor("n1", gpus=1, checkpoint_storage=shared)
+    b = await cluster.executor("n2", gpus=1, checkpoint_storage=shared)
+    assert a.checkpoints_root == b.checkpoints_root == (cluster.tmp / "shared").resolve()
+    assert a.objects is None and b.objects is None  # nothing is copied
+    train = (*TRAIN, "--steps", "100000", "--step-seconds", "0.002", "--checkpoint-every", "50")
+    await cluster.job("sh", (Replica("n1", (0,)),), train)
+    await cluster.recorder.wait(JobCheckpointed, "sh", lambda e: e.step is not None)
+    await cluster.preempt("sh")
+    preempted = await cluster.recorder.wait(JobPreempted, "sh")
+    assert preempted.checkpointed and preempted.stored_bytes is None
+    stopped, _ = stopped_and_resumed(a, "sh")
+    await cluster.job("sh", (Replica("n2", (0,)),), attempt=2)
+    said = await cluster.recorder.wait(JobMessage, "sh", lambda e: e.attempt == 2)
+    assert said.text == f"resumed from step {stopped}"
+
+
+RENDEZVOUS = (
+    "FAIRLANE_REPLICA",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "WORLD_SIZE",
+    "RANK",
+    "LOCAL_RANK",
+    "NODE_RANK",
+    "LOCAL_WORLD_SIZE",
+)
+
+
+async def test_every_replica_of_a_gang_over_two_nodes_meets_at_the_same_master(
+    cluster: Cluster,
+) -> None:
+    """Two executors (two nodes on this machine, one registering another address): each
+    replica of an attempt gets the same MASTER_ADDR:MASTER_PORT (replica 0's node's address)
+    and its own rank; the next attempt meets at a new port."""
+    await cluster.executor("n1", gpus=1)
+    await cluster.executor("n2", gpus=1, address="127.0.0.2")
+    await eventually(lambda: len(cluster.recorder.of(NodeRegistered)) == 2)
+    assert {e.node: e.address for e in cluster.recorder.of(NodeRegistered)} == {
+        "n1": "127.0.0.1",
+        "n2": "127.0.0.2",
+    }
+    out = '"$FAIRLANE_CHECKPOINT_DIR/env-$FAIRLANE_ATTEMPT"'
+    command = ("sh", "-c", f"env > {out}.tmp && mv {out}.tmp {out}; sleep 30")
+
+    async def environments(attempt: int, gang: tuple[Replica, ...]) -> list[dict[str, str]]:
+        files = [
+            cluster.tmp / r.node / "checkpoints" / "g2" / f"replica-{i}" / f"env-{attempt}"
+            for i, r in enumerate(gang)
+        ]
+        await eventually(lambda: all(f.exists() for f in files))
+        return [{k: v for k, v in read_env(f).items() if k in RENDEZVOUS} for f in files]
+
+    first = (Replica("n1", (0,)), Replica("n2", (0,)))
+    await cluster.job("g2", first, command)
+    one = await environments(1, first)
+    port = one[0]["MASTER_PORT"]
+    assert one == [
+        {
+            "FAIRLANE_REPLICA": str(rank),
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": port,
+            "WORLD_SIZE": "2",
+            "RANK": str(rank),
+            "LOCAL_RANK": "0",
+            "NODE_RANK": str(rank),
+            "LOCAL_WORLD_SIZE": "1",
+        }
+        for rank in (0, 1)
+    ]
+    assert 29500 <= int(port) < 32768  # below the kernel's ephemeral ports
+
+    await cluster.preempt("g2")
+    await cluster.recorder.wait(JobPreempted, "g2")
+    second = (Replica("n2", (0,)), Replica("n1", (0,)))  # replica 0 on n2 this time
+    await cluster.job("g2", second, attempt=2)
+    two = await environments(2, second)
+    assert {e["MASTER_ADDR"] for e in two} == {"127.0.0.2"}
+    assert len({e["MASTER_PORT"] for e in two}) == 1 and two[0]["MASTER_PORT"] != port
+    assert [(e["RANK"], e["NODE_RANK"]) for e in two] == [("0", "0"), ("1", "1")]
+
+
+async def test_a_taken_rendezvous_port_fails_the_attempt_clearly(cluster: Cluster) -> None:
+    """Something outside Fairlane listens on the port the relay chose: replica 0's executor
+    starts nothing and says which port, instead of a gang waiting for a master forever."""
+    await cluster.executor("n1", gpus=2)
+    gang = (Replica("n1", (0,)), Replica("n1", (1,)))
+    await cluster.job("busy", gang, ("sh", "-c", "sleep 30"))
+    started = await cluster.recorder.wait(JobStarted, "busy")
+    relayed = next(
+        job.rendezvous
+        for r in cluster.recorder.of(WorkRelayed)
+        for job in r.jobs
+        if job.job_id == "busy" and job.rendezvous is not None
+    )
+    await cluster.preempt("busy")
+    await cluster.recorder.wait(JobPreempted, "busy")
+    # the next attempt's port is the first free one after the first attempt's
+    port = rendezvous_port("busy", 2, {relayed.port})
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", port))
+        squatter.listen()
+        await cluster.job("busy", gang, attempt=2)
+        failed = await cluster.recorder.wait(JobFailed, "busy")
+    assert started.attempt == 1 and failed.attempt == 2
+    assert f"the rendezvous port {port} (MASTER_PORT) on n1 is taken" in failed.reason
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+async def test_the_workload_runs_in_its_working_directory(cluster: Cluster) -> None:
+    """`python3 examples/train.py`, relative to the job's working directory (the checkout),
+    finds its file; the checkpoint folder is only in the environment; a job without one runs
+    in its folder of run files; a folder that is not there fails the job, naming it."""
+    ex = await cluster.executor("n1", gpus=3)
+    train = (sys.executable, "examples/train.py", "--steps", "30", "--step-seconds", "0.001")
+    await cluster.job("wd", (Replica("n1", (0,)),), train, working_dir=str(ROOT))
+    done = await cluster.recorder.wait(JobCompleted, "wd", within=20)
+    assert done.attempt == 1
+    assert (ex.checkpoints_root / "wd" / "replica-0" / "train.json").exists()
+
+    where = ("sh", "-c", 'pwd > "$FAIRLANE_CHECKPOINT_DIR/pwd"')
+    await cluster.job("nowd", (Replica("n1", (1,)),), where)
+    await cluster.recorder.wait(JobCompleted, "nowd")
+    assert (ex.checkpoints_root / "nowd" / "replica-0" / "pwd").read_text().strip() == str(
+        ex.data_dir / "runs" / "nowd"
+    )
+
+    missing = str(cluster.tmp / "not-there")
+    await cluster.job("badwd", (Replica("n1", (2,)),), where, working_dir=missing)
+    failed = await cluster.recorder.wait(JobFailed, "badwd")
+    assert f"the working directory {missing!r} does not exist" in failed.reason
+    assert failed.exit_code == 126
 
 
 # -- hollow --------------------------------------------------------------------------------------
@@ -684,6 +921,47 @@ async def test_workload_events_reach_the_timeline_and_forged_ones_do_not(cluster
     assert "attempt 1: starting from step 0" in output and "stopping at step" in output
 
 
+async def test_a_gang_of_the_training_example_resumes_each_replica_from_its_own_step(
+    cluster: Cluster,
+) -> None:
+    """Four replicas of examples/train.py on one node: each saves to a checkpoint folder of
+    its own (in one shared folder they race on the same files and fail), is preempted, and
+    resumes from the step it saved itself."""
+    ex = await cluster.executor("n1", gpus=4)
+    train = (*TRAIN, "--steps", "100000", "--step-seconds", "0.002", "--checkpoint-every", "10")
+    gang = tuple(Replica("n1", (i,)) for i in range(4))
+    await cluster.job("g4", gang, train)
+    await cluster.recorder.wait(JobStarted, "g4")
+    folders = [ex.checkpoints_root / "g4" / f"replica-{i}" for i in range(4)]
+    await eventually(lambda: all((f / "train.json").exists() for f in folders), within=20)
+    await asyncio.sleep(0.5)  # many saves each, side by side
+    await cluster.preempt("g4")
+    preempted = await cluster.recorder.wait(JobPreempted, "g4", within=20)
+    assert preempted.checkpointed and not preempted.killed
+    assert not cluster.recorder.of(JobFailed, "g4")
+
+    def said(attempt: int, words: str) -> dict[int, int]:
+        """replica -> the step in its attempt's line starting with `words`"""
+        steps = {}
+        for entry in attempt_logs(ex.data_dir, "g4"):
+            for line in entry.path.read_text().splitlines():
+                if entry.attempt == attempt and words in line:
+                    steps[entry.replica] = int(line.split(words)[1].split()[0])
+        return steps
+
+    stopped = said(1, "stopping at step ")
+    assert sorted(stopped) == [0, 1, 2, 3] and all(step > 0 for step in stopped.values())
+    for i, folder in enumerate(folders):
+        assert read_json(folder / "train.json")["step"] == stopped[i]
+
+    await cluster.job("g4", gang, attempt=2)
+    await cluster.recorder.wait(JobStarted, "g4", lambda e: e.attempt == 2)
+    await eventually(lambda: len(said(2, "resumed from step ")) == 4, within=20)
+    assert said(2, "resumed from step ") == stopped
+    await asyncio.sleep(0.3)
+    assert not cluster.recorder.of(JobFailed, "g4")
+
+
 async def test_the_pytorch_example_is_preempted_and_resumes(cluster: Cluster) -> None:
     """Runs where PyTorch is installed (it is not a dependency); on a GPU where there is one."""
     pytest.importorskip("torch")
@@ -702,6 +980,37 @@ async def test_the_pytorch_example_is_preempted_and_resumes(cluster: Cluster) ->
     later = await cluster.recorder.wait(JobProgress, "t", lambda e: e.attempt == 2, within=60)
     assert later.step is not None and later.step > (last or 0)
     assert "resumed from step" in attempt_logs(ex.data_dir, "t")[-1].path.read_text()
+
+
+async def test_the_pytorch_example_trains_as_a_gang_over_two_nodes(cluster: Cluster) -> None:
+    """torch.distributed over the rendezvous the executors give (gloo on CPUs, NCCL on GPUs):
+    two replicas on two nodes meet, are preempted together and resume from the same step.
+    Runs where PyTorch is installed (it is not a dependency)."""
+    pytest.importorskip("torch")
+    nodes = [await cluster.executor(n, gpus=1) for n in ("n1", "n2")]
+    example = str(Path(__file__).resolve().parent.parent / "examples" / "train_torch.py")
+    command = (sys.executable, example, "--steps", "1000000", "--checkpoint-every", "50")
+    gang = (Replica("n1", (0,)), Replica("n2", (0,)))
+
+    def output(attempt: int) -> list[str]:
+        return [
+            entry.path.read_text()
+            for ex in nodes
+            for entry in attempt_logs(ex.data_dir, "tg")
+            if entry.attempt == attempt
+        ]
+
+    await cluster.job("tg", gang, command)
+    await cluster.recorder.wait(JobCheckpointed, "tg", lambda e: e.step is not None, within=120)
+    met = [line for text in output(1) for line in text.splitlines() if " met at " in line]
+    assert len(met) == 2 and len({line.split(" met at ")[1] for line in met}) == 1, met
+    await cluster.preempt("tg")
+    preempted = await cluster.recorder.wait(JobPreempted, "tg", within=60)
+    assert preempted.checkpointed and not cluster.recorder.of(JobFailed, "tg")
+    await cluster.job("tg", gang, attempt=2)
+    await eventually(lambda: sum("resumed from step" in t for t in output(2)) == 2, within=120)
+    resumed = {t.split("resumed from step ")[1].split()[0] for t in output(2)}
+    assert len(resumed) == 1  # both replicas stopped, saved and resumed at the same step
 
 
 def test_a_replica_gets_a_burst_of_events_then_a_steady_rate() -> None:

@@ -93,7 +93,7 @@ async def test_a_job_preempted_in_docker_resumes_from_its_checkpoint(
 
     [info] = await docker.containers("dj")
     host, config = info["HostConfig"], info["Config"]
-    checkpoints = str(ex.data_dir / "checkpoints" / "dj")
+    checkpoints = str(ex.data_dir / "checkpoints" / "dj" / "replica-0")
     assert host["Init"] is True
     assert f"{checkpoints}:{checkpoints}" in host["Binds"]
     assert not host.get("DeviceRequests")  # declared GPUs, not NVML's: nothing to request
@@ -172,7 +172,7 @@ async def test_a_restarted_executor_finds_its_containers_by_label(
     [after] = await docker.containers("kept")
     assert after["Id"] == before["Id"]
     assert [lr.job_id for lr in second.local_replicas()] == ["kept"]
-    checkpoints = second.data_dir / "checkpoints" / "kept"
+    checkpoints = second.data_dir / "checkpoints" / "kept" / "replica-0"
     (checkpoints / "done").touch()
     completed = await cluster.recorder.wait(JobCompleted, "kept", within=30)
     assert completed.actor == f"executor/{docker.node}"

@@ -58,6 +58,18 @@ def assert_agrees(state: ClusterState, work: dict[str, NodeWork]) -> None:
             for j in mine.jobs.values()
         }
         assert known == expected, node
+    # every replica's executor knows the same rendezvous for the attempt, and no two jobs
+    # holding replicas meet at the same address and port
+    meets: dict[str, set[tuple[int, str, int]]] = {}
+    for mine in work.values():
+        for j in mine.jobs.values():
+            assert j.rendezvous is not None and j.rendezvous.attempt == j.attempt, j.job_id
+            meets.setdefault(j.job_id, set()).add(
+                (j.rendezvous.attempt, j.rendezvous.address, j.rendezvous.port)
+            )
+    assert all(len(m) == 1 for m in meets.values()), meets
+    places = [(address, port) for m in meets.values() for _, address, port in m]
+    assert len(places) == len(set(places)), places
 
 
 def cluster() -> VirtualCluster:

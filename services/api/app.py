@@ -328,6 +328,7 @@ async def submit_job(ctx: Ctx, caller: Who, data: JSONBody[SubmitRequest]) -> Ac
         preemption_delay_s=data.preemption_delay_s,
         min_runtime_s=data.min_runtime_s,
         grace_s=data.grace_s,
+        working_dir=data.working_dir,
     )
     command = SubmitJob(
         actor=caller.name, job_id=data.job_id, spec=spec, idempotency_key=data.idempotency_key

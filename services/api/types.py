@@ -14,6 +14,8 @@ Name = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
 Count = Annotated[int, msgspec.Meta(ge=0, le=100_000)]
 Arg = Annotated[str, msgspec.Meta(max_length=4096)]
 EnvKey = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")]
+#: an absolute path on the node (PATH_MAX long at most)
+WorkingDir = Annotated[str, msgspec.Meta(min_length=1, max_length=4096, pattern=r"^/")]
 
 
 class Error(msgspec.Struct):
@@ -42,6 +44,8 @@ class SubmitRequest(msgspec.Struct, forbid_unknown_fields=True):
     preemption_delay_s: Annotated[float, msgspec.Meta(ge=0, le=365 * 86400)] = 0.0
     min_runtime_s: Annotated[float, msgspec.Meta(ge=0, le=365 * 86400)] = 0.0
     grace_s: Annotated[float, msgspec.Meta(ge=0, le=86400)] | None = None
+    #: where the workload runs on its node: an absolute path
+    working_dir: WorkingDir | None = None
     idempotency_key: Annotated[str, msgspec.Meta(max_length=256)] | None = None
 
 

@@ -22,8 +22,10 @@ from pathlib import Path
 
 import structlog
 
+from events.catalogue import LOCAL_ADDRESS
 from services.executor.gpus import GpuDiscoveryError, discover_gpus
 from services.executor.service import Executor, ExecutorConfig
+from services.executor.storage import DEFAULT_MAX_BYTES, parse_storage
 from services.runtime.auth import executor_consumer
 from services.runtime.eventlog import JetStreamLog, connect
 
@@ -48,6 +50,25 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=Path,
         default=None,
         help="checkpoints, logs and process records (default .fairlane/executor/NODE)",
+    )
+    parser.add_argument(
+        "--address",
+        default=LOCAL_ADDRESS,
+        help="where other nodes reach this node's replicas: a gang's MASTER_ADDR when its "
+        f"replica 0 runs here (default {LOCAL_ADDRESS}: every node on this machine)",
+    )
+    parser.add_argument(
+        "--checkpoint-storage",
+        default="object_store",
+        metavar="object_store|shared_fs:PATH",
+        help="where the jobs' checkpoints are kept: the cluster's object store (default), or "
+        "a folder mounted at the same path on every node",
+    )
+    parser.add_argument(
+        "--checkpoint-max-bytes",
+        type=int,
+        default=DEFAULT_MAX_BYTES,
+        help="the largest checkpoint of one replica that is stored in the object store",
     )
     parser.add_argument(
         "--hollow", action="store_true", help="start nothing: replicas run only in memory"
@@ -94,7 +115,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--log-format", choices=("json", "console"), default="json", help="as the other services"
     )
     parser.add_argument("--log-level", default="info")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    try:
+        args.storage = parse_storage(args.checkpoint_storage, args.checkpoint_max_bytes)
+    except ValueError as e:
+        parser.error(str(e))
+    if args.checkpoint_max_bytes <= 0:
+        parser.error(f"--checkpoint-max-bytes must be above 0, got {args.checkpoint_max_bytes}")
+    return args
 
 
 def configure_logging(fmt: str, level: str) -> None:
@@ -137,12 +165,14 @@ async def serve(args: argparse.Namespace) -> int:
         gpu_devices=inventory.devices,
         gpu_source=inventory.source,
         data_dir=args.data_dir or Path(".fairlane/executor") / args.node,
+        address=args.address,
         hollow=args.hollow,
         runtime=args.runtime,
         docker_host=args.docker_host,
         docker_network=args.docker_network,
         hollow_runtime_s=args.hollow_runtime,
         checkpoint_poll_s=args.checkpoint_poll,
+        checkpoint_storage=args.storage,
         heartbeat_s=args.heartbeat,
         stop_workloads_on_exit=args.stop_workloads_on_exit,
     )

@@ -7,7 +7,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from events.catalogue import LOCAL_ADDRESS
 from events.model import GpuDevice
+from services.executor.storage import CheckpointStorage
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,6 +22,9 @@ class ExecutorConfig:
     gpu_devices: tuple[GpuDevice, ...] = ()
     gpu_source: Literal["nvml", "declared"] = "declared"
     data_dir: Path = Path(".fairlane/executor")
+    #: Where other nodes reach this node's replicas (a gang's `MASTER_ADDR` when replica 0
+    #: runs here); registered with the node.
+    address: str = LOCAL_ADDRESS
     hollow: bool = False
     #: How replicas run: local processes, or Docker containers (the job's image).
     runtime: Literal["process", "docker"] = "process"
@@ -31,6 +36,9 @@ class ExecutorConfig:
     #: Hollow replicas exit 0 after this long (0: they run until stopped).
     hollow_runtime_s: float = 0.0
     checkpoint_poll_s: float = 1.0
+    #: Where the jobs' checkpoints are kept: the cluster's object store (the default) or a
+    #: folder shared by every node (see `storage`).
+    checkpoint_storage: CheckpointStorage = field(default_factory=CheckpointStorage)
     #: How often the node's heartbeat is put in the heartbeat bucket (None: never; hollow
     #: nodes, for benchmarks that run no node watcher, never do either).
     heartbeat_s: float | None = 2.0

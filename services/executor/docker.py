@@ -100,9 +100,10 @@ def container_config(
         "Image": launch.image,
         "Env": [f"{k}={v}" for k, v in sorted(env.items())],
         "Labels": labels(node, launch, checkpoint_mtime),
-        "WorkingDir": str(launch.checkpoint_dir),
         "HostConfig": host,
     }
+    if launch.working_dir is not None:  # else the image's own
+        config["WorkingDir"] = str(launch.working_dir)
     if launch.command:
         config["Cmd"] = list(launch.command)
     return config

@@ -146,6 +146,8 @@ class Endpoint:
                 raise Refused(503, f"attempt {lr.attempt} of job {lr.job_id} is starting") from None
         event = job_event(body, lr.job_id, lr.attempt, time.time())
         await self.ex.publish(event)
-        if body.kind == "checkpoint" and att is not None:
-            att.saved_by_workload = True
+        if body.kind == "checkpoint":
+            lr.saves += 1  # its folder is stored at the next poll
+            if att is not None:
+                att.saved_by_workload = True
         return event.id

@@ -38,6 +38,7 @@ from services.executor.runtime import (
     save_records,
 )
 from services.executor.stopping import begin_stop, grace_of, sync_job, terminate, wait_all
+from services.executor.storage import ObjectCheckpoints
 from services.runtime.eventlog import JetStreamLog
 from services.runtime.heartbeats import heartbeat_bucket
 from services.runtime.tasks import cancel_and_wait
@@ -73,6 +74,20 @@ class Executor:
         #: Absolute: records and the workloads' environment must not depend on the cwd.
         self.data_dir = config.data_dir.resolve()
         self.runtime = runtime or runtime_for(config)
+        storage = config.checkpoint_storage
+        #: Where the replicas' checkpoint folders are (`<job>/replica-<i>` under it): this
+        #: node's data folder, or the folder every node shares.
+        self.checkpoints_root = (
+            storage.path.resolve()
+            if storage.kind == "shared_fs" and storage.path is not None
+            else self.data_dir / "checkpoints"
+        )
+        #: The cluster's checkpoint store (None: a shared folder, or nothing runs for real).
+        self.objects = (
+            ObjectCheckpoints(log.js, storage.max_bytes)
+            if storage.kind == "object_store" and self.runtime.real
+            else None
+        )
         self.attempts: dict[AttemptKey, LocalAttempt] = {}
         #: Where workloads publish their own events (real runtimes only).
         self.endpoint = Endpoint(self) if self.runtime.real else None
@@ -125,6 +140,7 @@ class Executor:
             gpu_uuids=self.config.gpu_uuids,
             gpu_source=self.config.gpu_source,
             gpu_devices=self.config.gpu_devices,
+            address=self.config.address,
         )
 
     def local_replicas(self) -> list[LocalReplica]:
@@ -199,13 +215,15 @@ class Executor:
     # -- the attempts and replicas here ----------------------------------------------------------
 
     def attempt(
-        self, job_id: str, attempt: int, scheduled_id: str | None, announce: bool
+        self, job_id: str, attempt: int, scheduled_id: str | None, announce: bool, first: int
     ) -> LocalAttempt:
-        """The local attempt, made on first use (`announce`: this executor reports its start)."""
+        """The local attempt, made on first use (`announce`: this executor reports its start;
+        `first`: the lowest index of the job's replicas here, whose checkpoint marker says
+        whether the attempt checkpointed; replica 0's where it runs here)."""
         key = (job_id, attempt)
         att = self.attempts.get(key)
         if att is None:
-            directory = checkpoint_dir(self.data_dir, job_id)
+            directory = checkpoint_dir(self.checkpoints_root, job_id, first)
             att = LocalAttempt(
                 job_id=job_id,
                 attempt=attempt,

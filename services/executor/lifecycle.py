@@ -18,9 +18,10 @@ from typing import TYPE_CHECKING, Final
 from events import JobCompleted, JobFailed, JobPreempted, JobScheduled, JobStarted
 from events.catalogue import JobWork
 from events.model import Replica
-from services.executor.checkpoints import checkpointed
+from services.executor.checkpoints import checkpointed, fetch_replica
 from services.executor.endpoint import SOCKET_ENV
-from services.executor.local import LocalAttempt, LocalReplica
+from services.executor.gang import gang_env, port_taken
+from services.executor.local import LocalAttempt, LocalReplica, marker_mtime
 from services.executor.logs import attempt_log_path
 from services.executor.logship import ship_replica
 from services.executor.nodework import desired
@@ -52,7 +53,7 @@ def on_scheduled(ex: Executor, e: JobScheduled) -> None:
         return
     announce = not e.scale_up and job.held[0].node == ex.node
     fresh = (job.job_id, e.attempt) not in ex.attempts
-    att = ex.attempt(job.job_id, e.attempt, None if e.scale_up else e.id, announce)
+    att = ex.attempt(job.job_id, e.attempt, None if e.scale_up else e.id, announce, mine[0][0])
     started = 0
     for index, replica in mine:
         if replica in att.replicas:
@@ -77,14 +78,14 @@ def launch_of(ex: Executor, job: JobWork, index: int, replica: Replica) -> Launc
     spec = job.spec
     if spec is None:  # relayed with every placement: only a broken relay leaves it out
         raise ValueError(f"no spec was relayed for job {job.job_id!r}")
-    directory = checkpoint_dir(ex.data_dir, job.job_id)
+    directory = checkpoint_dir(ex.checkpoints_root, job.job_id, index)
     own = dict(entry.partition("=")[::2] for entry in spec.env)
     env = {
         **own,
         "FAIRLANE_JOB_ID": job.job_id,
         "FAIRLANE_ATTEMPT": str(job.attempt),
         "FAIRLANE_CHECKPOINT_DIR": str(directory),
-        "FAIRLANE_REPLICA": str(index),
+        **gang_env(job, index),
         "FAIRLANE_NODE": ex.node,
         "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in replica.gpus),
         # NVML numbers GPUs in PCI bus order; make CUDA use the same numbering.
@@ -105,6 +106,7 @@ def launch_of(ex: Executor, job: JobWork, index: int, replica: Replica) -> Launc
         env=env,
         checkpoint_dir=directory,
         run_dir=ex.data_dir / "runs" / safe_name(job.job_id),
+        working_dir=Path(spec.working_dir) if spec.working_dir else None,
     )
 
 
@@ -122,6 +124,17 @@ async def run_replica(ex: Executor, lr: LocalReplica, launch: Launch | None) -> 
         att = ex.attempts.get(lr.key)
         baseline = att.baseline_mtime if att is not None else None
         lr.token = launch.env.get(TOKEN_ENV, "")
+        await fetch_replica(ex, lr)  # a later attempt: the checkpoint it resumes from
+        lr.stored_mark = marker_mtime(launch.checkpoint_dir)  # older saves are not its own
+        if (taken := master_port_taken(ex, launch)) is not None:
+            ex.logger.error("the rendezvous port is taken", job=lr.job_id, port=taken)
+            lr.failure = (
+                f"the rendezvous port {taken} (MASTER_PORT) on {ex.node} is taken by another "
+                "process: nothing was started; the next attempt gets another port"
+            )
+            lr.end(CANNOT_START)
+            replica_ended(ex, lr)
+            return
         try:
             lr.workload = await ex.runtime.start(launch, ex.node, baseline)
         except Exception:  # the node cannot start it (a full disk, ...): the attempt fails
@@ -142,6 +155,17 @@ async def run_replica(ex: Executor, lr: LocalReplica, launch: Launch | None) -> 
         stopped=lr.stopping,
     )
     replica_ended(ex, lr)
+
+
+def master_port_taken(ex: Executor, launch: Launch) -> int | None:
+    """The attempt's rendezvous port, where replica 0 is to start here and something already
+    listens on it. The relay never gives two running attempts the same port at one address,
+    but a process outside Fairlane may hold it: then the attempt fails at once with a reason
+    that says so, instead of its replicas waiting for a master that cannot bind."""
+    port = launch.env.get("MASTER_PORT")
+    if launch.replica != 0 or not ex.runtime.real or port is None:
+        return None
+    return int(port) if port_taken(int(port)) else None
 
 
 def replica_ended(ex: Executor, lr: LocalReplica) -> None:
@@ -222,7 +246,7 @@ def failure_reason(ex: Executor, lr: LocalReplica) -> str:
     said = f"replica {lr.index} on {ex.node} exited with code {lr.exit_code}"
     if lr.exit_code in EXIT_MEANINGS:
         said += f" ({EXIT_MEANINGS[lr.exit_code]})"
-    detail = lr.workload.failure if lr.workload is not None else None
+    detail = lr.workload.failure if lr.workload is not None else lr.failure
     if not detail:
         detail = last_line(attempt_log_path(ex.data_dir, lr.job_id, lr.attempt, lr.index))
     return f"{said}: {detail}" if detail else said

@@ -26,6 +26,15 @@ class LocalReplica:
     ended: bool = False
     stopping: bool = False  # this executor asked it to stop: its end is not a failure
     token: str = ""  # its attempt's token for the workload events endpoint
+    failure: str = ""  # why it was not started, where the executor itself refused
+    #: checkpoints the workload said it saved (`fairlane.workload`), and how many of them and
+    #: which marker mtime its stored checkpoint includes (see `storage`)
+    saves: int = 0
+    stored_saves: int = 0
+    stored_mark: float | None = None
+    stored_bytes: int | None = None  # the size of the object last stored from here
+    stored_at: float = 0.0  # when (monotonic) it was stored
+    store_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     launched: asyncio.Event = field(default_factory=asyncio.Event)
     finished: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -43,6 +52,8 @@ class LocalReplica:
 class LocalAttempt:
     job_id: str
     attempt: int
+    #: The checkpoint folder of the job's first replica here (replica 0's where it runs
+    #: here): its `.checkpoint` marker is the one polled.
     checkpoint_dir: Path
     #: The checkpoint marker's mtime before this attempt started here (None: no marker).
     baseline_mtime: float | None

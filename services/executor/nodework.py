@@ -71,6 +71,10 @@ class NodeWork:
         known = self.jobs.get(job.job_id)
         if job.spec is None and known is not None and known.spec is not None:
             job = msgspec.structs.replace(job, spec=known.spec)  # relayed with the placement
+        if job.rendezvous is None and known is not None and known.rendezvous is not None:
+            # relayed with the placement too; only the attempt it was given for keeps it
+            if known.rendezvous.attempt == job.attempt:
+                job = msgspec.structs.replace(job, rendezvous=known.rendezvous)
         self.jobs[job.job_id] = job
 
     def _stop_replicas(self, job_id: str) -> int:

@@ -39,7 +39,7 @@ def reconcile(ex: Executor, records: list[ProcessRecord]) -> None:
             stops.append(job)
     # Recorded but not wanted by the log any more: stop (or forget) without a report.
     for record in recorded.values():
-        att = ex.attempt(record.job_id, record.attempt, None, False)
+        att = ex.attempt(record.job_id, record.attempt, None, False, record.replica)
         lr = ex.add(att, record.replica, Replica(record.node, record.gpus))
         lr.workload = ex.runtime.adopt(record)
         ex.spawn(run_replica(ex, lr, None))
@@ -59,7 +59,8 @@ def _reconcile_job(
 ) -> list[LocalReplica]:
     """Take up this node's replicas of one live job; returns those that are lost."""
     announce = job.held[0].node == ex.node and job.phase == "starting"
-    att = ex.attempt(job.job_id, job.attempt, ex.work.scheduled.get(job.job_id), announce)
+    first = next(i for i, r in enumerate(job.held) if r.node == ex.node)
+    att = ex.attempt(job.job_id, job.attempt, ex.work.scheduled.get(job.job_id), announce, first)
     lost: list[LocalReplica] = []
     for index, replica in enumerate(job.held):
         if replica.node != ex.node:

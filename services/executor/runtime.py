@@ -46,9 +46,15 @@ def safe_name(name: str) -> str:
     return job_dir_name(name)
 
 
-def checkpoint_dir(data_dir: Path, job_id: str) -> Path:
-    """`FAIRLANE_CHECKPOINT_DIR` of a job: the same for every attempt, on this node."""
-    return data_dir / "checkpoints" / safe_name(job_id)
+def job_checkpoints(root: Path, job_id: str) -> Path:
+    """The folder of a job's checkpoints under `root` (the node's, or the shared one)."""
+    return root / safe_name(job_id)
+
+
+def checkpoint_dir(root: Path, job_id: str, replica: int) -> Path:
+    """`FAIRLANE_CHECKPOINT_DIR` of one replica of a job: the same for every attempt, and each
+    replica its own, so the replicas of a gang never write over each other's files."""
+    return job_checkpoints(root, job_id) / f"replica-{replica}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +70,10 @@ class Launch:
     env: dict[str, str]
     checkpoint_dir: Path
     run_dir: Path  # exit-status files and logs of this job's attempts
+    #: Where the workload runs (the job's `working_dir`); None: the process runtime runs it
+    #: in `run_dir`, Docker in the image's own working directory. Never the checkpoint
+    #: folder: that one is only named in the environment.
+    working_dir: Path | None = None
 
     @property
     def name(self) -> str:
@@ -299,7 +309,7 @@ class ProcessRuntime:
             "--exit-file",
             str(self.exit_file(launch)),
             "--cwd",
-            str(launch.checkpoint_dir),
+            str(launch.working_dir or launch.run_dir),
             "--",
             *command,
         ]

@@ -57,6 +57,17 @@ def main(argv: list[str] | None = None) -> int:
     # ignored signal would stay ignored there.
     signal.signal(signal.SIGTERM, _keep_waiting)
     signal.signal(signal.SIGINT, _keep_waiting)
+    if args.cwd is not None and not args.cwd.is_dir():
+        # said here, not as Popen's "No such file or directory", which reads as if the
+        # command were missing
+        print(
+            f"fairlane shim: the working directory {str(args.cwd)!r} does not exist "
+            "(--working-dir)",
+            file=sys.stderr,
+            flush=True,
+        )
+        write_exit_file(args.exit_file, CANNOT_EXECUTE)
+        return CANNOT_EXECUTE
     try:
         child = subprocess.Popen(command, cwd=args.cwd)
     except FileNotFoundError as e:

@@ -18,7 +18,7 @@ import structlog
 
 from events import JobPreempted, JobPreemptionRequested
 from events.catalogue import JobWork
-from services.executor.checkpoints import checkpointed
+from services.executor.checkpoints import checkpointed, store_replica
 from services.executor.local import LocalReplica
 from services.executor.nodework import desired
 
@@ -70,9 +70,24 @@ async def _stopping(
     request: JobPreemptionRequested | None,
 ) -> None:
     grace = grace_of(ex, replicas[0].job_id if replicas else "")
+    began = time.monotonic()
     killed = await terminate(fresh, grace)
     # Replicas that an earlier request is already stopping end on that one's schedule.
     await wait_all((lr.finished for lr in replicas), grace + KILL_WAIT_S)
+    # what they saved on SIGTERM goes to the cluster's store before the stop is reported, so
+    # the next attempt, placed once it is, finds it wherever it runs
+    # (the poll may be storing one of them already: `store_replica` waits for it)
+    stored = 0
+    for lr in replicas:
+        if lr.workload is None:
+            continue
+        try:
+            await store_replica(ex, lr)
+        except Exception:
+            ex.logger.exception("checkpoint not stored", job=lr.job_id, replica=lr.index)
+            continue
+        if lr.stored_at >= began and lr.stored_bytes:
+            stored += lr.stored_bytes
     if request is not None:
         att = ex.attempts.get((request.job_id, request.attempt))
         if att is not None:
@@ -89,6 +104,7 @@ async def _stopping(
                 replicas=request.replicas,
                 checkpointed=att is not None and checkpointed(ex, att),
                 killed=killed,
+                stored_bytes=stored or None,
             )
         )
     for lr in replicas:

@@ -9,10 +9,11 @@
 - On an attempt after a preemption (`FAIRLANE_RESUMED=1`) it starts from the saved counter.
 - SIGTERM (or SIGINT) means: save now and exit 143 (130), as a real trainer would within the
   grace period.
-- When `$FAIRLANE_CHECKPOINT_DIR/.exit` appears (polled every 0.1 s) it saves and exits with the
-  code written there: the live scenario engine completes a job with `0`, fails it with `1`.
+- When `.exit` appears in `$FAIRLANE_CHECKPOINT_DIR` or in the job's folder above it (polled
+  every 0.1 s) it saves and exits with the code written there: the live scenario engine
+  completes a job with `0`, fails it with `1`, writing the job's folder once for all replicas.
 
-Only replica 0 writes the checkpoint (all replicas of a job share the directory).
+Every replica saves its own state (each has a checkpoint folder of its own).
 """
 
 from __future__ import annotations
@@ -36,7 +37,6 @@ class Trainer:
         self.checkpoint_every = checkpoint_every
         self.step_seconds = step_seconds
         self.attempt = int(os.environ.get("FAIRLANE_ATTEMPT", "1"))
-        self.writer = os.environ.get("FAIRLANE_REPLICA", "0") == "0"
         self.step = 0
         self.resumed_from: int | None = None
         if os.environ.get("FAIRLANE_RESUMED") == "1":
@@ -57,8 +57,6 @@ class Trainer:
         return data if isinstance(data, dict) else None
 
     def save(self) -> None:
-        if not self.writer:
-            return
         state = {"step": self.step, "attempt": self.attempt, "resumed_from": self.resumed_from}
         tmp = self.state_file.with_name("state.json.tmp")
         tmp.write_text(json.dumps(state))
@@ -66,9 +64,13 @@ class Trainer:
         (self.dir / ".checkpoint").touch()
 
     def requested_exit(self) -> int | None:
-        try:
-            text = (self.dir / ".exit").read_text().strip()
-        except OSError:
+        for folder in (self.dir, self.dir.parent):
+            try:
+                text = (folder / ".exit").read_text().strip()
+            except OSError:
+                continue
+            break
+        else:
             return None
         try:
             return int(text)

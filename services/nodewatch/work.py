@@ -5,8 +5,10 @@ right after it and the fold's verdict) and returns the `WorkRelayed` events to w
 `fl.work.<node>`, one per node it concerns: the nodes the job held replicas on before the
 event and after it (a lost node: that node, and every node sharing a job with it). Each relay
 carries the concerned jobs as the fold left them (`JobWork`), and a placement carries the job's
-spec: everything an executor needs, so it folds nothing but its own relays. Refused events are
-never relayed: the fold is the referee, the relay is written after it.
+spec and the attempt's rendezvous (`Rendezvous`: replica 0's node's address, as the node
+registered it, and a port chosen here from the log, the same for every replica, new for each
+attempt): everything an executor needs, so it folds nothing but its own relays. Refused events
+are never relayed: the fold is the referee, the relay is written after it.
 
 `RelayQueue` holds the relays computed but not yet seen in the log, in log order: a leader
 writes them, every watcher (leader or standby) drops those it then reads back, so a new leader
@@ -15,16 +17,33 @@ resumes exactly where the log says relaying got to.
 
 from __future__ import annotations
 
+import zlib
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Final
 
-from events import Event, JobScheduled, NodeLost, WorkRelayed
-from events.catalogue import RELAYED, JobWork
+from events import Event, JobScheduled, NodeLost, NodeRegistered, WorkRelayed
+from events.catalogue import LOCAL_ADDRESS, RELAYED, JobWork, Rendezvous
 from policy.state import ClusterState, Job, Verdict
 
 ACTOR: Final = "nodewatch"
+#: Rendezvous ports: from torch's usual 29500 up to Linux's ephemeral range (32768-60999),
+#: so the kernel never gives one of them to an outgoing connection.
+PORT_BASE: Final = 29500
+PORT_SPAN: Final = 32768 - PORT_BASE
+ENDED: Final = frozenset({"completed", "failed", "cancelled", "rejected"})
+
+
+def rendezvous_port(job_id: str, attempt: int, taken: Collection[int]) -> int:
+    """The first port not `taken` from a start that the job and the attempt give (the next
+    attempt starts one further on): the same for every watcher folding the same log."""
+    start = (zlib.crc32(job_id.encode()) + attempt) % PORT_SPAN
+    for step in range(PORT_SPAN):
+        port = PORT_BASE + (start + step) % PORT_SPAN
+        if port not in taken:
+            return port
+    return PORT_BASE + start  # every port taken at one address: none better to give
 
 
 def relay_id(node: str, source_seq: int) -> str:
@@ -33,7 +52,9 @@ def relay_id(node: str, source_seq: int) -> str:
     return f"work/{node}/{source_seq}"
 
 
-def job_work(state: ClusterState, job: Job, with_spec: bool) -> JobWork:
+def job_work(
+    state: ClusterState, job: Job, with_spec: bool, rendezvous: Rendezvous | None = None
+) -> JobWork:
     grace = job.spec.grace_s
     return JobWork(
         job_id=job.id,
@@ -43,6 +64,7 @@ def job_work(state: ClusterState, job: Job, with_spec: bool) -> JobWork:
         stop_replicas=job.stop_replicas,
         grace_s=grace if grace is not None else state.settings.preemption_grace_s,
         spec=job.spec if with_spec else None,
+        rendezvous=rendezvous if with_spec else None,
     )
 
 
@@ -52,13 +74,23 @@ class WorkBook:
 
     nodes_of: dict[str, frozenset[str]] = field(default_factory=dict)
     jobs_on: dict[str, set[str]] = field(default_factory=dict)
+    #: node -> the address it registered
+    addresses: dict[str, str] = field(default_factory=dict)
+    #: job -> its latest attempt's rendezvous (kept while it waits, so the next differs)
+    meets: dict[str, Rendezvous] = field(default_factory=dict)
+    #: address -> port -> the job whose running attempt meets there
+    ports: dict[str, dict[int, str]] = field(default_factory=dict)
 
     def relays(
         self, state: ClusterState, seq: int, event: Event, verdict: Verdict
     ) -> list[WorkRelayed]:
         """The relays for `event` at stream sequence `seq`, which the fold (`state`, just
         after it) gave `verdict`; notes where its jobs are now."""
-        if not verdict.applied or not isinstance(event, RELAYED):
+        if not verdict.applied:
+            return []
+        if isinstance(event, NodeRegistered):
+            self.addresses[event.node] = event.address or LOCAL_ADDRESS
+        if not isinstance(event, RELAYED):
             return []
         if isinstance(event, NodeLost):
             return self._node_lost(state, seq, event)
@@ -66,8 +98,41 @@ class WorkBook:
         if job is None:
             return []
         nodes = self._move(job)
-        work = (job_work(state, job, with_spec=isinstance(event, JobScheduled)),)
+        placed = isinstance(event, JobScheduled)
+        meet = self._meet(job, new=not event.scale_up) if isinstance(event, JobScheduled) else None
+        work = (job_work(state, job, with_spec=placed, rendezvous=meet),)
+        if job.phase in ENDED:
+            self._free(job.id, forget=True)
         return [_relay(node, seq, event, work) for node in sorted(nodes)]
+
+    def _meet(self, job: Job, new: bool) -> Rendezvous | None:
+        """The rendezvous of the job's attempt: a new one when it is placed (`new`), else the
+        one it was given then (a gang that grows keeps its master)."""
+        known = self.meets.get(job.id)
+        if not new and known is not None and known.attempt == job.attempt:
+            return known
+        if not job.held:
+            return None
+        address = self.addresses.get(job.held[0].node, LOCAL_ADDRESS)
+        self._free(job.id)
+        at = self.ports.setdefault(address, {})
+        taken = at.keys() | ({known.port} if known is not None else set())
+        port = rendezvous_port(job.id, job.attempt, taken)
+        meet = Rendezvous(attempt=job.attempt, address=address, port=port)
+        self.meets[job.id] = meet
+        at[port] = job.id
+        return meet
+
+    def _free(self, job_id: str, forget: bool = False) -> None:
+        """The job's port is free again at its address (`forget`: the job ended)."""
+        meet = self.meets.pop(job_id, None) if forget else self.meets.get(job_id)
+        if meet is None:
+            return
+        at = self.ports.get(meet.address, {})
+        if at.get(meet.port) == job_id:
+            del at[meet.port]
+            if not at:
+                del self.ports[meet.address]
 
     def _node_lost(self, state: ClusterState, seq: int, event: NodeLost) -> list[WorkRelayed]:
         concerned: dict[str, list[JobWork]] = {event.node: []}
@@ -96,6 +161,7 @@ class WorkBook:
             self.nodes_of[job.id] = after
         else:
             self.nodes_of.pop(job.id, None)
+            self._free(job.id)  # it runs nowhere: its port may go to another job
         return before | after
 
 

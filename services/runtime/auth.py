@@ -10,6 +10,9 @@ snapshot, or delete the stream. With it, the server itself refuses all of that:
 - only the node watcher relays work to a node (`fl.work.<node>`), and an executor reads only
   its own node's work, through its own consumer (it reads nothing else of the log);
 - only the ledger writes configuration events (a node's cordon among them) and snapshots;
+- executors read and write the objects of the cluster's checkpoint store (a job resumes on any
+  node, so any node's executor reads any job's; the object store's subjects carry no job to
+  scope a grant by);
 - admission alone records submissions and their verdicts;
 - clients (the CLI, workloads) reach only the command subjects and their own replies;
 - only the admin user creates, changes or deletes streams and buckets (`fairlane up` does that
@@ -35,6 +38,7 @@ from typing import Final
 import msgspec
 
 from events.commands import ADMISSION_SUBJECT, LEDGER_SUBJECT
+from services.runtime.checkpoint_bucket import BUCKET as CHECKPOINTS
 from services.runtime.heartbeats import BUCKET as HEARTBEATS
 from services.runtime.lease import BUCKET as LEASES
 from services.runtime.snapshots import BUCKET as SNAPSHOTS
@@ -228,6 +232,11 @@ def _executor(node: str, inbox: list[str]) -> Permissions:
     # its own node's workload output, and where its shipping of a replica got to
     publish += [f"{LOG_PREFIX}.{node}.>", f"$JS.API.STREAM.INFO.{LOG_STREAM}"]
     publish += [f"$JS.API.DIRECT.GET.{LOG_STREAM}.{LOG_PREFIX}.{node}.>"]
+    # the cluster's checkpoint store: reading and writing objects (a put purges the chunks
+    # of the object it replaces; a get finds the stream by subject: STREAM.NAMES), never
+    # creating, changing or deleting the bucket
+    publish += [*_reading(f"OBJ_{CHECKPOINTS}"), f"$O.{CHECKPOINTS}.>"]
+    publish += [f"$JS.API.STREAM.PURGE.OBJ_{CHECKPOINTS}", "$JS.API.STREAM.NAMES"]
     return Permissions(publish, inbox)
 
 

@@ -23,6 +23,8 @@ from nats.js import JetStreamContext
 from nats.js.api import DiscardPolicy, KeyValueConfig, ObjectStoreConfig, StorageType, StreamConfig
 from nats.js.errors import BucketNotFoundError, NotFoundError
 
+from services.runtime.checkpoint_bucket import BUCKET as CHECKPOINTS
+from services.runtime.checkpoint_bucket import bucket_config as checkpoints_config
 from services.runtime.eventlog import STREAM, SUBJECTS
 from services.runtime.heartbeats import heartbeat_bucket
 from services.runtime.lease import BUCKET as LEASES
@@ -61,8 +63,9 @@ async def provision(
     max_age_s: float = DEFAULT_MAX_AGE_S,
     replicas: int = 1,
 ) -> None:
-    """Create the stream, the lease bucket and the snapshot store where missing, and bring an
-    existing stream's limits to these (limits are the only settings changed in place)."""
+    """Create the stream, the lease bucket, the snapshot and checkpoint stores where missing,
+    and bring an existing stream's limits to these (limits are the only settings changed in
+    place)."""
     config = stream_config(max_bytes, max_age_s, replicas)
     try:
         await js.stream_info(STREAM)
@@ -92,6 +95,10 @@ async def provision(
                 replicas=replicas,
             ),
         )
+    try:  # the jobs' checkpoints, which move between nodes with them
+        await js.object_store(CHECKPOINTS)
+    except NotFoundError:
+        await js.create_object_store(CHECKPOINTS, checkpoints_config(replicas))
 
 
 async def check_limits(js: JetStreamContext) -> list[str]:

@@ -21,13 +21,16 @@ from typing import Final
 import msgspec
 
 from events import ClusterSettings, ProjectTerms, SchedulerSettings
+from policy.decay import PoolUsage
 from policy.state import ClusterState, Job, Node, Pool, Project
 
 #: The meaning of the fold (bump with any change to `policy/state.py` that changes results).
 #: 5: a placement or nomination of more replicas than a pending job has is refused.
-FOLD_VERSION: Final = 5
+#: 6: rule 11's decayed usage per pool with a half-life.
+FOLD_VERSION: Final = 6
 #: The layout of this file's structs. 2: the settings as `events.ClusterSettings`.
-FORMAT_VERSION: Final = 2
+#: 3: `usage` (rule 11).
+FORMAT_VERSION: Final = 3
 
 
 class SnapshotMismatch(ValueError):
@@ -75,6 +78,7 @@ class _Snapshot(msgspec.Struct):
     held: bool
     node_seq: int
     job_seq: int
+    usage: dict[str, PoolUsage] = {}
 
 
 _encoder: Final = msgspec.msgpack.Encoder()
@@ -102,6 +106,7 @@ def encode_snapshot(state: ClusterState, seq: int) -> bytes:
             held=state.held,
             node_seq=state._node_seq,
             job_seq=state._job_seq,
+            usage=state.usage,
         )
     )
     return len(header).to_bytes(_LENGTH_BYTES, "big") + header + body
@@ -133,6 +138,7 @@ def decode_snapshot(data: bytes) -> tuple[ClusterState, int]:
         events_applied=snap.events_applied,
         position=snap.position,
         held=snap.held,
+        usage=snap.usage,
     )
     state._node_seq, state._job_seq = snap.node_seq, snap.job_seq
     for job in state.live.values():

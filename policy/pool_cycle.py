@@ -261,6 +261,7 @@ class PoolCycle:
                     scale_up=True,
                     note=note,
                     basis_seq=self.basis_seq,
+                    history=self.ledger.usage_facts,
                 )
             )
             # what this cycle gives a job, it does not take back in the same breath: a job
@@ -280,6 +281,7 @@ class PoolCycle:
                 replicas=tuple(replicas),
                 note=note,
                 basis_seq=self.basis_seq,
+                history=self.ledger.usage_facts,
             )
         )
         self.generation += 1
@@ -523,6 +525,7 @@ class PoolCycle:
                 victim_gpus=gpus,
                 cost_gpu_s=round(lost_work_gpu_s(victim, self.now, count), 3),
                 note=note,
+                history=self.ledger.usage_facts,
             )
             remaining = len(victim.held) - (replicas or len(victim.held))
             if replicas:
@@ -573,6 +576,7 @@ class PoolCycle:
             victims=victims,
             reason=reason,
             basis_seq=self.basis_seq,
+            history=self.ledger.usage_facts,
         )
         self.out.append(nomination)
         self.nominated.add(job.id)

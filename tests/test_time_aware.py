@@ -1,0 +1,368 @@
+"""Rule 11, time-aware fairness: the decayed usage the fold keeps, the division that weighs it,
+the decisions that carry it, the audit that re-derives it, and the bounds of its settings."""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+from pathlib import Path
+
+import msgspec
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from events import (
+    ClusterConfigured,
+    ClusterSettings,
+    JobNominated,
+    JobPreemptionRequested,
+    JobScheduled,
+    JobSpec,
+    ProjectTerms,
+    SchedulerSettings,
+)
+from events.commands import ConfigureCluster, SetPool
+from events.export import export_line, read_export
+from events.model import UsageFacts
+from policy.audit import audit
+from policy.commands import Refused
+from policy.commands.config import configure_cluster, set_pool
+from policy.cycle import decide, next_wakeup
+from policy.decay import Decayed, PoolUsage, settings_problem
+from policy.fair_share import Claim, History, divide
+from policy.snapshot import decode_snapshot, encode_snapshot
+from policy.state import ClusterState
+from simulation.spec import ScenarioError, parse_scenario
+from simulation.virtual_cluster import VirtualCluster
+from tests.test_policy_golden import RANDOM_CASES, random_case
+
+HISTORIES = sorted((Path(__file__).parent / "histories" / "in_process").glob("*.jsonl"))
+POOL = "default"
+
+
+# -- the fold: the closed form is the sum over the history ------------------------------------
+
+
+jobs = st.lists(
+    st.tuples(
+        st.sampled_from(["a", "b", "c"]),  # project
+        st.sampled_from([1, 2, 4, 8]),  # GPUs
+        st.floats(60.0, 4 * 3600.0),  # duration
+        st.floats(0.0, 3 * 3600.0),  # submitted this long after the one before
+    ),
+    min_size=1,
+    max_size=12,
+)
+
+
+def run_cluster(
+    half_life_s: float, k: float, work: list[tuple[str, int, float, float]], nodes: int = 2
+) -> VirtualCluster:
+    vc = VirtualCluster()
+    vc.configure(
+        ClusterConfigured(
+            id="config",
+            time=0.0,
+            actor="t",
+            settings=ClusterSettings(
+                scheduler=SchedulerSettings(usage_half_life_s=half_life_s, usage_k=k)
+            ),
+        )
+    )
+    for n in range(nodes):
+        vc.add_node(f"n{n}", POOL, 8)
+    for project in ("a", "b", "c"):
+        vc.set_project(project, {POOL: ProjectTerms()})
+    vc.settle()
+    for i, (project, gpus, duration, after) in enumerate(work):
+        vc.advance(after)
+        vc.submit(f"j{i}", JobSpec(project=project, gpus=gpus, duration_s=duration))
+        vc.settle()
+    vc.advance(3600.0)
+    return vc
+
+
+def summed_over_history(vc: VirtualCluster, t: float) -> tuple[dict[str, float], float]:
+    """Each project's decayed GPU-seconds, and the pool's, at t: the log folded again event by
+    event, what every project holds read from who owns each GPU after every event, and each
+    stretch between events integrated on its own (no accumulator carried along)."""
+    h = vc.state.pool_settings(POOL).usage_half_life_s
+    assert h is not None
+    state = ClusterState()
+    stretches: list[tuple[float, dict[str, int], int]] = []
+    for event in vc.log:
+        state.apply(event)
+        held: dict[str, int] = {}
+        for owners in state.owners.values():
+            for job_id in owners.values():
+                project = state.jobs[job_id].project
+                held[project] = held.get(project, 0) + 1
+        capacity = sum(n.gpus for n in state.nodes.values())
+        stretches.append((state.last_time, held, capacity))
+
+    def weight(t0: float, t1: float) -> float:  # the integral of 2^-((t - s)/h) over [t0, t1]
+        return h / math.log(2) * (2 ** (-(t - t1) / h) - 2 ** (-(t - t0) / h))
+
+    projects: dict[str, float] = {}
+    pool = 0.0
+    ends = [s[0] for s in stretches[1:]] + [t]
+    for (start, held, capacity), end in zip(stretches, ends, strict=True):
+        pool += capacity * weight(start, end)
+        for project, gpus in held.items():
+            projects[project] = projects.get(project, 0.0) + gpus * weight(start, end)
+    return projects, pool
+
+
+@settings(max_examples=25, deadline=None)
+@given(half_life=st.floats(600.0, 6 * 3600.0), work=jobs)
+def test_the_fold_keeps_the_decayed_usage_of_the_whole_history(
+    half_life: float, work: list[tuple[str, int, float, float]]
+) -> None:
+    vc = run_cluster(half_life, 1.0, work)
+    usage = vc.state.usage[POOL]
+    t = vc.now + 1234.5  # between events: exact there too
+    projects, pool = summed_over_history(vc, t)
+    assert usage.capacity.at(t, half_life) == pytest.approx(pool, rel=1e-9)
+    for project, value in projects.items():
+        assert usage.projects[project].at(t, half_life) == pytest.approx(value, rel=1e-9, abs=1e-6)
+    shares = usage.shares(t)
+    assert all(0.0 <= u <= 1.0 for u in shares.values())
+    assert sum(shares.values()) <= 1.0 + 1e-5
+    for project, u in shares.items():
+        assert u == pytest.approx(projects.get(project, 0.0) / pool, abs=1e-6)
+
+
+def test_decay_halves_per_half_life_and_fills_towards_the_gpus_held() -> None:
+    acc = Decayed(value=1000.0, as_of=0.0, gpus=0)
+    assert acc.at(3600.0, 3600.0) == pytest.approx(500.0)
+    held = Decayed(value=0.0, as_of=0.0, gpus=4)
+    # always held: 4 GPUs times the whole weight up to now, h / ln 2 (1 - 2^-n)
+    assert held.at(7200.0, 3600.0) == pytest.approx(4 * 3600.0 / math.log(2) * 0.75)
+    assert held.at(-5.0, 3600.0) == 0.0  # never extrapolated backwards
+
+
+def test_changing_the_half_life_carries_the_usage_on_without_a_jump() -> None:
+    pool = PoolUsage(3600.0, Decayed(0.0, 0.0, 8), {"a": Decayed(0.0, 0.0, 8)})
+    assert pool.shares(1800.0) == {"a": 1.0}
+    pool.projects["a"].move(1800.0, 3600.0, -8)
+    before = pool.shares(5400.0)
+    pool.retune(5400.0, 600.0)
+    assert pool.shares(5400.0) == before
+    assert pool.shares(9000.0)["a"] < before["a"]  # and decays faster from then on
+
+
+def test_snapshot_keeps_the_decayed_usage() -> None:
+    vc = run_cluster(1800.0, 1.0, [("a", 8, 7200.0, 0.0), ("b", 8, 7200.0, 600.0)])
+    state, seq = decode_snapshot(encode_snapshot(vc.state, 7))
+    assert seq == 7
+    assert state.usage == vc.state.usage
+    assert decide(state, vc.now + 60) == decide(vc.state, vc.now + 60)
+
+
+# -- the division ---------------------------------------------------------------------------
+
+
+@st.composite
+def divisions(draw: st.DrawFn) -> tuple[int, list[Claim], dict[str, float], float]:
+    n = draw(st.integers(1, 5))
+    claims = [
+        Claim(
+            project=f"p{i}",
+            order=i,
+            quota=draw(st.integers(0, 8)),
+            weight=draw(st.integers(0, 3)),
+            priority=draw(st.sampled_from([50, 100, 100, 200])),
+            demand=draw(st.integers(0, 24)),
+        )
+        for i in range(n)
+    ]
+    raw = [draw(st.floats(0.0, 1.0)) for _ in range(n)]
+    scale = draw(st.floats(0.0, 1.0)) / max(1.0, sum(raw))
+    usage = {c.project: round(u * scale, 6) for c, u in zip(claims, raw, strict=True)}
+    k = draw(st.sampled_from([0.0, 0.5, 1.0, 2.0, 100.0]))
+    return draw(st.integers(0, 48)), claims, usage, k
+
+
+@settings(max_examples=300, deadline=None)
+@given(case=divisions())
+def test_the_history_moves_the_shares_above_quota_only(
+    case: tuple[int, list[Claim], dict[str, float], float],
+) -> None:
+    capacity, claims, usage, k = case
+    plain = divide(capacity, claims)
+    weights: dict[str, Fraction] = {}
+    shares = divide(capacity, claims, History(usage, k), weights)
+    # the shares still add up as before: only who gets what above quota changes
+    assert sum(shares.values()) == sum(plain.values())
+    for c in claims:
+        assert min(c.quota, c.demand) <= shares[c.project] <= max(c.demand, 0)
+        if c.weight == 0:
+            assert shares[c.project] == min(c.quota, c.demand)
+        if c.project in weights:
+            assert weights[c.project] >= 0
+    # strict priority holds: a level gets nothing above quota while a higher one is short
+    for hi in claims:
+        if shares[hi.project] < hi.demand and hi.weight > 0:
+            for lo in claims:
+                if lo.priority < hi.priority:
+                    assert shares[lo.project] == min(lo.quota, lo.demand)
+    if k == 0:
+        assert shares == plain
+
+
+def test_a_heavy_past_user_gets_the_smaller_share() -> None:
+    claims = [Claim("a", 0, 0, 1, 100, 16), Claim("b", 1, 0, 1, 100, 16)]
+    weights: dict[str, Fraction] = {}
+    shares = divide(16, claims, History({"a": 0.2, "b": 0.0}, 1.0), weights)
+    # P_a = 0.5 + (0.5 - 0.2) = 0.8, P_b = 1: 16 * 0.8 / 1.8 = 7.1 and 8.9
+    assert weights == {"a": Fraction(0.5) + (Fraction(0.5) - Fraction(0.2)), "b": Fraction(1)}
+    assert shares == {"a": 7, "b": 9}
+    assert divide(16, claims) == {"a": 8, "b": 8}
+
+
+# -- the policy: off or k = 0 is today's; on, the decisions it moved say so ------------------
+
+
+def test_k_zero_decides_exactly_as_without_a_half_life() -> None:
+    for seed in range(RANDOM_CASES):
+        assert list(random_case(seed, (1800.0, 0.0))) == list(random_case(seed)), seed
+
+
+def test_with_a_half_life_the_decisions_it_moved_carry_u_and_p() -> None:
+    moved = carried = 0
+    for seed in range(RANDOM_CASES):
+        on = [e for step in random_case(seed, (600.0, 1.0)) for e in step]
+        off = [e for step in random_case(seed) for e in step]
+        moved += on != off
+        for e in on:
+            history = e.facts.history if isinstance(e, JobPreemptionRequested) and e.facts else None
+            history = history or getattr(e, "history", None)
+            if history is not None:
+                carried += 1
+                assert history.fair_share != history.without_history
+                assert all(0.0 <= u <= 1.0 for u in history.decayed_usage.values())
+    assert moved > 0
+    assert carried > 0
+
+
+def test_while_a_job_waits_the_policy_looks_again_as_shares_move() -> None:
+    vc = run_cluster(3600.0, 1.0, [("a", 8, 36000.0, 0.0), ("a", 8, 36000.0, 0.0)], nodes=1)
+    assert next_wakeup(vc.state, vc.now) == pytest.approx(vc.now + 3600.0 / 64)
+    off = run_cluster(3600.0, 1.0, [("a", 8, 100.0, 0.0)], nodes=1)
+    assert next_wakeup(off.state, off.now) is None  # nothing waits: nothing to look at
+
+
+# -- the audit --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", HISTORIES, ids=[p.stem for p in HISTORIES])
+def test_a_log_recorded_with_a_half_life_audits_clean_with_every_u(path: Path) -> None:
+    log = list(read_export(path.read_bytes().splitlines()))
+    report = audit(log)
+    assert report.findings == []
+    assert report.matched == report.checked > 0
+    assert report.usage_checked == report.usage_matched > 0
+
+
+def test_the_audit_finds_a_u_that_the_log_does_not_give() -> None:
+    path = next(p for p in HISTORIES if p.stem == "time-aware-reclaim")
+    log = list(read_export(path.read_bytes().splitlines()))
+    tampered = [
+        (seq, _other_u(e)) if isinstance(e, JobNominated) and e.history is not None else (seq, e)
+        for seq, e in log
+    ]
+    lines = b"".join(export_line(seq, e) for seq, e in tampered)
+    report = audit(list(read_export(lines.splitlines())))
+    assert report.usage_checked > report.usage_matched
+    assert {f.outcome for f in report.mismatches} == {"differs"}
+    assert all(isinstance(f.decision, JobNominated) for f in report.mismatches)
+
+
+def _other_u(e: JobNominated) -> JobNominated:
+    assert e.history is not None
+    usage = {p: round(u * 0.9, 6) for p, u in e.history.decayed_usage.items()}
+    history: UsageFacts = msgspec.structs.replace(e.history, decayed_usage=usage)
+    return msgspec.structs.replace(e, history=history)
+
+
+# -- bad input ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("half_life", "k", "named"),
+    [
+        (-60.0, 1.0, "-60.0"),
+        (0.0, 1.0, "0.0"),
+        (20 * 365 * 86400.0, 1.0, "630720000.0"),
+        (math.inf, 1.0, "inf"),
+        (3600.0, -1.0, "-1.0"),
+        (3600.0, 1000.0, "1000.0"),
+        (3600.0, math.nan, "nan"),
+    ],
+)
+def test_bad_settings_are_refused_naming_the_value(half_life: float, k: float, named: str) -> None:
+    problem = settings_problem(half_life, k)
+    assert problem is not None and named in problem
+    assert ("usage_k" if half_life == 3600.0 else "usage_half_life") in problem
+    scheduler = SchedulerSettings(usage_half_life_s=half_life, usage_k=k)
+    state = ClusterState()
+    for outcome in (
+        set_pool(state, SetPool(pool="gpu", scheduler=scheduler), 0.0, 1),
+        configure_cluster(state, ConfigureCluster(scheduler=scheduler), 0.0, 1),
+    ):
+        assert isinstance(outcome, Refused)
+        assert named in outcome.reason
+
+
+def test_good_settings_are_accepted() -> None:
+    assert settings_problem(None, 1.0) is None
+    assert settings_problem(7200.0, 0.0) is None
+    outcome = set_pool(
+        ClusterState(),
+        SetPool(pool="gpu", scheduler=SchedulerSettings(usage_half_life_s=7200.0)),
+        0.0,
+        1,
+    )
+    assert not isinstance(outcome, Refused)
+
+
+@pytest.mark.parametrize(
+    ("scheduler", "named"),
+    [
+        ({"usage_half_life": "0s"}, "usage_half_life must be longer than 0"),
+        ({"usage_half_life": "-2h"}, "'-2h' is not a duration"),
+        ({"usage_half_life": "5000d"}, "432000000.0"),
+        ({"usage_half_life": "2h", "usage_k": -1}, "usage_k must be between 0 and 100, got -1"),
+        ({"usage_halflife": "2h"}, "usage_halflife"),
+    ],
+)
+def test_a_scenario_with_bad_settings_names_the_value(
+    scheduler: dict[str, object], named: str
+) -> None:
+    data = {
+        "name": "bad",
+        "pools": [{"name": "gpu", "scheduler": scheduler, "nodes": [{"name": "n0", "gpus": 8}]}],
+        "steps": [{"expect": {}}],
+    }
+    with pytest.raises(ScenarioError, match=named.replace("(", r"\(")) as raised:
+        parse_scenario(data, Path("bad.yaml"))
+    assert "usage_" in str(raised.value)
+
+
+def test_a_scenario_reads_the_half_life_as_a_duration() -> None:
+    data = {
+        "name": "ok",
+        "config": {"scheduler": {"usage_half_life": "2h", "usage_k": 0.5}},
+        "steps": [{"expect": {}}],
+    }
+    scheduler = parse_scenario(data, Path("ok.yaml")).config.scheduler
+    assert scheduler is not None
+    assert (scheduler.usage_half_life_s, scheduler.usage_k) == (7200.0, 0.5)
+
+
+def test_decisions_without_a_half_life_carry_nothing_new() -> None:
+    vc = run_cluster(1800.0, 0.0, [("a", 8, 7200.0, 0.0), ("b", 8, 7200.0, 600.0)])
+    decisions = [e for e in vc.log if isinstance(e, JobScheduled | JobNominated)]
+    assert decisions
+    assert all(e.history is None for e in decisions)

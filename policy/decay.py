@@ -17,7 +17,7 @@ pool, is its value divided by the pool's.
 from __future__ import annotations
 
 import math
-from typing import Final
+from typing import Any, Final
 
 import msgspec
 
@@ -98,3 +98,25 @@ class PoolUsage(msgspec.Struct, array_like=True):
             p: round(min(1.0, max(0.0, acc.at(t, self.half_life_s) / total)), U_DIGITS)
             for p, acc in self.projects.items()
         }
+
+
+def in_words(history: dict[str, Any]) -> str:
+    """What the history did to the shares, for a person (the timeline's reason): one clause per
+    project whose share it moved. `history` is a decision's `UsageFacts` as plain data."""
+    shares, plain = history.get("fair_share", {}), history.get("without_history", {})
+    usage = history.get("decayed_usage", {})
+    half_life = _duration(float(history.get("half_life_s", 0.0)))
+    said = [
+        f"project {p} has used {round(100 * float(usage.get(p, 0.0)))}% of the pool over the "
+        f"last hours (half-life {half_life}); its share is {share}, not {plain.get(p, share)}"
+        for p, share in shares.items()
+        if share != plain.get(p, share)
+    ]
+    return "; ".join(said)
+
+
+def _duration(seconds: float) -> str:
+    for unit, size in (("d", 86_400.0), ("h", 3600.0), ("m", 60.0)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds / size:g}{unit}"
+    return f"{seconds:g}s"

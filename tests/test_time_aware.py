@@ -4,6 +4,8 @@ the decisions that carry it, the audit that re-derives it, and the bounds of its
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 from fractions import Fraction
 from pathlib import Path
 
@@ -366,3 +368,24 @@ def test_decisions_without_a_half_life_carry_nothing_new() -> None:
     decisions = [e for e in vc.log if isinstance(e, JobScheduled | JobNominated)]
     assert decisions
     assert all(e.history is None for e in decisions)
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["--usage-half-life", "0s"], "got 0.0s"),
+        (["--usage-half-life=-2h"], "'-2h' is not a duration"),
+        (["--usage-half-life", "20000d"], "got 1728000000.0s"),
+        (["--usage-half-life", "2h", "--usage-k", "-1"], "usage_k must be between 0 and 100"),
+    ],
+)
+def test_pool_set_names_a_bad_value_before_asking_anyone(args: list[str], named: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "fairlane.cli", "pool", "set", "default", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert named in " ".join(done.stderr.split())

@@ -71,6 +71,7 @@ def projects_table(found: list[dict[str, Any]]) -> None:
     for column in ("QUOTA", "WEIGHT", "LIMIT", "PRIORITY", "FAIR SHARE", "IN USE"):
         table.add_column(column, justify="right")
     table.add_column("OVER QUOTA")
+    table.add_column("U", justify="right")  # rule 11: decayed usage, a part of the pool
     for project in found:
         for p in project["pools"]:
             over = "[yellow]yes[/]" if p["over_quota"] else "no"
@@ -84,8 +85,13 @@ def projects_table(found: list[dict[str, Any]]) -> None:
                 str(p["fair_share"]),
                 str(p["usage"]),
                 over,
+                _part(p.get("decayed_usage")),
             )
     console.print(table)
+
+
+def _part(u: float | None) -> str:
+    return "-" if u is None else f"{100 * u:.0f}%"
 
 
 def project_set(

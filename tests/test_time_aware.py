@@ -35,6 +35,7 @@ from policy.decay import Decayed, PoolUsage, settings_problem
 from policy.fair_share import Claim, History, divide
 from policy.snapshot import decode_snapshot, encode_snapshot
 from policy.state import ClusterState
+from projections.projection import Projection
 from simulation.spec import ScenarioError, parse_scenario
 from simulation.virtual_cluster import VirtualCluster
 from tests.test_policy_golden import RANDOM_CASES, random_case
@@ -389,3 +390,19 @@ def test_pool_set_names_a_bad_value_before_asking_anyone(args: list[str], named:
     )
     assert done.returncode == 2
     assert named in " ".join(done.stderr.split())
+
+
+def test_the_read_side_shows_each_projects_u() -> None:
+    path = next(p for p in HISTORIES if p.stem == "time-aware-reclaim")
+    projection = Projection()
+    rows: dict[tuple[str, str], float | None] = {}
+    for seq, event in read_export(path.read_bytes().splitlines()):
+        projection.apply(seq, event)
+        if seq == 40:  # b's claim decided on a's hour of holding the whole pool
+            rows.update(
+                {(r.project, r.pool): r.decayed_usage for r in projection.take().project_pools}
+            )
+            assert rows[("a", POOL)] == 1.0
+            assert rows[("b", POOL)] == 0.0
+    for row in projection.take().project_pools:
+        assert row.decayed_usage is not None and 0.0 <= row.decayed_usage <= 1.0

@@ -172,6 +172,9 @@ class ProjectPool(msgspec.Struct):
     usage: int
     fair_share: int
     over_quota: bool
+    #: rule 11: its decayed usage U, a part of the pool's decayed GPU-seconds (None: the pool
+    #: has no usage half-life)
+    decayed_usage: float | None = None
 
 
 class ProjectThen(msgspec.Struct):

@@ -3,6 +3,8 @@ the decisions that carry it, the audit that re-derives it, and the bounds of its
 
 from __future__ import annotations
 
+import itertools
+import json
 import math
 import subprocess
 import sys
@@ -27,6 +29,7 @@ from events import (
 from events.commands import ConfigureCluster, SetPool
 from events.export import export_line, read_export
 from events.model import UsageFacts
+from fairlane.whatif_cli import compare, parse_usage
 from policy.audit import audit
 from policy.commands import Refused
 from policy.commands.config import configure_cluster, set_pool
@@ -37,6 +40,8 @@ from policy.snapshot import decode_snapshot, encode_snapshot
 from policy.state import ClusterState
 from projections.projection import Projection
 from simulation.spec import ScenarioError, parse_scenario
+from simulation.trace.errors import SimulationError
+from simulation.trace.scenario import run_scenario
 from simulation.virtual_cluster import VirtualCluster
 from tests.test_policy_golden import RANDOM_CASES, random_case
 
@@ -406,3 +411,59 @@ def test_the_read_side_shows_each_projects_u() -> None:
             assert rows[("b", POOL)] == 0.0
     for row in projection.take().project_pools:
         assert row.decayed_usage is not None and 0.0 <= row.decayed_usage <= 1.0
+
+
+# -- the simulator: a scenario as the workload, and the oscillation it measures --------------
+
+OSCILLATION = Path(__file__).parent.parent / "bench" / "scenarios" / "oscillation.yaml"
+
+
+def test_without_a_half_life_the_older_project_takes_nearly_everything() -> None:
+    hours = run_scenario(OSCILLATION).gpu_hours
+    assert hours["a"] / (hours["a"] + hours["b"]) > 0.95
+
+
+def test_with_a_half_life_they_take_turns_and_split_within_5_percent() -> None:
+    outcome = run_scenario(OSCILLATION, (7200.0, 1.0))
+    hours = outcome.gpu_hours
+    assert abs(hours["a"] / (hours["a"] + hours["b"]) - 0.5) < 0.05
+    a = outcome.allocation.gpus["a"]
+    turns = sum(1 for before, after in itertools.pairwise(a) if before != after)
+    assert turns >= 10  # they alternate, not one long handover
+
+
+def test_simulate_a_scenario_reports_gpu_hours_per_project(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "fairlane.cli", "simulate", "--scenario", str(OSCILLATION),
+         "--usage-half-life", "2h", "-o", "json", "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    report = json.loads(done.stdout)
+    assert report["usage_half_life_s"] == 7200.0
+    assert set(report["projects"]) == {"a", "b"}
+    # running jobs counted up to the last step: the pool was busy all 24 hours
+    assert sum(p["gpu_hours"] for p in report["projects"].values()) == pytest.approx(16 * 24)
+    assert (tmp_path / "allocation.png").stat().st_size > 0
+
+
+def test_simulate_names_a_bad_half_life() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "fairlane.cli", "simulate", "--scenario", str(OSCILLATION),
+         "--usage-half-life", "0s"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert "got 0.0s" in done.stderr
+
+
+def test_whatif_turns_the_half_life_on_for_a_recorded_log() -> None:
+    log = list(read_export(RECORDED.read_bytes().splitlines()))
+    runs = compare(log, None, None, {}, parse_usage("2h", None))
+    (base, _), (other, _) = runs.values()
+    assert base["usage_half_life_s"] is None
+    assert other["usage_half_life_s"] == 7200.0
+    with pytest.raises(SimulationError, match=r"got -1\.0"):
+        parse_usage("2h", -1.0)
+
+
+RECORDED = Path(__file__).parent / "histories" / "reclaim-anti-ping-pong-claimant-first.jsonl"

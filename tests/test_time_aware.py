@@ -29,6 +29,7 @@ from events import (
 from events.commands import ConfigureCluster, SetPool
 from events.export import export_line, read_export
 from events.model import UsageFacts
+from fairlane.audit_cli import Log
 from fairlane.whatif_cli import compare, parse_usage
 from policy.audit import audit
 from policy.commands import Refused
@@ -457,7 +458,7 @@ def test_simulate_names_a_bad_half_life() -> None:
 
 
 def test_whatif_turns_the_half_life_on_for_a_recorded_log() -> None:
-    log = list(read_export(RECORDED.read_bytes().splitlines()))
+    log: Log = list(read_export(RECORDED.read_bytes().splitlines()))
     runs = compare(log, None, None, {}, parse_usage("2h", None))
     (base, _), (other, _) = runs.values()
     assert base["usage_half_life_s"] is None

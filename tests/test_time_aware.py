@@ -23,6 +23,7 @@ from events import (
     JobPreemptionRequested,
     JobScheduled,
     JobSpec,
+    PoolConfigured,
     ProjectTerms,
     SchedulerSettings,
 )
@@ -140,6 +141,61 @@ def test_the_fold_keeps_the_decayed_usage_of_the_whole_history(
     assert sum(shares.values()) <= 1.0 + 1e-5
     for project, u in shares.items():
         assert u == pytest.approx(projects.get(project, 0.0) / pool, abs=1e-6)
+
+
+disturbances = st.lists(
+    st.tuples(
+        st.sampled_from(["pause", "resume", "cancel", "lose", "add", "half_life", "wait"]),
+        st.integers(0, 11),  # which job or node
+        st.floats(0.0, 7200.0),  # how long after the one before
+    ),
+    max_size=10,
+)
+
+
+@settings(max_examples=25, deadline=None)
+@given(work=jobs, events=disturbances)
+def test_u_stays_in_0_1_and_exact_through_pauses_lost_nodes_and_a_new_half_life(
+    work: list[tuple[str, int, float, float]], events: list[tuple[str, int, float]]
+) -> None:
+    vc = run_cluster(3600.0, 1.0, work, nodes=3)
+    added = 0
+    for kind, which, after in events:
+        vc.advance(after)
+        job_id = f"j{which % len(work)}"
+        if kind in ("pause", "resume", "cancel"):
+            getattr(vc, kind)(job_id)
+        elif kind == "lose" and f"n{which % 3}" in vc.state.nodes:
+            vc.remove_node(f"n{which % 3}")
+        elif kind == "add":
+            vc.add_node(f"m{added}", POOL, 4)
+            added += 1
+        elif kind == "half_life":  # the half-life changes: every value carries on
+            before = vc.state.usage[POOL].shares(vc.now)
+            vc.add_pool(POOL, _pool_setting(1800.0 + which * 600.0, vc.now))
+            assert vc.state.usage[POOL].shares(vc.now) == before
+        vc.settle()
+        shares = vc.state.usage[POOL].shares(vc.now + after)
+        assert all(0.0 <= u <= 1.0 for u in shares.values())
+        assert sum(shares.values()) <= 1.0 + 1e-5
+    if not any(kind == "half_life" for kind, _, _ in events):
+        usage = vc.state.usage[POOL]
+        t = vc.now + 600.0
+        projects, pool = summed_over_history(vc, t)
+        assert usage.capacity.at(t, usage.half_life_s) == pytest.approx(pool, rel=1e-9)
+        for project, value in projects.items():
+            at = usage.projects[project].at(t, usage.half_life_s)
+            assert at == pytest.approx(value, rel=1e-9, abs=1e-6)
+
+
+def _pool_setting(half_life_s: float, now: float) -> PoolConfigured:
+    return PoolConfigured(
+        id=f"pool/{half_life_s}/{now}",
+        time=now,
+        actor="t",
+        pool=POOL,
+        scheduler=SchedulerSettings(usage_half_life_s=half_life_s),
+    )
 
 
 def test_decay_halves_per_half_life_and_fills_towards_the_gpus_held() -> None:

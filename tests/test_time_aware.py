@@ -26,6 +26,8 @@ from events import (
     PoolConfigured,
     ProjectTerms,
     SchedulerSettings,
+    decode_event,
+    encode_event,
 )
 from events.commands import ConfigureCluster, SetPool
 from events.export import export_line, read_export
@@ -524,3 +526,20 @@ def test_whatif_turns_the_half_life_on_for_a_recorded_log() -> None:
 
 
 RECORDED = Path(__file__).parent / "histories" / "reclaim-anti-ping-pong-claimant-first.jsonl"
+
+
+def test_events_without_history_are_written_and_read_as_before() -> None:
+    old = (
+        b'{"type":"JobPreemptionRequested","id":"x/1/preempt/0-0","version":2,"time":5.0,'
+        b'"actor":"preemptor","job_id":"x","attempt":1,"reason":"reclaim",'
+        b'"facts":{"pool":"default","fair_share":{"a":8}}}'
+    )
+    event = decode_event(old)
+    assert isinstance(event, JobPreemptionRequested)
+    assert event.facts is not None and event.facts.history is None
+    assert encode_event(event) == old  # nothing new is written where the history moved nothing
+    placed = JobScheduled(
+        id="j/1/scheduled", time=1.0, actor="scheduler", job_id="j", attempt=1, pool="p",
+        replicas=(),
+    )  # fmt: skip
+    assert b"history" not in encode_event(placed)

@@ -24,6 +24,7 @@ from events import (
     JobScheduled,
     JobSpec,
     PoolConfigured,
+    PreemptionFacts,
     ProjectTerms,
     SchedulerSettings,
     decode_event,
@@ -33,6 +34,7 @@ from events.commands import ConfigureCluster, SetPool
 from events.export import export_line, read_export
 from events.model import UsageFacts
 from fairlane.audit_cli import Log
+from fairlane.timeline import details
 from fairlane.whatif_cli import compare, parse_usage
 from policy.audit import audit
 from policy.commands import Refused
@@ -543,3 +545,24 @@ def test_events_without_history_are_written_and_read_as_before() -> None:
         replicas=(),
     )  # fmt: skip
     assert b"history" not in encode_event(placed)
+
+
+def test_the_timeline_says_what_the_history_did_in_words() -> None:
+    history = UsageFacts(
+        half_life_s=7200.0,
+        k=1.0,
+        decayed_usage={"a": 0.38, "b": 0.62},
+        share_weight={"a": 0.62, "b": 0.38},
+        fair_share={"a": 11, "b": 5},
+        without_history={"a": 8, "b": 8},
+    )
+    stop = JobPreemptionRequested(
+        id="b1/1/preempt/0-0", time=1.0, actor="preemptor", job_id="b1", attempt=1,
+        reason="reclaim", for_job="a2",
+        facts=PreemptionFacts(pool=POOL, fair_share={"a": 11, "b": 5}, history=history),
+    )  # fmt: skip
+    entry = {"type": "JobPreemptionRequested", "event": msgspec.to_builtins(stop)}
+    said = details({**entry, "reason": "reclaim", "for_job": "a2"})
+    assert "project b has used 62% of the pool over the last hours (half-life 2h)" in said
+    assert "its share is 5, not 8" in said
+    assert "project a has used 38% of the pool" in said

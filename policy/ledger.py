@@ -6,8 +6,10 @@ are on their way back), GPUs held by a nomination do (they are as good as the no
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import TypeVar
 
 from events.model import UsageFacts
 from policy.decay import U_DIGITS
@@ -15,6 +17,7 @@ from policy.fair_share import Claim, History, divide
 from policy.state import ClusterState, Job
 
 UNLIMITED = 1 << 40
+V = TypeVar("V")
 
 
 @dataclass(slots=True)
@@ -57,7 +60,9 @@ class Ledger:
         #: evaluated at `now`), and what it did to the shares when it changed any of them
         self.history: History | None = None
         self.half_life_s = 0.0
+        #: every project's, when the history moved any share (None: it moved none)
         self.usage_facts: UsageFacts | None = None
+        self._facts_of: dict[frozenset[str], UsageFacts] = {}
         usage = state.usage.get(pool) if now is not None else None
         settings = state.pool_settings(pool)
         if usage is not None and now is not None and settings.type == "fair_share":
@@ -127,6 +132,30 @@ class Ledger:
             fair_share={p: shares[p] for p in shown},
             without_history={p: plain[p] for p in shown},
         )
+
+    def history_of(self, projects: Iterable[str]) -> UsageFacts | None:
+        """Rule 11's facts for a decision involving these projects (its own, its victims'),
+        when the history moved any share of the pool: only theirs, so that a decision in a
+        pool of many projects does not carry all of them."""
+        if self.usage_facts is None:
+            return None
+        key = frozenset(projects)
+        found = self._facts_of.get(key)
+        if found is None:
+            f = self.usage_facts
+
+            def only(values: dict[str, V]) -> dict[str, V]:
+                return {p: v for p, v in values.items() if p in key}
+
+            found = self._facts_of[key] = UsageFacts(
+                half_life_s=f.half_life_s,
+                k=f.k,
+                decayed_usage=only(f.decayed_usage),
+                share_weight=only(f.share_weight),
+                fair_share=only(f.fair_share),
+                without_history=only(f.without_history),
+            )
+        return found
 
     def facts(
         self, only: set[str] | None = None

@@ -299,20 +299,29 @@ def test_k_zero_decides_exactly_as_without_a_half_life() -> None:
 
 
 def test_with_a_half_life_the_decisions_it_moved_carry_u_and_p() -> None:
-    moved = carried = 0
+    runs_moved = carried = shares_moved = 0
     for seed in range(RANDOM_CASES):
         on = [e for step in random_case(seed, (600.0, 1.0)) for e in step]
         off = [e for step in random_case(seed) for e in step]
-        moved += on != off
+        runs_moved += on != off
         for e in on:
-            history = e.facts.history if isinstance(e, JobPreemptionRequested) and e.facts else None
-            history = history or getattr(e, "history", None)
+            if isinstance(e, JobPreemptionRequested):
+                history = e.facts.history if e.facts is not None else None
+                if history is not None:  # the projects it involves, as the other facts
+                    assert e.facts is not None
+                    assert history.fair_share.keys() == e.facts.fair_share.keys()
+            elif isinstance(e, JobScheduled | JobNominated):
+                history = e.history
+            else:
+                history = None
             if history is not None:
                 carried += 1
-                assert history.fair_share != history.without_history
+                assert history.fair_share.keys() == history.without_history.keys()
                 assert all(0.0 <= u <= 1.0 for u in history.decayed_usage.values())
-    assert moved > 0
+                shares_moved += history.fair_share != history.without_history
+    assert runs_moved > 0
     assert carried > 0
+    assert shares_moved > 0
 
 
 def test_while_a_job_waits_the_policy_looks_again_as_shares_move() -> None:

@@ -16,6 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bench import time_aware
 from events import (
     ClusterConfigured,
     ClusterSettings,
@@ -575,3 +576,10 @@ def test_the_timeline_says_what_the_history_did_in_words() -> None:
     assert "project b has used 62% of the pool over the last hours (half-life 2h)" in said
     assert "its share is 5, not 8" in said
     assert "project a has used 38% of the pool" in said
+
+
+def test_the_measurement_runs_and_draws(tmp_path: Path) -> None:
+    off, on = run_scenario(time_aware.SCENARIO), run_scenario(time_aware.SCENARIO, (7200.0, 1.0))
+    assert time_aware.handovers(off) == 0 < time_aware.handovers(on)
+    time_aware.plot(off, on, tmp_path / "plot.png")
+    assert (tmp_path / "plot.png").stat().st_size > 0

@@ -177,12 +177,14 @@ def next_wakeup(state: ClusterState, now: float) -> float | None:
 
 def _usage_tick(state: ClusterState) -> float | None:
     """Rule 11: the interval to look again at, for the pools with a half-life in which a job
-    waits (a share that moves changes nothing while nobody waits)."""
-    waiting = {
-        job.pools[0]
-        for job in state.live.values()
-        if job.phase == "pending" and not job.nomination and job.pools
-    }
+    (or an elastic job's extra replica) waits: a share that moves changes nothing while
+    nobody waits."""
+    waiting: set[str] = set()
+    for job in state.live.values():
+        if job.phase == "pending" and not job.nomination and job.pools:
+            waiting.add(job.pools[0])
+        elif job.pool and job.elastic and job.active_replicas < job.replicas:
+            waiting.add(job.pool)  # an elastic job's extras wait too
     lives = [u.half_life_s for pool, u in state.usage.items() if pool in waiting]
     return min(lives) / USAGE_TICKS_PER_HALF_LIFE if lives else None
 

@@ -24,6 +24,7 @@ from events.model import (
     ProjectTerms,
     Replica,
     SchedulerSettings,
+    UsageFacts,
 )
 
 #: The catalogue's schema version. 2: `ClusterConfigured` carries its settings as one struct.
@@ -181,6 +182,8 @@ class JobNominated(Event, frozen=True, kw_only=True):
     basis_seq: int = 0
     #: the version of the policy that decided it ("": not stated)
     policy_version: str = ""
+    #: Rule 11: what the usage history did to the pool's fair shares (None: nothing)
+    history: UsageFacts | None = None
 
 
 class JobScheduled(Event, frozen=True, kw_only=True):
@@ -195,6 +198,8 @@ class JobScheduled(Event, frozen=True, kw_only=True):
     basis_seq: int = 0
     #: the version of the policy that decided it ("": not stated)
     policy_version: str = ""
+    #: Rule 11: what the usage history did to the pool's fair shares (None: nothing)
+    history: UsageFacts | None = None
 
 
 class JobStarted(Event, frozen=True, kw_only=True):

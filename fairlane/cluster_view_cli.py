@@ -13,10 +13,12 @@ import cyclopts
 from rich.markup import escape
 from rich.table import Table
 
+from events.units import parse_duration
 from fairlane.api_options import Connection, connected
 from fairlane.client import Api
 from fairlane.output import USAGE, Output, clock, console, emit, errors_said, fail, to_yaml
 from fairlane.timeline import details, print_timeline
+from policy.decay import settings_problem
 
 EVENTS_MAX = 10_000
 
@@ -74,6 +76,7 @@ def projects_table(found: list[dict[str, Any]]) -> None:
     for column in ("QUOTA", "WEIGHT", "LIMIT", "PRIORITY", "FAIR SHARE", "IN USE"):
         table.add_column(column, justify="right")
     table.add_column("OVER QUOTA")
+    table.add_column("U", justify="right")  # rule 11: decayed usage, a part of the pool
     for project in found:
         for p in project["pools"]:
             over = "[yellow]yes[/]" if p["over_quota"] else "no"
@@ -87,8 +90,13 @@ def projects_table(found: list[dict[str, Any]]) -> None:
                 str(p["fair_share"]),
                 str(p["usage"]),
                 over,
+                _part(p.get("decayed_usage")),
             )
     console.print(table)
+
+
+def _part(u: float | None) -> str:
+    return "-" if u is None else f"{100 * u:.0f}%"
 
 
 def project_set(
@@ -140,6 +148,8 @@ def pool_set(
     scheduler: Literal["fair_share", "priority", "round_robin"] | None = None,
     fitting: Literal["best", "worst"] = "best",
     victim_order: Literal["newest", "cost"] = "newest",
+    usage_half_life: str | None = None,
+    usage_k: float = 1.0,
     connection: Connection | None = None,
     output: Output = "table",
 ) -> None:
@@ -148,6 +158,7 @@ def pool_set(
 
     ```
     fairlane pool set default --scheduler fair_share --fitting best --victim-order cost
+    fairlane pool set default --usage-half-life 2h --usage-k 1
     ```
 
     Parameters
@@ -158,11 +169,34 @@ def pool_set(
         best packs, worst spreads (with --scheduler).
     victim_order
         newest, or cost (least lost work) (with --scheduler).
+    usage_half_life
+        Time-aware fairness (rule 11): the half-life of the usage history the fair share
+        weighs (2h, 1d, ...); a project that used much of the pool lately gets a smaller share.
+    usage_k
+        How strongly the history moves the shares (0: not at all; default 1).
     """
-    body = {"scheduler": scheduler, "fitting": fitting, "victim_order": victim_order}
+    body: dict[str, Any] = {"scheduler": scheduler, "fitting": fitting}
+    body["victim_order"] = victim_order
+    if usage_half_life is not None or usage_k != 1.0:
+        body.update(_usage_settings(usage_half_life, usage_k))
     with errors_said(), connected(connection) as api:
         answer = api.put(f"/v1/pools/{name}", body)
         emit(answer, output, lambda a: _configured(f"pool {name}", a))
+
+
+def _usage_settings(half_life: str | None, k: float) -> dict[str, Any]:
+    """Rule 11's settings as the API takes them, checked here first so that a bad value is
+    named as it was typed."""
+    seconds = None
+    if half_life is not None:
+        try:
+            seconds = parse_duration(half_life)
+        except ValueError as e:
+            fail(f"--usage-half-life: {e}", USAGE)
+    problem = settings_problem(seconds, k)
+    if problem is not None:
+        fail(f"--usage-half-life {half_life}, --usage-k {k}: {problem}", USAGE)
+    return {"usage_half_life_s": seconds, "usage_k": k}
 
 
 def _configured(what: str, answer: dict[str, Any]) -> None:

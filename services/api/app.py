@@ -58,6 +58,7 @@ from events.commands import (
     UncordonNode,
 )
 from policy.audit import Scope
+from policy.commands.config import scheduler_problem
 from services.api import audit as api_audit
 from services.api import logs, metrics, queries, tokens
 from services.api.tokens import Caller
@@ -405,6 +406,11 @@ async def set_pool(ctx: Ctx, caller: Who, name: PathName, data: JSONBody[PoolReq
         if data.scheduler is not None
         else None
     )
+    settings = _with_usage(settings, data)
+    problem = scheduler_problem(settings)  # rule 11's bounds: said before anything is sent
+    if problem is not None:
+        field = "usage_k" if problem.startswith("usage_k") else "usage_half_life_s"
+        raise _fail(400, problem, field)
     return await _command(ctx, SetPool(actor=caller.name, pool=name, scheduler=settings))
 
 
@@ -438,6 +444,17 @@ async def uncordon_node(
     _admin(caller, "uncordon nodes")
     reason = data.reason if data is not None else ""
     return await _command(ctx, UncordonNode(actor=caller.name, node=name, reason=reason))
+
+
+def _with_usage(settings: SchedulerSettings | None, data: PoolRequest) -> SchedulerSettings | None:
+    """Rule 11's settings on the pool's own (a half-life alone gives it the default scheduler)."""
+    if data.usage_half_life_s is None and data.usage_k == 1.0:
+        return settings
+    return msgspec.structs.replace(
+        settings or SchedulerSettings(),
+        usage_half_life_s=data.usage_half_life_s,
+        usage_k=data.usage_k,
+    )
 
 
 # -- queries ----------------------------------------------------------------------------------

@@ -66,6 +66,10 @@ class PoolRequest(msgspec.Struct, forbid_unknown_fields=True):
     scheduler: Literal["fair_share", "priority", "round_robin"] | None = None
     fitting: Literal["best", "worst"] = "best"
     victim_order: Literal["newest", "cost"] = "newest"
+    #: Rule 11: the half-life of the usage history the fair share weighs, in seconds (None: off;
+    #: the bounds are the command's, whose error names the value)
+    usage_half_life_s: float | None = None
+    usage_k: float = 1.0
 
 
 class NodeServiceRequest(msgspec.Struct, forbid_unknown_fields=True):
@@ -178,6 +182,9 @@ class ProjectPool(msgspec.Struct):
     usage: int
     fair_share: int
     over_quota: bool
+    #: rule 11: its decayed usage U, a part of the pool's decayed GPU-seconds (None: the pool
+    #: has no usage half-life)
+    decayed_usage: float | None = None
 
 
 class ProjectThen(msgspec.Struct):

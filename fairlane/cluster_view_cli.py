@@ -212,7 +212,7 @@ def node_start(
     name: str,
     /,
     *,
-    gpus: int,
+    gpus: int | None = None,
     pool: str = "default",
     data_dir: DataDir = DEFAULT_DATA_DIR,
     nats: str | None = None,
@@ -241,8 +241,8 @@ def node_start(
     name
         The node's name: letters, digits, '-' and '_' (1 to 128); not one that runs already.
     gpus
-        GPUs the node declares (its GPU indexes 0..N-1, its own whichever other nodes run on
-        this machine).
+        GPUs the node declares: its GPU indexes 0..N-1, its own whichever other nodes run on
+        this machine (default: what NVML finds, for a node with a machine to itself).
     pool
         The pool the node belongs to.
     data_dir
@@ -286,8 +286,9 @@ def node_start(
         started = asyncio.run(start())
     except nodes.NodeError as e:
         fail(str(e), e.code)
+    offers = "GPUs from NVML" if gpus is None else f"{gpus} GPU(s)"
     console.print(
-        f"node {escape(name)} registered: pool {escape(pool)}, {gpus} GPU(s), cluster "
+        f"node {escape(name)} registered: pool {escape(pool)}, {offers}, cluster "
         f"{escape(started.nats_url)}; files {escape(str(started.data_dir))}, log "
         f"{escape(str(started.log))}"
     )

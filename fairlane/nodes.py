@@ -16,7 +16,8 @@ Two ways in:
   `<data>/nodes/<node>/` (`node.json` says what runs there).
 
 Several nodes on one machine each get their own folder (checkpoints, run files) and their own
-declared GPUs (`--gpus N`: GPU indexes 0..N-1 of that node). Nothing is half-applied: a name
+declared GPUs (`--gpus N`: GPU indexes 0..N-1 of that node; without it the executor asks NVML,
+for a node that has a machine, and its GPUs, to itself). Nothing is half-applied: a name
 that is taken (a node of that name in the plan, or whose heartbeat is in the heartbeat bucket)
 or a credentials file of another node is refused before anything changes, and a node whose
 executor exits before it registers is taken out of the plan again.
@@ -98,7 +99,7 @@ class NodeHost(msgspec.Struct, frozen=True):
 class StartedNode:
     node: str
     pool: str
-    gpus: int
+    gpus: int | None  # None: what NVML finds
     nats_url: str
     log: Path
     data_dir: Path
@@ -116,8 +117,8 @@ def check_name(node: str) -> None:
         )
 
 
-def check_gpus(gpus: int) -> None:
-    if gpus < 0:
+def check_gpus(gpus: int | None) -> None:
+    if gpus is not None and gpus < 0:
         raise NodeError(f"--gpus {gpus}: a node declares 0 or more GPUs", code=2)
 
 
@@ -135,7 +136,7 @@ def executor_args(  # noqa: PLR0913 (the executor's own flags)
     nats_url: str,
     node: str,
     pool: str,
-    gpus: int,
+    gpus: int | None,
     data_dir: Path,
     runtime: Runtime,
     address: str | None = None,
@@ -144,8 +145,9 @@ def executor_args(  # noqa: PLR0913 (the executor's own flags)
     embedded cluster's own node's do): a node that is stopped is gone, and what ran there
     resumes elsewhere, never twice."""
     args = ["-m", "services.executor", "--nats", nats_url, "--node", node, "--pool", pool]
-    args += ["--gpus", str(gpus), "--data-dir", str(data_dir), "--runtime", runtime]
-    args += ["--stop-workloads-on-exit"]
+    args += ["--data-dir", str(data_dir), "--runtime", runtime, "--stop-workloads-on-exit"]
+    if gpus is not None:  # else the executor asks NVML
+        args += ["--gpus", str(gpus)]
     if address is not None:
         args += ["--address", address]
     return args
@@ -309,7 +311,7 @@ async def start_node(  # noqa: PLR0913 (the `fairlane node start` options)
     data_dir: Path,
     node: str,
     *,
-    gpus: int,
+    gpus: int | None,
     pool: str = "default",
     runtime: Runtime = "process",
     address: str | None = None,
@@ -413,7 +415,7 @@ async def start_remote_node(  # noqa: PLR0913 (the `fairlane node start` options
     *,
     nats_url: str,
     credentials: Path,
-    gpus: int,
+    gpus: int | None,
     pool: str = "default",
     runtime: Runtime = "process",
     address: str | None = None,

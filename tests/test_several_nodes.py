@@ -10,6 +10,7 @@ import re
 import time
 from collections.abc import Callable
 from pathlib import Path
+from subprocess import CompletedProcess
 from typing import Any, TypeVar
 
 import pytest
@@ -26,10 +27,17 @@ from fairlane.nodes import (
 from fairlane.supervisor import Plan, Program
 from services.runtime.auth import Credentials, executor_user
 from services.runtime.servers import free_port
-from tests.test_embedded import fairlane
+from tests import test_embedded
 
 TRAIN = str(Path(__file__).resolve().parent.parent / "examples" / "train.py")
 T = TypeVar("T")
+
+
+def fairlane(*args: str, data_dir: Path, check: bool = True) -> CompletedProcess[str]:
+    """The command as a person runs it; a failure shows what it said."""
+    done = test_embedded.fairlane(*args, data_dir=data_dir, check=False)
+    assert not check or done.returncode == 0, f"fairlane {' '.join(args)}: {done.stderr}"
+    return done
 
 
 def eventually(probe: Callable[[], T | None], what: str, within: float = 60.0) -> T:

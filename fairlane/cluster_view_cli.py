@@ -203,9 +203,7 @@ def nodes(*, connection: Connection | None = None, output: Output = "table") -> 
         emit(api.get("/v1/nodes"), output, _nodes_table)
 
 
-DataDir = Annotated[
-    Path, cyclopts.Parameter(name="--data-dir", help="the embedded cluster's data folder")
-]
+DataDir = Annotated[Path, cyclopts.Parameter(name="--data-dir")]
 
 
 def node_start(
@@ -309,9 +307,10 @@ async def _until_interrupted() -> None:
 
 
 def node_stop(name: str, /, *, data_dir: DataDir = DEFAULT_DATA_DIR) -> None:
-    """Stop a node started from --data-dir (the embedded cluster's own node too): its executor
-    stops its workloads (SIGTERM, then SIGKILL after the jobs' grace) and exits; the node
-    watcher declares the node lost once its heartbeat timeout passes (`fairlane up
+    """Stop a node started from --data-dir (the embedded cluster's own node too).
+
+    Its executor stops its workloads (SIGTERM, then SIGKILL after the jobs' grace) and exits;
+    the node watcher declares the node lost once its heartbeat timeout passes (`fairlane up
     --heartbeat-timeout`, default 10 s), and its jobs are queued again and resume elsewhere
     from their last stored checkpoint. `fairlane node drain NAME` first stops them with a
     fresh checkpoint.
@@ -346,9 +345,11 @@ def node_credentials(
     data_dir: DataDir = DEFAULT_DATA_DIR,
     output_file: Annotated[Path | None, cyclopts.Parameter(name=["--output-file", "-O"])] = None,
 ) -> None:
-    """Add a node's NATS user to the embedded cluster in --data-dir (its nats-server reads its
-    users again; kept if the node has one) and say where its credentials file is, for
-    `fairlane node start NAME --nats URL --credentials FILE` on another machine.
+    """Add a node's NATS user to the embedded cluster and say where its credentials are.
+
+    The cluster in --data-dir gets the user `executor-NAME` (kept if it has one) and its
+    nats-server reads its users again; the credentials file is for `fairlane node start NAME
+    --nats URL --credentials FILE` on another machine.
 
     ```
     fairlane node credentials gpu-4 -O executor-gpu-4.json

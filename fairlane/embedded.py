@@ -2,7 +2,8 @@
 
 `fairlane up` starts nats-server (JetStream) and PostgreSQL under a data folder, the services
 and one node executor for this machine under a supervisor that restarts whatever exits
-(fairlane/supervisor.py; `fairlane node start` adds more nodes: fairlane/nodes.py); `fairlane down` (or Ctrl-C on a foreground `up`) stops them all.
+(fairlane/supervisor.py); `fairlane down` (or Ctrl-C on a foreground `up`) stops them all.
+`fairlane node start` adds more nodes to the supervisor's plan (fairlane/nodes.py).
 What runs where is written to `<data>/cluster.json`, so `down`, the job commands and the demo
 find a running cluster.
 

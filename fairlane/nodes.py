@@ -365,6 +365,7 @@ async def start_node(  # noqa: PLR0913 (the `fairlane node start` options)
                 write_plan(plan_file, plan)
                 with contextlib.suppress(NodeError):
                     _signal(supervisor, signal.SIGHUP, "cluster's supervisor")
+                await _forget_heartbeat(nc, node)  # one it sent before failing: the name is free
                 raise
         finally:
             await nc.close()

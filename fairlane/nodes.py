@@ -69,6 +69,7 @@ from services.runtime.processes import pid_exists
 #: A node's name is a NATS subject token and a folder name (events bound names to 128).
 NODE_NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,127}")
 PLAN_FILE: Final = "supervisor-plan.json"
+NATS_SERVER: Final = "nats-server"
 NODE_FILE: Final = "node.json"
 #: how long a node has to register once its executor was started
 REGISTER_WITHIN_S: Final = 60.0
@@ -219,6 +220,13 @@ def write_plan(path: Path, plan: Plan) -> None:
 
 
 def _signal(pid: int, sig: signal.Signals, what: str) -> None:
+    """Signal a process `cluster.json` names, after checking it is still that program where
+    the system says (a process id can be reused once its process is gone)."""
+    expected = NATS_SERVER if what == NATS_SERVER else "fairlane.supervisor"
+    with contextlib.suppress(OSError):  # no /proc here: the pid alone will do
+        command = Path(f"/proc/{pid}/cmdline").read_bytes()
+        if expected.encode() not in command:
+            raise NodeError(f"the {what} (pid {pid}) is not running")
     try:
         os.kill(pid, sig)
     except ProcessLookupError:
@@ -277,7 +285,7 @@ async def add_node_user(data_dir: Path, info: ClusterFile, node: str) -> Path:
     config = credentials_dir(data_dir) / "nats-server.conf"
     files = write_auth(data_dir, config, [info.node, node])
     path = files[executor_user(node)]
-    _signal(info.pids["nats-server"], signal.SIGHUP, "nats-server")
+    _signal(info.pids[NATS_SERVER], signal.SIGHUP, NATS_SERVER)
     deadline = time.monotonic() + RELOAD_WITHIN_S
     while True:
         try:

@@ -401,12 +401,12 @@ async def _registered(  # noqa: PLR0913 (what it waits for, and where to look wh
         if mine is not None and mine.restarts > 0:
             raise NodeError(
                 f"node {node!r}: its executor exited (status {mine.last_exit}) before it "
-                f"registered; nothing was kept. Its log, {data_dir}/logs/{program}.log, ends:\n"
-                + _tail(data_dir / "logs" / f"{program}.log")
+                f"registered, and is out of the plan again. Its log, {data_dir}/logs/"
+                f"{program}.log, ends:\n" + _tail(data_dir / "logs" / f"{program}.log")
             )
         if time.monotonic() > deadline:
             raise NodeError(
-                f"node {node!r} did not register within {within:g}s; nothing was kept "
+                f"node {node!r} did not register within {within:g}s, and is out of the plan again "
                 f"(its log: {data_dir}/logs/{program}.log)"
             )
 
@@ -497,7 +497,7 @@ async def _logged_registration(  # noqa: PLR0913
         if mine is not None and mine.restarts > 0:
             raise NodeError(
                 f"node {node!r}: its executor exited (status {mine.last_exit}) before it "
-                f"registered; nothing was kept. Its log, {log}, ends:\n" + _tail(log)
+                f"registered; its supervisor is stopped. Its log, {log}, ends:\n" + _tail(log)
             )
         if time.monotonic() > deadline:
             raise NodeError(f"node {node!r} did not register within {within:g}s (its log: {log})")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import json
 import os
 import stat
 from collections.abc import AsyncIterator
@@ -43,7 +44,9 @@ from services.runtime.auth import (
     credentials_dir,
     executor_consumer,
     executor_user,
+    known_nodes,
     load_credentials,
+    node_of,
     write_auth,
 )
 from services.runtime.checkpoint_bucket import BUCKET as CHECKPOINTS
@@ -300,6 +303,22 @@ async def test_executors_store_and_fetch_checkpoints_and_clients_cannot(
 def test_the_permissions_name_the_stream_the_log_uses() -> None:
     assert auth.STREAM == STREAM
     assert (auth.LOG_STREAM, auth.LOG_PREFIX) == (logstream.LOG_STREAM, logstream.LOG_PREFIX)
+
+
+def test_a_node_added_later_keeps_every_other_nodes_user(tmp_path: Path) -> None:
+    """`fairlane node credentials` and `deploy secrets --node` name only the new node: the
+    config written again still has the nodes made before, with their passwords."""
+    config = tmp_path / "auth.conf"
+    first = load_credentials(write_auth(tmp_path, config, [NODE])[executor_user(NODE)])
+    files = write_auth(tmp_path, config, ["n1"])
+    assert known_nodes(tmp_path) == [NODE, "n1"]
+    assert load_credentials(files[executor_user(NODE)]) == first
+    users = {u["user"]: u for u in json.loads(config.read_text())["authorization"]["users"]}
+    for node in (NODE, "n1"):
+        entry = users[executor_user(node)]
+        assert entry["password"] == load_credentials(files[executor_user(node)]).password
+        assert f"fl.node.{node}.>" in entry["permissions"]["publish"]
+    assert node_of(first) == NODE and node_of(load_credentials(files[ADMIN])) is None
 
 
 def test_credentials_are_private_and_kept(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ from events.catalogue import (
     SCHEMA_VERSION,
     ClusterConfigured,
     Event,
+    EventSetAside,
     JobAdmitted,
     JobCancelled,
     JobCheckpointed,
@@ -30,6 +31,8 @@ from events.catalogue import (
     SchedulingHeld,
     WorkRelayed,
     encode_event,
+    set_aside_id,
+    set_aside_subject,
     subject_for,
     work_subject,
 )
@@ -52,6 +55,7 @@ __all__ = [
     "ClusterConfigured",
     "ClusterSettings",
     "Event",
+    "EventSetAside",
     "GpuDevice",
     "JobAdmitted",
     "JobCancelled",
@@ -88,6 +92,8 @@ __all__ = [
     "WorkRelayed",
     "decode_event",
     "encode_event",
+    "set_aside_id",
+    "set_aside_subject",
     "subject_for",
     "work_subject",
 ]

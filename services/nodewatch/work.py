@@ -25,6 +25,18 @@ from events.catalogue import RELAYED, JobWork
 from policy.state import ClusterState, Job, Verdict
 
 ACTOR: Final = "nodewatch"
+#: Room kept under the server's max_payload for a relay's headers (its id and the fence).
+HEADER_ROOM: Final = 4096
+
+
+def oversized(size: int, max_payload: int) -> str | None:
+    """Why a relay of `size` bytes cannot go on the bus, or None if it can."""
+    if size <= max_payload - HEADER_ROOM:
+        return None
+    return (
+        f"the relay is {size} bytes, more than the bus carries "
+        f"({max_payload} bytes max_payload, less {HEADER_ROOM} for headers)"
+    )
 
 
 def relay_id(node: str, source_seq: int) -> str:
@@ -134,6 +146,10 @@ class RelayQueue:
     def seen(self, relay: WorkRelayed) -> None:
         """A relay read back from the log: written, by this leader or an earlier one."""
         self.pending.pop(relay.id, None)
+
+    def drop(self, relay_id: str) -> None:
+        """A relay some leader set aside (`EventSetAside`): it will never be written."""
+        self.pending.pop(relay_id, None)
 
     def after(self, key: RelayKey | None, limit: int) -> list[WorkRelayed]:
         """Up to `limit` pending relays after `key` (all of them from None), in order."""

@@ -56,6 +56,7 @@ from events.commands import (
     SubmitJob,
 )
 from policy.audit import Scope
+from policy.commands.names import PATTERN as NAME_PATTERN
 from services.api import audit as api_audit
 from services.api import logs, metrics, queries, tokens
 from services.api.tokens import Caller
@@ -88,7 +89,6 @@ from services.runtime.postgres import PG_TRANSIENT, connect_pool, migrate
 from services.runtime.tasks import cancel_and_wait
 
 log = structlog.get_logger("fairlane.api")
-NAME_PATTERN: Final = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$"
 PAGE_MAX: Final = 500
 #: A live stream quiet this long gets a comment line.
 KEEP_ALIVE_S: Final = 15.0

@@ -253,10 +253,15 @@ def decode_command(data: bytes) -> AnyCommand:
 
 def clearer(error: msgspec.ValidationError) -> msgspec.ValidationError:
     """`error` in words a person reads (a NUL is named as such, not as a regex)."""
-    said = str(error)
-    for regex, meant in _PATTERNS_SAID.items():
-        said = said.replace(regex, meant)
+    said = in_words(str(error))
     return error if said == str(error) else msgspec.ValidationError(said)
+
+
+def in_words(message: str) -> str:
+    """A validation message with the text patterns said in words."""
+    for regex, meant in _PATTERNS_SAID.items():
+        message = message.replace(regex, meant)
+    return message
 
 
 def decode_reply(data: bytes) -> Reply:

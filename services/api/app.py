@@ -54,6 +54,7 @@ from events.commands import (
     SetPool,
     SetProject,
     SubmitJob,
+    in_words,
 )
 from policy.audit import Scope
 from policy.commands.names import PATTERN as NAME_PATTERN
@@ -156,7 +157,8 @@ def on_http_error(_: Request[Any, Any, Any], exc: HTTPException) -> Response[Err
         first = exc.extra[0]
         if isinstance(first, dict):
             field = _ALIASES.get(first.get("key", ""), first.get("key"))
-            message = f"{first.get('message', exc.detail)} (in {_source(first.get('source'))})"
+            said = in_words(str(first.get("message", exc.detail)))
+            message = f"{said} (in {_source(first.get('source'))})"
     elif isinstance(exc.extra, dict):
         field = exc.extra.get("field")
     return _error(exc.status_code, message, field)
@@ -855,8 +857,9 @@ async def health(ctx: Ctx) -> Health:
 
 @get("/metrics", media_type="text/plain; version=0.0.4", include_in_schema=False)
 async def prometheus(ctx: Ctx) -> bytes:
+    log_seq = await JetStreamLog(ctx.nc).last_seq()
     async with ctx.db.acquire() as conn:
-        return await metrics.render(conn)
+        return await metrics.render(conn, log_seq)
 
 
 # -- the app ----------------------------------------------------------------------------------

@@ -218,10 +218,14 @@ async def test_what_the_read_models_cannot_hold_does_not_freeze_them(cluster: Cl
     nul = JobSpec(project=PROJECT, gpus=1, command=("sleep", "1\u0000"), env=("A=\u0000",))
     await past_admission(cluster, "nul-job", nul, None)
     # a number no column holds (a log written before the bounds): set aside
-    await past_admission(cluster, "huge", JobSpec(project=PROJECT), None)
+    await past_admission(cluster, "huge-priority", JobSpec(project=PROJECT), None)
     huge_seq = await cluster.log.publish(
         JobPriorityChanged(
-            id="huge/priority", time=time.time(), actor="admin", job_id="huge", priority=1 << 40
+            id="huge/priority",
+            time=time.time(),
+            actor="admin",
+            job_id="huge-priority",
+            priority=1 << 40,
         )
     )
     await submit(cluster, "read-after")

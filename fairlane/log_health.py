@@ -31,13 +31,17 @@ class LogHealth(msgspec.Struct, frozen=True):
     #: the last event the read models hold; None where PostgreSQL could not be read
     projected_seq: int | None
     set_aside: tuple[EventSetAside, ...] = ()
+    #: False for a cluster started without PostgreSQL (no projector, nothing to be behind)
+    read_models: bool = True
 
 
 def describe(health: LogHealth) -> tuple[list[str], list[str]]:
     """Lines to print, and warnings: the projector's lag and each event set aside."""
     lines: list[str] = []
     warnings: list[str] = []
-    if health.projected_seq is None:
+    if not health.read_models:
+        pass
+    elif health.projected_seq is None:
         warnings.append("could not read the read models' position from PostgreSQL")
     else:
         behind = max(0, health.log_seq - health.projected_seq)
@@ -65,8 +69,9 @@ async def look(info: ClusterFile) -> LogHealth:
             await nc.close()
     return LogHealth(
         log_seq=log_seq,
-        projected_seq=await _projected(info.postgres_uri),
+        projected_seq=await _projected(info.postgres_uri) if info.postgres_uri else None,
         set_aside=tuple(e for e in aside if isinstance(e, EventSetAside)),
+        read_models=bool(info.postgres_uri),
     )
 
 

@@ -22,6 +22,8 @@ from services.runtime.auth import ADMIN, load_credentials
 from services.runtime.eventlog import JetStreamLog, connect
 
 ASIDE_SUBJECTS: Final = "fl.aside.>"
+#: Events set aside that status lists (the newest; it says how many there are in all).
+SHOWN: Final = 20
 #: How long status waits on the bus and PostgreSQL before saying it could not look.
 LOOK_S: Final = 10.0
 
@@ -49,7 +51,10 @@ def describe(health: LogHealth) -> tuple[list[str], list[str]]:
             f"read models at event {health.projected_seq} of the log's {health.log_seq}"
             f" ({behind} behind)"
         )
-    for aside in health.set_aside:
+    shown = health.set_aside[-SHOWN:]
+    if len(health.set_aside) > len(shown):
+        warnings.append(f"{len(health.set_aside)} events set aside; the last {SHOWN}:")
+    for aside in shown:
         warnings.append(
             f"{aside.service} set aside event {aside.seq} ({aside.subject}): {aside.reason}"
         )

@@ -369,6 +369,31 @@ class WorkRelayed(Event, frozen=True, kw_only=True):
     jobs: tuple[JobWork, ...] = ()
 
 
+class EventSetAside(Event, frozen=True, kw_only=True):
+    """A service could not handle the event at `seq` (stored on `subject`) and went on without
+    it, so that one bad event does not stop it for good: `reason` says why (a relay larger than
+    the bus carries, text the read models refuse). It changes no cluster state: the fold
+    ignores it. The id names the service, the sequence and the subject, so a service that sets
+    the same event aside again (after a restart) writes a duplicate."""
+
+    service: str
+    #: the stream sequence of the event set aside
+    seq: int
+    #: the subject of the event set aside (the node watcher: the relay subject it could not
+    #: write, `fl.work.<node>`)
+    subject: str
+    reason: str
+
+
+def set_aside_id(service: str, seq: int, subject: str) -> str:
+    return f"aside/{service}/{seq}/{subject}"
+
+
+def set_aside_subject(service: str) -> str:
+    """Where a service records what it set aside (`fairlane status` reads `fl.aside.>`)."""
+    return f"fl.aside.{service}"
+
+
 def work_subject(node: str) -> str:
     """Where a node's work is relayed (also an executor's consumer filter)."""
     return f"fl.work.{node}"
@@ -403,6 +428,7 @@ AnyEvent = (
     | JobCancelled
     | JobPriorityChanged
     | WorkRelayed
+    | EventSetAside
 )
 
 _encoder = msgspec.json.Encoder()
@@ -437,6 +463,8 @@ def subject_for(event: Event) -> str:
             subject = f"fl.cluster.{name}"
         case WorkRelayed(node=node):
             subject = work_subject(node)
+        case EventSetAside(service=service):
+            subject = set_aside_subject(service)
         case _:
             job_id = getattr(event, "job_id", None)
             if job_id is None:

@@ -23,6 +23,7 @@ from fairlane.embedded import (
     supervisor_status,
     up,
 )
+from fairlane.log_health import LogHealth, describe, look_now
 from fairlane.supervisor import STABLE_S, ProgramStatus
 from services.runtime.main import configure_logging
 from services.runtime.processes import pid_exists
@@ -225,8 +226,8 @@ def _tail(path: Path, lines: int = 5) -> list[str]:
 
 
 def status_command(*, data_dir: DataDir = DEFAULT_DATA_DIR) -> None:
-    """What the embedded cluster in --data-dir runs: each service, its restarts, and warnings
-    about the event log's limits."""
+    """What the embedded cluster in --data-dir runs: each service, its restarts, how far behind
+    the read models are, and warnings: the event log's limits, events a service set aside."""
     info = read_cluster(data_dir.resolve())
     if info is None:
         err.print(f"[red]error:[/] no cluster runs from {data_dir}")
@@ -241,7 +242,11 @@ def status_command(*, data_dir: DataDir = DEFAULT_DATA_DIR) -> None:
     for program in programs:
         table.add_row(program.name, _program_state(program, info.data_dir))
     console.print(table)
-    for warning in limit_warnings(data_dir):
+    health = look_now(info)
+    lines, warnings = describe(health) if isinstance(health, LogHealth) else ([], [health])
+    for line in lines:
+        console.print(line)
+    for warning in [*limit_warnings(data_dir), *warnings]:
         err.print(f"[yellow]warning:[/] {warning}")
     if dead or any(_troubled(p) for p in programs):
         sys.exit(1)

@@ -175,7 +175,8 @@ def _read_side(  # noqa: PLR0913 (where each part of the read side runs)
     token_file = data_dir / "admin-token"
     admin_token_file(token_file)
     common = ["--nats", nats_url, "--postgres", postgres_dsn]
-    programs.append(Program("projector", ["-m", "services.projector", *common], env("projector")))
+    projector = ["-m", "services.projector", *common, "--instance", "embedded"]
+    programs.append(Program("projector", projector, env("projector")))
     port = api_port or (DEFAULT_API_PORT if _port_free(DEFAULT_API_PORT) else free_port())
     api = ["-m", "services.api", *common, "--port", str(port)]
     api += ["--admin-token-file", str(token_file)]

@@ -23,6 +23,7 @@ import pytest
 from nats.aio.client import Client
 
 from events import (
+    EventSetAside,
     JobCompleted,
     JobScheduled,
     JobSpec,
@@ -140,6 +141,16 @@ LOST = NodeLost(id="forged-lost", time=0.0, actor=NODE, node=NODE, reason="lost"
 WORK = WorkRelayed(
     id="forged-work", time=0.0, actor="nodewatch", node=NODE, source_seq=1, event=PLACEMENT
 )
+ASIDE = EventSetAside(
+    id="forged-aside",
+    time=0.0,
+    actor="nodewatch",
+    service="nodewatch",
+    seq=1,
+    subject=f"fl.work.{NODE}",
+    reason="forged",
+)
+PROJECTOR_ASIDE = msgspec.structs.replace(ASIDE, id="forged-projector-aside", service="projector")
 
 #: forgery: (subject, payload, stream it would land in, the one user allowed to write there)
 FORGERIES = {
@@ -147,6 +158,14 @@ FORGERIES = {
     "completion": ("fl.job.victim.job_completed", encode_event(COMPLETION), STREAM, "executor"),
     "node_lost": (f"fl.node.{NODE}.node_lost", encode_event(LOST), STREAM, "executor"),
     "work": (f"fl.work.{NODE}", encode_event(WORK), STREAM, "nodewatch"),
+    # a forged set-aside would make the node watcher drop a relay
+    "set_aside": ("fl.aside.nodewatch", encode_event(ASIDE), STREAM, "nodewatch"),
+    "projector_set_aside": (
+        "fl.aside.projector",
+        encode_event(PROJECTOR_ASIDE),
+        STREAM,
+        "projector",
+    ),
     "lease": ("$KV.fairlane-leases.scheduler", b"squatter", "KV_fairlane-leases", "scheduler"),
     "snapshot": (
         "$O.fairlane-snapshots.M." + base64.urlsafe_b64encode(b"cluster-state").decode(),

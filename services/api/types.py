@@ -10,12 +10,15 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-Name = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")]
+from events.commands import NO_NUL
+from policy.commands.names import PATTERN as NAME_PATTERN
+
+Name = Annotated[str, msgspec.Meta(pattern=NAME_PATTERN)]
 Count = Annotated[int, msgspec.Meta(ge=0, le=100_000)]
-Arg = Annotated[str, msgspec.Meta(max_length=4096)]
-EnvKey = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")]
+Arg = Annotated[str, msgspec.Meta(max_length=4096, pattern=NO_NUL)]
+EnvKey = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$(?!\n)")]
 #: an absolute path on the node (PATH_MAX long at most)
-WorkingDir = Annotated[str, msgspec.Meta(min_length=1, max_length=4096, pattern=r"^/")]
+WorkingDir = Annotated[str, msgspec.Meta(min_length=1, max_length=4096, pattern=r"^/[^\x00]*$")]
 
 
 class Error(msgspec.Struct):
@@ -46,7 +49,7 @@ class SubmitRequest(msgspec.Struct, forbid_unknown_fields=True):
     grace_s: Annotated[float, msgspec.Meta(ge=0, le=86400)] | None = None
     #: where the workload runs on its node: an absolute path
     working_dir: WorkingDir | None = None
-    idempotency_key: Annotated[str, msgspec.Meta(max_length=256)] | None = None
+    idempotency_key: Annotated[str, msgspec.Meta(max_length=256, pattern=NO_NUL)] | None = None
 
 
 class ProjectRequest(msgspec.Struct, forbid_unknown_fields=True):

@@ -37,6 +37,7 @@ from typing import Final
 
 import msgspec
 
+from events.catalogue import set_aside_subject
 from events.commands import ADMISSION_SUBJECT, LEDGER_SUBJECT
 from services.runtime.checkpoint_bucket import BUCKET as CHECKPOINTS
 from services.runtime.heartbeats import BUCKET as HEARTBEATS
@@ -191,13 +192,15 @@ def _decider(user: str, inbox: list[str]) -> Permissions:
 
 def _nodewatch(user: str, inbox: list[str]) -> Permissions:
     publish = [*_log_reader(), "fl.node.*.node_lost", f"fl.leader.{user}", "fl.work.*"]
+    publish.append(set_aside_subject(user))  # a relay it cannot write, set aside
     publish += [*_reading(f"KV_{LEASES}"), f"$KV.{LEASES}.{user}"]
     publish += _reading(f"KV_{HEARTBEATS}")
     return Permissions(publish, inbox)
 
 
 def _projector(user: str, inbox: list[str]) -> Permissions:
-    return Permissions(_log_reader(), inbox)
+    # an event the read models cannot hold, set aside
+    return Permissions([*_log_reader(), set_aside_subject(user)], inbox)
 
 
 def _api(user: str, inbox: list[str]) -> Permissions:

@@ -21,19 +21,6 @@ from fairlane.timeline import details, print_timeline
 EVENTS_MAX = 10_000
 
 
-def register(app: cyclopts.App) -> None:
-    app.command(projects)
-    project = cyclopts.App(name="project", help="Set a project's quota, weight, limit, priority.")
-    project.command(project_set, name="set")
-    app.command(project)
-    pool = cyclopts.App(name="pool", help="Pools and their scheduler settings.")
-    pool.command(pool_set, name="set")
-    app.command(pool)
-    app.command(nodes)
-    app.command(cluster_info, name="cluster-info")
-    app.command(events)
-
-
 def projects(
     name: str | None = None,
     /,
@@ -158,6 +145,12 @@ def pool_set(
     with errors_said(), connected(connection) as api:
         answer = api.put(f"/v1/pools/{name}", body)
         emit(answer, output, lambda a: _configured(f"pool {name}", a))
+
+
+project_app = cyclopts.App(name="project", help="Set a project's quota, weight, limit, priority.")
+project_app.command(project_set, name="set")
+pool_app = cyclopts.App(name="pool", help="Pools and their scheduler settings.")
+pool_app.command(pool_set, name="set")
 
 
 def _configured(what: str, answer: dict[str, Any]) -> None:

@@ -37,12 +37,6 @@ WAITING = frozenset({"submitted", "pending", "paused"})
 DESCRIBE_EVENTS_MAX = 2000
 
 
-def register(app: cyclopts.App) -> None:
-    for command in (submit, list_jobs, describe, logs, delete, pause, resume):
-        name = "list" if command is list_jobs else None
-        app.command(command, name=name)
-
-
 def submit(
     job_id: str,
     /,

@@ -16,10 +16,8 @@ from contextlib import contextmanager
 from typing import Annotated, Any, Final, Literal, NoReturn
 
 import cyclopts
-import msgspec
 from rich.console import Console
 from rich.markup import escape
-from ruamel.yaml import YAML
 
 from fairlane.client import CliError
 
@@ -39,8 +37,8 @@ Output = Annotated[
 
 #: Piped output is not cut to 80 columns (a terminal's own width, or COLUMNS, wins).
 _WIDTH: Final = None if sys.stdout.isatty() or "COLUMNS" in os.environ else 160
-console = Console(highlight=False, soft_wrap=True, width=_WIDTH)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+console = Console(highlight=False, soft_wrap=True, width=_WIDTH, emoji=False)
+err = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
 
 
 def fail(message: str, code: int = FAILED) -> NoReturn:
@@ -60,6 +58,8 @@ def errors_said() -> Iterator[None]:
 def emit(data: Any, output: Format, table: Callable[[Any], None]) -> None:
     """`data` as JSON or YAML, or drawn by `table` for people."""
     if output == "json":
+        import msgspec  # noqa: PLC0415  (only -o json needs it: a table starts faster)
+
         sys.stdout.write(msgspec.json.encode(data).decode() + "\n")
     elif output == "yaml":
         sys.stdout.write(to_yaml(data))
@@ -68,6 +68,9 @@ def emit(data: Any, output: Format, table: Callable[[Any], None]) -> None:
 
 
 def to_yaml(data: Any) -> str:
+    import msgspec  # noqa: PLC0415
+    from ruamel.yaml import YAML  # noqa: PLC0415  (slow to import; only -o yaml needs it)
+
     yaml = YAML(typ="safe", pure=True)
     yaml.default_flow_style = False
     yaml.representer.sort_base_mapping_type_on_output = False  # keep the API's order

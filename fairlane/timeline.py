@@ -9,7 +9,6 @@ import msgspec
 from rich.markup import escape
 from rich.table import Table
 
-from events.catalogue import AnyEvent
 from fairlane.output import clock, console
 
 #: Fields every event has, or that a timeline entry already shows in its own columns.
@@ -35,6 +34,9 @@ def details(entry: dict[str, Any]) -> str:
 def _whole(kind: str, event: dict[str, Any]) -> dict[str, Any]:
     """The event with the fields the log leaves out (those at their default) filled in; as it
     came where it does not decode as this version's event."""
+    # the event catalogue is imported only to tell events: `list` and `--help` start faster
+    from events.catalogue import AnyEvent  # noqa: PLC0415
+
     try:
         struct = msgspec.convert({**event, "type": kind}, AnyEvent)
     except msgspec.ValidationError:

@@ -15,7 +15,19 @@ from rich.table import Table
 
 from fairlane.api_options import Connection, connected
 from fairlane.client import Api
-from fairlane.output import USAGE, Output, clock, console, emit, errors_said, fail, to_yaml
+from fairlane.output import (
+    USAGE,
+    MaybeWhole,
+    Output,
+    Whole,
+    clock,
+    console,
+    emit,
+    errors_said,
+    fail,
+    flags_named,
+    to_yaml,
+)
 from fairlane.timeline import details, print_timeline
 
 EVENTS_MAX = 10_000
@@ -77,12 +89,12 @@ def project_set(
     name: str,
     /,
     *,
-    quota: int | None = None,
+    quota: MaybeWhole = None,
     pool: str | None = None,
-    weight: int | None = None,
-    limit: int | None = None,
+    weight: MaybeWhole = None,
+    limit: MaybeWhole = None,
     no_limit: bool = False,
-    priority: int | None = None,
+    priority: MaybeWhole = None,
     connection: Connection | None = None,
     output: Output = "table",
 ) -> None:
@@ -110,7 +122,11 @@ def project_set(
     body: dict[str, Any] = {"no_limit": no_limit}
     given = {"pool": pool, "quota": quota, "over_quota_weight": weight, "limit": limit}
     body.update({k: v for k, v in {**given, "priority": priority}.items() if v is not None})
-    with errors_said(), connected(connection) as api:
+    with (
+        errors_said(),
+        connected(connection) as api,
+        flags_named(body, {"over_quota_weight": "--weight"}),
+    ):
         answer = api.put(f"/v1/projects/{name}", body)
         emit(answer, output, lambda a: _configured(f"project {name}", a))
 
@@ -142,7 +158,7 @@ def pool_set(
         newest, or cost (least lost work) (with --scheduler).
     """
     body = {"scheduler": scheduler, "fitting": fitting, "victim_order": victim_order}
-    with errors_said(), connected(connection) as api:
+    with errors_said(), connected(connection) as api, flags_named(body):
         answer = api.put(f"/v1/pools/{name}", body)
         emit(answer, output, lambda a: _configured(f"pool {name}", a))
 
@@ -237,7 +253,7 @@ def events(
     node: str | None = None,
     event_type: Annotated[list[str] | None, cyclopts.Parameter(name="--type")] = None,
     since: float | None = None,
-    limit: int = 100,
+    limit: Whole = 100,
     follow: Annotated[bool, cyclopts.Parameter(name=["--follow", "-f"])] = False,
     connection: Connection | None = None,
     output: Output = "table",

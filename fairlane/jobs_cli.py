@@ -15,7 +15,10 @@ from fairlane.api_options import Connection, connected
 from fairlane.client import Api, ApiError, CliError, closest
 from fairlane.output import (
     USAGE,
+    Gpus,
+    MaybeWhole,
     Output,
+    Whole,
     ago,
     console,
     duration,
@@ -23,6 +26,7 @@ from fairlane.output import (
     err,
     errors_said,
     fail,
+    flags_named,
     state,
 )
 from fairlane.timeline import print_timeline
@@ -35,6 +39,14 @@ JobState = Literal[
 WAITING = frozenset({"submitted", "pending", "paused"})
 #: Most events `describe --events` shows (the API pages them; `events --job` goes further).
 DESCRIBE_EVENTS_MAX = 2000
+#: The flag of each submit request field not spelt `--field-name` (for errors that name it).
+SUBMIT_FLAGS = {
+    "job_id": "JOB",
+    "pools": "--pool",
+    "preemption_delay_s": "--preemption-delay",
+    "min_runtime_s": "--min-runtime",
+    "grace_s": "--grace",
+}
 
 
 def submit(
@@ -43,10 +55,10 @@ def submit(
     *workload: str,
     project: str,
     job_class: Annotated[str | None, cyclopts.Parameter(name="--class")] = None,
-    priority: int | None = None,
-    gpus: int = 1,
-    replicas: int = 1,
-    min_replicas: int | None = None,
+    priority: MaybeWhole = None,
+    gpus: Gpus = 1,
+    replicas: Whole = 1,
+    min_replicas: MaybeWhole = None,
     pool: list[str] | None = None,
     node: str | None = None,
     image: str | None = None,
@@ -131,7 +143,7 @@ def submit(
     body.update({k: v for k, v in optional.items() if v is not None})
     if env:
         body["env"] = _environment(env)
-    with errors_said(), connected(connection) as api:
+    with errors_said(), connected(connection) as api, flags_named(body, SUBMIT_FLAGS):
         answer = api.post("/v1/jobs", body)
         emit(answer, output, lambda a: _said(a, f"job {job_id}"))
 
@@ -171,7 +183,7 @@ def list_jobs(
     all_projects: bool = False,
     job_state: Annotated[JobState | None, cyclopts.Parameter(name="--state")] = None,
     pool: str | None = None,
-    limit: int = 500,
+    limit: Whole = 500,
     connection: Connection | None = None,
     output: Output = "table",
 ) -> None:
@@ -198,7 +210,8 @@ def list_jobs(
         fail(f"--limit must be between 1 and 10000, got {limit}", USAGE)
     if project is None and not all_projects:
         project = os.environ.get("FAIRLANE_PROJECT") or None
-    with errors_said(), connected(connection) as api:
+    sent = {"project": project, "state": job_state, "pool": pool, "limit": limit}
+    with errors_said(), connected(connection) as api, flags_named(sent):
         jobs = _all_jobs(api, limit, project=project, state=job_state, pool=pool)
         emit(jobs, output, _jobs_table)
 
@@ -342,7 +355,7 @@ def logs(
     job_id: str,
     /,
     *,
-    attempt: int | None = None,
+    attempt: MaybeWhole = None,
     follow: Annotated[bool, cyclopts.Parameter(name=["--follow", "-f"])] = False,
     connection: Connection | None = None,
 ) -> None:

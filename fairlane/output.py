@@ -11,7 +11,7 @@ import io
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Annotated, Any, Final, Literal, NoReturn
 
@@ -19,7 +19,7 @@ import cyclopts
 from rich.console import Console
 from rich.markup import escape
 
-from fairlane.client import CliError
+from fairlane.client import ApiError, CliError
 
 OK: Final = 0
 FAILED: Final = 1
@@ -53,6 +53,62 @@ def errors_said() -> Iterator[None]:
         yield
     except CliError as e:
         fail(str(e), e.code)
+
+
+@contextmanager
+def flags_named(sent: Mapping[str, Any], flags: Mapping[str, str] | None = None) -> Iterator[None]:
+    """An API error about a value the command sent says which flag gave it, and the value:
+    `--gpus -1: ...` rather than the API's `Expected int >= 0 (in body)`. `sent` holds what was
+    sent, by the API's field name; `flags`, the flag of a field not spelt `--field-name`."""
+    try:
+        yield
+    except ApiError as e:
+        if e.field is None or e.field not in sent:
+            raise
+        flag = (flags or {}).get(e.field) or "--" + e.field.replace("_", "-")
+        value = sent[e.field]
+        shown = " ".join(map(str, value)) if isinstance(value, list | tuple) else str(value)
+        raise ApiError(e.status, f"{flag} {shown}: {e}", e.field) from None
+
+
+# The converters' errors are shown by cyclopts as `Invalid value for --FLAG: <message>`, with
+# exit status 2: the message names the value.
+
+
+def _whole(text: str) -> int:
+    try:
+        return int(text, 10)
+    except ValueError:
+        raise ValueError(f"{text!r} is not a whole number") from None
+
+
+def whole_number(_: Any, tokens: Sequence[Any]) -> int:
+    """A whole number. (cyclopts on its own rounds `1.9` to 2 and `0.5` to 0, silently.)"""
+    return _whole(tokens[0].value)
+
+
+def whole_gpus(_: Any, tokens: Sequence[Any]) -> int:
+    """A whole number of GPUs, 0 or more: runai's `--gpus 0.5` is refused, not rounded."""
+    text = tokens[0].value
+    try:
+        fraction = float(text)
+    except ValueError:
+        fraction = None
+    if fraction is not None and not fraction.is_integer():
+        raise ValueError(
+            f"{text!r}: fractional GPUs are not supported yet; give a whole number of GPUs "
+            "(0 runs on CPU only)"
+        )
+    gpus = _whole(text)
+    if gpus < 0:
+        raise ValueError(f"{text!r}: a job takes 0 GPUs or more")
+    return gpus
+
+
+#: Integer flags: a fraction is refused with the flag and the value, never rounded.
+Whole = Annotated[int, cyclopts.Parameter(converter=whole_number)]
+MaybeWhole = Annotated[int | None, cyclopts.Parameter(converter=whole_number)]
+Gpus = Annotated[int, cyclopts.Parameter(converter=whole_gpus)]
 
 
 def emit(data: Any, output: Format, table: Callable[[Any], None]) -> None:

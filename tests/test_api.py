@@ -95,6 +95,7 @@ async def test_bad_input_names_the_field(api: Api) -> None:
     gpus = await c.post("/v1/jobs", json={"job_id": "j", "project": "p", "gpus": -1},
                         headers=api.admin)  # fmt: skip
     assert gpus.status_code == 400 and gpus.json()["field"] == "gpus"
+    assert gpus.json()["error"].startswith("gpus: "), gpus.text  # the message names it too
     kind = await c.get("/v1/timeline", params={"type": ["JobStarted", "Jb\x00"]},
                        headers=api.admin)  # fmt: skip
     assert kind.status_code == 400 and kind.json()["field"] == "type"

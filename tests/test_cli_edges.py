@@ -89,3 +89,40 @@ def test_bench_cli_startup_runs(tmp_path: Path) -> None:
     figures = json.loads(done.stdout)["figures"]
     assert set(figures) == {"list", "list --help"}
     assert all(f["before_s"] > 0 and f["after_s"] > 0 for f in figures.values())
+
+
+@pytest.mark.parametrize("gpus", ["0.5", "1.9", "-1"])
+def test_fractional_or_negative_gpus_are_refused_not_rounded(api: FakeApi, gpus: str) -> None:
+    done = fairlane(api, "submit", "j", "--project", "p", f"--gpus={gpus}")
+    assert done.returncode == 2, done.stderr
+    said = " ".join(done.stderr.replace("│", " ").split())  # (cyclopts draws a box)
+    assert f"--gpus: '{gpus}'" in said
+    if gpus != "-1":
+        assert "fractional GPUs are not supported yet" in said
+    assert api.sent("POST", "/v1/jobs") == []  # refused here, never sent
+
+
+def test_every_integer_flag_refuses_a_fraction(api: FakeApi) -> None:
+    for args in (
+        ["submit", "j", "--project", "p", "--replicas", "1.5"],
+        ["project", "set", "p", "--quota", "2.5"],
+        ["list", "--limit", "9.9"],
+    ):
+        done = fairlane(api, *args)
+        said = " ".join(done.stderr.replace("│", " ").split())
+        assert done.returncode == 2 and "is not a whole number" in said, (args, said)
+        assert f"'{args[-1]}'" in said and args[-2] in said
+    assert [r.method for r in api.requests] == []
+
+
+def test_api_errors_name_the_flag_and_the_value(api: FakeApi) -> None:
+    api.on("POST", "/v1/jobs", (422, {"error": "unknown pool 'gpu'", "field": "pools"}))
+    pool = fairlane(api, "submit", "j", "--project", "p", "--pool", "gpu")
+    assert pool.returncode == 1 and "error: --pool gpu: unknown pool 'gpu'" in pool.stderr
+    api.on("POST", "/v1/jobs", (400, {"error": "grace_s: Expected `float` <= 3600.0 (in body)",
+                                       "field": "grace_s"}))  # fmt: skip
+    grace = fairlane(api, "submit", "j", "--project", "p", "--grace", "7200")
+    assert grace.returncode == 2 and "error: --grace 7200.0: grace_s: Expected" in grace.stderr
+    api.on("PUT", "/v1/projects/p", (400, {"error": "limit below the quota", "field": "limit"}))
+    limit = fairlane(api, "project", "set", "p", "--quota", "4", "--limit", "2")
+    assert "error: --limit 2: limit below the quota" in limit.stderr

@@ -157,6 +157,8 @@ def on_http_error(_: Request[Any, Any, Any], exc: HTTPException) -> Response[Err
         if isinstance(first, dict):
             field = _ALIASES.get(first.get("key", ""), first.get("key"))
             message = f"{first.get('message', exc.detail)} (in {_source(first.get('source'))})"
+            if field:  # the message names the field too: not every client shows `field`
+                message = f"{field}: {message}"
     elif isinstance(exc.extra, dict):
         field = exc.extra.get("field")
     return _error(exc.status_code, message, field)

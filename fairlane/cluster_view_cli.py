@@ -23,12 +23,14 @@ from fairlane.output import (
     clock,
     console,
     emit,
+    err,
     errors_said,
     fail,
     flags_named,
+    parse_when,
     to_yaml,
 )
-from fairlane.timeline import details, print_timeline
+from fairlane.timeline import details, left_out, past_events, print_timeline
 
 EVENTS_MAX = 10_000
 
@@ -252,18 +254,19 @@ def events(
     project: str | None = None,
     node: str | None = None,
     event_type: Annotated[list[str] | None, cyclopts.Parameter(name="--type")] = None,
-    since: float | None = None,
+    since: str | None = None,
     limit: Whole = 100,
     follow: Annotated[bool, cyclopts.Parameter(name=["--follow", "-f"])] = False,
     connection: Connection | None = None,
     output: Output = "table",
 ) -> None:
-    """Events in log order, each with its reason: the whole cluster's, or one job's, project's
-    or node's; --follow prints new ones as they happen (Ctrl-C stops).
+    """Events, each with its reason: the newest of the whole cluster's, or of one job's,
+    project's or node's, oldest first; a line on stderr says when earlier (or later) ones
+    were left out. --follow prints new ones as they happen (Ctrl-C stops).
 
     ```
     fairlane events --job train-1
-    fairlane events --type JobPreempted --type JobPreemptionRequested
+    fairlane events --since 1h --type JobPreempted --type JobPreemptionRequested
     fairlane events --follow -o json
     ```
 
@@ -278,7 +281,8 @@ def events(
     event_type
         Only events of this type (repeat the flag).
     since
-        Only events from this Unix time on.
+        The first events from this time on (10m, 2h, 1d ago; 2026-11-25T14:00; Unix seconds)
+        instead of the newest.
     limit
         At most this many past events (1 to 10000); with --follow, the last this many first.
     """
@@ -293,27 +297,18 @@ def events(
         path = f"/v1/projects/{project}/timeline"
     elif node:
         path = f"/v1/nodes/{node}/timeline"
-    with errors_said(), connected(connection) as api:
+    sent = {"type": event_type, "since": since, "limit": limit, "job_id": job, "name": project}
+    flags = {"job_id": "--job", "name": "--project"}
+    with errors_said(), connected(connection) as api, flags_named(sent, flags):
         if not follow:
-            found = _past(api, path, limit, types=event_type, since=since)
+            start = parse_when(since, "--since") if since is not None else None
+            found, more = past_events(api, path, limit, types=event_type, since=start)
             emit(found, output, print_timeline)
+            if more:
+                err.print(f"[dim]{left_out(len(found), since)}[/]")
             return
         with contextlib.suppress(KeyboardInterrupt):
             _follow(api, job, project, node, event_type, output)
-
-
-def _past(api: Api, path: str, limit: int, **filters: Any) -> list[dict[str, Any]]:
-    """The first `limit` events that match (pages of 500)."""
-    items: list[dict[str, Any]] = []
-    after: int | None = None
-    while len(items) < limit:
-        page = api.get(path, limit=min(500, limit - len(items)), after=after, type=filters["types"],
-                       since=filters["since"])  # fmt: skip
-        items += page["items"]
-        after = page["next"]
-        if after is None:
-            break
-    return items
 
 
 def _follow(

@@ -29,7 +29,7 @@ from fairlane.output import (
     flags_named,
     state,
 )
-from fairlane.timeline import print_timeline
+from fairlane.timeline import fold_progress, left_out, past_events, print_timeline
 
 JobState = Literal[
     "submitted", "pending", "starting", "running", "stopping", "paused",
@@ -277,42 +277,70 @@ def describe(
     /,
     *,
     events: bool = False,
+    event_type: Annotated[list[str] | None, cyclopts.Parameter(name="--type")] = None,
+    limit: Whole = 50,
     connection: Connection | None = None,
     output: Output = "table",
 ) -> None:
-    """A job: its state, GPUs, attempts and why it waits; with --events, its timeline with the
-    reason for each decision.
+    """A job: its state, GPUs, attempts, why it waits, and for a failed one its exit code, the
+    reason and the last lines of its output; with --events, its newest events with the reason
+    for each decision (progress reports folded into the latest).
 
     ```
     fairlane describe train-1 --events
+    fairlane describe train-1 --events --type JobPreempted --limit 10
     ```
 
-    With -o json or yaml: the job, or {"job": ..., "events": [...]} with --events.
+    With -o json or yaml: the job (with `failure` for a failed one), or
+    {"job": ..., "events": [...]} with --events.
 
     Parameters
     ----------
     events
         Also the job's events, each with its reason and the job it made room for.
+    event_type
+        With --events, only events of this type (repeat the flag).
+    limit
+        With --events, at most this many of its newest events (1 to 2000), once progress
+        reports are folded.
     """
-    with errors_said(), connected(connection) as api:
+    if not 1 <= limit <= DESCRIBE_EVENTS_MAX:
+        fail(f"--limit must be between 1 and {DESCRIBE_EVENTS_MAX}, got {limit}", USAGE)
+    with errors_said(), connected(connection) as api, flags_named({"type": event_type}):
         job = job_or_suggest(api, job_id)
+        if job["state"] == "failed":
+            job = {**job, "failure": _failure(api, job)}
         if not events:
             emit(job, output, _describe_table)
             return
-        timeline = _job_events(api, job_id)
-        emit({"job": job, "events": timeline}, output, _describe_with_events)
+        path = f"/v1/jobs/{job_id}/timeline"
+        found, more = past_events(api, path, DESCRIBE_EVENTS_MAX, types=event_type)
+        folded = fold_progress(found)
+        emit({"job": job, "events": folded[-limit:]}, output, _describe_with_events)
+        if more or len(folded) > limit:
+            err.print(f"[dim]{left_out(min(limit, len(folded)), None)}[/]")
 
 
-def _job_events(api: Api, job_id: str) -> list[dict[str, Any]]:
-    items: list[dict[str, Any]] = []
-    after: int | None = None
-    while len(items) < DESCRIBE_EVENTS_MAX:
-        page = api.get(f"/v1/jobs/{job_id}/timeline", limit=500, after=after)
-        items += page["items"]
-        after = page["next"]
-        if after is None:
-            break
-    return items
+#: Lines of a failed job's output that `describe` shows.
+FAILURE_LINES = 10
+
+
+def _failure(api: Api, job: dict[str, Any]) -> dict[str, Any]:
+    """Why a failed job failed: its last attempt's exit code and reason, and the last lines
+    of that attempt's output."""
+    path = f"/v1/jobs/{job['job_id']}"
+    page = api.get(f"{path}/timeline", type=["JobFailed"], newest=True, limit=1)
+    failed = page["items"][-1]["event"] if page["items"] else {}
+    try:
+        text = api.get_text(f"{path}/logs", attempt=job["attempt"] or None, max_bytes=16384)
+    except ApiError:  # no output kept (or none yet): the exit code and reason still say why
+        text = ""
+    return {
+        "attempt": failed.get("attempt", job["attempt"]),
+        "exit_code": failed.get("exit_code", 1),  # (the log leaves out the default, 1)
+        "reason": failed.get("reason", ""),
+        "output_tail": text.splitlines()[-FAILURE_LINES:],
+    }
 
 
 def _describe_with_events(data: dict[str, Any]) -> None:
@@ -346,9 +374,23 @@ def _describe_table(job: dict[str, Any]) -> None:
         )
     if job.get("reject_reason"):
         rows.append(("Rejected", f"[red]{escape(job['reject_reason'])}[/]"))
+    failure = job.get("failure")
+    if failure:
+        why = f"exit code {failure['exit_code']}" + (
+            f": {failure['reason']}" if failure["reason"] else ""
+        )
+        rows.append(("Failed", f"[red]{escape(why)}[/] (attempt {failure['attempt']})"))
     for name, value in rows:
         table.add_row(name, value)
     console.print(table)
+    if failure:
+        console.print()
+        if failure["output_tail"]:
+            console.print(f"[bold]Last lines of its output[/] (fairlane logs {job['job_id']}):")
+            for line in failure["output_tail"]:
+                console.print("  " + escape(line))
+        else:
+            console.print("[dim]it wrote no output[/]")
 
 
 def logs(

@@ -7,6 +7,7 @@ Exit status: 0 done; 1 the operation failed, was refused, or what it names does 
 
 from __future__ import annotations
 
+import datetime
 import io
 import os
 import sys
@@ -109,6 +110,29 @@ def whole_gpus(_: Any, tokens: Sequence[Any]) -> int:
 Whole = Annotated[int, cyclopts.Parameter(converter=whole_number)]
 MaybeWhole = Annotated[int | None, cyclopts.Parameter(converter=whole_number)]
 Gpus = Annotated[int, cyclopts.Parameter(converter=whole_gpus)]
+
+
+_UNITS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_when(text: str, flag: str, now: float | None = None) -> float:
+    """A point in time as a person gives it: `10m`, `2h`, `1d` (that long ago), a date and time
+    (`2026-11-25T14:00`, local time unless it names its zone), or Unix seconds."""
+    value = text.strip()
+    if value[-1:] in _UNITS and value[:-1].replace(".", "", 1).isdigit():
+        return (now or time.time()) - float(value[:-1]) * _UNITS[value[-1]]
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    try:
+        return datetime.datetime.fromisoformat(value).timestamp()
+    except ValueError:
+        raise CliError(
+            f"{flag} takes a time: 10m, 2h or 1d ago, a date and time such as "
+            f"2026-11-25T14:00, or Unix seconds; got {text!r}",
+            USAGE,
+        ) from None
 
 
 def emit(data: Any, output: Format, table: Callable[[Any], None]) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from events import NodeLost
 from services.api import app as app_module
 from services.api.app import Settings, create_app
 from services.projector.service import Projector
@@ -160,6 +161,58 @@ async def test_jobs_timeline_projects_and_metrics(api: Api) -> None:
     assert "fairlane_submit_to_start_seconds_bucket" in text
     health = (await c.get("/v1/health")).json()
     assert health == {"projected_seq": api.last_seq, "log_seq": api.last_seq}
+
+
+async def test_a_timeline_newest_first_and_pages_back(api: Api) -> None:
+    c, h = api.client, api.admin
+    path = "/v1/jobs/large-training-job/timeline"
+    whole = [e["seq"] for e in (await c.get(path, headers=h)).json()["items"]]
+    newest = (await c.get(path, params={"newest": "true", "limit": 2}, headers=h)).json()
+    assert [e["seq"] for e in newest["items"]] == whole[-2:]  # the last two, in log order
+    assert newest["next"] == whole[-2]  # `before` for the earlier ones
+    earlier = await c.get(path, params={"newest": "true", "before": newest["next"]}, headers=h)
+    assert [e["seq"] for e in earlier.json()["items"]] == whole[:-2]
+    assert earlier.json()["next"] is None
+    stops = {"newest": "true", "limit": 1, "type": "JobPreempted"}
+    (last,) = (await c.get("/v1/timeline", params=stops, headers=h)).json()["items"]
+    assert last["type"] == "JobPreempted" and last["job_id"] == "jupyter-workspace"
+
+
+@pytest.fixture
+async def api_node_lost(
+    nats_server: NatsServer, postgres_server: Postgres, tmp_path: Path
+) -> AsyncIterator[Api]:
+    """The exercise, then the loss of the node the training job runs on."""
+    events = exercise_log()
+    lost = NodeLost(id="node-1/lost", time=events[-1].time + 5, actor="nodewatch",
+                    node="node-1", reason="no heartbeat for 30 s")  # fmt: skip
+    log = JetStreamLog(await connect(nats_server.url, "test"))
+    await log.ensure_stream()
+    last = await publish_all(log, [*events, lost])
+    await Projector(log, postgres_server.uri).rebuild()
+    token_file = tmp_path / "admin-token"
+    app = create_app(Settings(nats_server.url, postgres_server.uri, token_file))
+    async with serve(app) as base_url, httpx.AsyncClient(base_url=base_url) as client:
+        admin = {"Authorization": f"Bearer {token_file.read_text().strip()}"}
+        yield Api(client, admin, last, token_file, base_url)
+    await log.nc.close()
+
+
+async def test_a_lost_node_is_on_the_timeline_of_the_job_it_stopped(api_node_lost: Api) -> None:
+    c, h = api_node_lost.client, api_node_lost.admin
+    path = "/v1/jobs/large-training-job/timeline"
+    timeline = (await c.get(path, headers=h)).json()["items"]
+    last = timeline[-1]
+    assert [e["type"] for e in timeline[-2:]] == ["JobStarted", "NodeLost"]
+    assert last["job_id"] == "large-training-job" and last["nodes"] == ["node-1"]
+    assert last["project"] == "project-a" and last["reason"] == "no heartbeat for 30 s"
+    newest = (await c.get(path, params={"newest": "true", "limit": 1}, headers=h)).json()
+    assert [e["type"] for e in newest["items"]] == ["NodeLost"]
+    # the workspace's attempt had ended (deleted) before: not its loss
+    gone = await c.get("/v1/jobs/jupyter-workspace/timeline", headers=h)
+    assert "NodeLost" not in [e["type"] for e in gone.json()["items"]]
+    job = (await c.get("/v1/jobs/large-training-job", headers=h)).json()
+    assert job["state"] == "pending"  # queued again
 
 
 async def test_a_team_reads_only_its_own_projects_jobs(

@@ -7,12 +7,13 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.fake_api import FakeApi, fairlane, fake_api
+from tests.fake_api import FakeApi, Request, fairlane, fake_api
 
 
 @pytest.fixture
@@ -126,3 +127,112 @@ def test_api_errors_name_the_flag_and_the_value(api: FakeApi) -> None:
     api.on("PUT", "/v1/projects/p", (400, {"error": "limit below the quota", "field": "limit"}))
     limit = fairlane(api, "project", "set", "p", "--quota", "4", "--limit", "2")
     assert "error: --limit 2: limit below the quota" in limit.stderr
+
+
+def _timeline(entries: list[dict[str, object]]) -> Callable[[Request], tuple[int, object]]:
+    """A timeline route over `entries` that pages as the API does (after; newest/before)."""
+
+    def answer(request: Request) -> tuple[int, object]:
+        q = {k: v[-1] for k, v in request.query.items()}
+        types = request.query.get("type")
+        found = [e for e in entries if not types or e["type"] in types]
+        found = [e for e in found if float(str(e["time"])) >= float(q.get("since", 0))]
+        found = [e for e in found if int(str(e["seq"])) > int(q.get("after", 0))]
+        found = [e for e in found if int(str(e["seq"])) < int(q.get("before", 1 << 62))]
+        limit = int(q.get("limit", 100))
+        if q.get("newest") == "true":
+            page, more = found[-limit:], len(found) > limit
+            return 200, {"items": page, "next": page[0]["seq"] if more else None}
+        page, more = found[:limit], len(found) > limit
+        return 200, {"items": page, "next": page[-1]["seq"] if more else None}
+
+    return answer
+
+
+def entry(seq: int, kind: str, job: str | None = "j", **event: object) -> dict[str, object]:
+    return {"seq": seq, "time": 1_000_000.0 + seq, "type": kind, "actor": "someone",
+            "job_id": job, "project": "p", "pool": "default", "nodes": [], "reason": None,
+            "for_job": None, "applied": True, "event": {"type": kind, **event}}  # fmt: skip
+
+
+def test_events_shows_the_newest_and_says_what_it_left_out(api: FakeApi) -> None:
+    api.on("GET", "/v1/timeline", _timeline([entry(s, "JobStarted", attempt=s) for s in
+                                             range(1, 251)]))  # fmt: skip
+    newest = fairlane(api, "events", "-o", "json")
+    assert [e["seq"] for e in json.loads(newest.stdout)] == list(range(151, 251))
+    assert "the newest 100 events are shown; earlier ones were left out" in newest.stderr
+    table = fairlane(api, "events", "--limit", "3").stdout.splitlines()
+    assert [line.split()[1] for line in table[1:]] == ["248", "249", "250"]
+    every = fairlane(api, "events", "--limit", "300", "-o", "json")
+    assert len(json.loads(every.stdout)) == 250 and "left out" not in every.stderr
+    since = fairlane(api, "events", "--since", "1000200", "--limit", "20", "-o", "json")
+    assert [e["seq"] for e in json.loads(since.stdout)] == list(range(200, 220))
+    assert "the first 20 events from 1000200 on are shown; later ones" in since.stderr
+    api.requests.clear()
+    fairlane(api, "events", "--since", "10m", "--type", "JobStarted")
+    (sent,) = api.sent("GET", "/v1/timeline")
+    assert sent.query["type"] == ["JobStarted"] and "newest" not in sent.query
+    assert abs(float(sent.query["since"][0]) - (time.time() - 600)) < 60
+    bad = fairlane(api, "events", "--since", "yesterday")
+    assert bad.returncode == 2 and "--since takes a time" in bad.stderr
+    assert "'yesterday'" in bad.stderr
+
+
+def failed_job() -> dict[str, object]:
+    return {"job_id": "j", "project": "p", "pool": "default", "pools": [], "state": "failed",
+            "priority": 50, "preemptible": True, "gpus": 1, "replicas": 1, "min_replicas": 1,
+            "attempt": 2, "gpus_held": 0, "nodes": [], "submitted_at": 1.0, "state_since": 2.0,
+            "queued_s": 1.0, "running_s": 5.0, "gpu_hours": 0.0, "preemptions": 0,
+            "first_started_at": 1.5, "last_seq": 9, "waiting": "", "pending_reason": None,
+            "reject_reason": None}  # fmt: skip
+
+
+def test_describe_of_a_failed_job_says_why(api: FakeApi) -> None:
+    api.on("GET", "/v1/jobs/j", (200, failed_job()))
+    api.on("GET", "/v1/jobs/j/timeline", _timeline([
+        entry(1, "JobFailed", attempt=1, exit_code=2, reason="bad config"),
+        entry(2, "JobFailed", attempt=2, reason="exited with status 1"),  # exit code 1: left out
+    ]))  # fmt: skip
+    output = "".join(f"line {n}\n" for n in range(1, 41)) + "Traceback: ZeroDivisionError\n"
+    api.on("GET", "/v1/jobs/j/logs", (200, output.encode()))
+    said = fairlane(api, "describe", "j")
+    assert said.returncode == 0, said.stderr
+    assert "Failed     exit code 1: exited with status 1 (attempt 2)" in said.stdout
+    assert "Traceback: ZeroDivisionError" in said.stdout and "line 32" in said.stdout
+    assert "line 31\n" not in said.stdout  # the last 10 lines only
+    (logs,) = api.sent("GET", "/v1/jobs/j/logs")
+    assert logs.query["attempt"] == ["2"]
+    failure = json.loads(fairlane(api, "describe", "j", "-o", "json").stdout)["failure"]
+    assert failure["exit_code"] == 1 and failure["output_tail"][-1].startswith("Traceback")
+
+
+def test_describe_events_folds_progress_and_tells_every_event_in_words(api: FakeApi) -> None:
+    running = {**failed_job(), "state": "running"}
+    api.on("GET", "/v1/jobs/j", (200, running))
+    timeline = [
+        entry(1, "JobSubmitted", spec={"project": "p", "gpus": 1}),
+        entry(2, "JobScheduled", attempt=1, pool="default", replicas=[["n1", [0]]]),
+    ]
+    timeline += [
+        entry(3 + n, "JobProgress", attempt=1, step=n, metrics={"loss": 1 / (n + 1)})
+        for n in range(423)
+    ]
+    seq = len(timeline) + 1
+    timeline += [entry(seq, "JobCheckpointed", attempt=1, step=422, save_s=1.5),
+                 entry(seq + 1, "JobProgress", attempt=1, step=423),
+                 entry(seq + 2, "NodeLost", node="n1", reason="no heartbeat")]  # fmt: skip
+    api.on("GET", "/v1/jobs/j/timeline", _timeline(timeline))
+    said = fairlane(api, "describe", "j", "--events")
+    assert said.returncode == 0, said.stderr
+    lines = said.stdout.splitlines()
+    assert sum("JobProgress" in line for line in lines) == 2  # one per run of reports
+    assert "step 422, loss 0.00236407 (latest of 423 progress reports)" in said.stdout
+    assert "node n1 lost (no heartbeat); attempt 1 ended there and the job queues again" in (
+        said.stdout
+    )
+    assert "{" not in said.stdout and "checkpoint of attempt 1 saved at step 422" in said.stdout
+    few = fairlane(api, "describe", "j", "--events", "--limit", "2", "-o", "json")
+    assert [e["type"] for e in json.loads(few.stdout)["events"]] == ["JobProgress", "NodeLost"]
+    assert "the newest 2 events are shown" in few.stderr
+    only = fairlane(api, "describe", "j", "--events", "--type", "JobCheckpointed", "-o", "json")
+    assert [e["type"] for e in json.loads(only.stdout)["events"]] == ["JobCheckpointed"]

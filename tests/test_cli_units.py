@@ -4,12 +4,14 @@ suggestions, and how shipped log chunks become output."""
 from __future__ import annotations
 
 import os
+import typing
 from pathlib import Path
 
 import msgspec
 import pytest
 from ruamel.yaml import YAML
 
+from events.catalogue import AnyEvent
 from fairlane.client import CliError, closest, resolve
 from fairlane.cluster_file import ClusterFile, cluster_file
 from fairlane.output import duration, to_yaml
@@ -134,6 +136,25 @@ def test_a_timeline_entry_tells_the_fields_the_log_leaves_at_their_default() -> 
     )
     # an entry that does not decode as this version's event is told as it came
     assert details({"type": "JobFailed", "event": {"job_id": "u", "attempt": "?"}})
-    # where no teller speaks, only what the event says is listed, not its defaults
     saved = {**base, "job_id": "u", "attempt": 1, "step": 500}
-    assert details({"type": "JobCheckpointed", "event": saved}) == "attempt 1, step 500"
+    told = details({"type": "JobCheckpointed", "event": saved})
+    assert told == "checkpoint of attempt 1 saved at step 500 in 0.0 s"
+    # where no teller speaks (an event newer than this command line), only what the event
+    # says is listed
+    assert details({"type": "JobLater", "event": {**base, "attempt": 1, "step": 5}}) == (
+        "attempt 1, step 5"
+    )
+
+
+def test_every_event_type_is_told_in_words() -> None:
+    """A person reads each event as a sentence, never as a raw dict: every type in the
+    catalogue has its own words (a new event type needs them too)."""
+    from fairlane.timeline import _TELLERS  # noqa: PLC0415  (what the test is about)
+
+    names = {t.__name__ for t in typing.get_args(AnyEvent)}
+    assert names - set(_TELLERS) == set()
+    submitted = {"spec": {"project": "p", "gpus": 2, "env": ["A=1"]}, "job_id": "j"}
+    told = details({"type": "JobSubmitted", "actor": "ann", "event": submitted})
+    assert told == "2 GPU(s) x 1, by ann"
+    unknown = details({"type": "FromTheFuture", "event": {"terms": {"gpu": {"quota": 4}}}})
+    assert unknown == "terms (gpu (quota 4))"  # nested, but in words, not {'gpu': ...}

@@ -536,6 +536,21 @@ class Window:
     until: float | None
     after: int | None
     limit: int
+    before: int | None = None
+    newest: bool = False
+
+
+Before = Annotated[
+    int | None,
+    QueryParameter(ge=1, le=1 << 62, description="only events before this log position"),
+]
+Newest = Annotated[
+    bool,
+    QueryParameter(
+        description="the last `limit` events that match (still in log order) instead of the "
+        "first; `next` is then the position to pass as `before` for the earlier ones"
+    ),
+]
 
 
 def get_window(
@@ -544,11 +559,13 @@ def get_window(
     until: Until = None,
     after: After = None,
     limit: Limit = 100,
+    before: Before = None,
+    newest: Newest = False,
 ) -> Window:
     for name in types or ():
         if name not in EVENT_TYPES:
             raise _fail(400, f"unknown event type {name!r}", "type")
-    return Window(types, since, until, after, limit)
+    return Window(types, since, until, after, limit, before, newest)
 
 
 Span = NamedDependency[Window]
@@ -565,6 +582,8 @@ async def _timeline(ctx: Context, caller: Caller, window: Window, **about: str) 
             until=window.until,
             after=window.after,
             limit=window.limit,
+            before=window.before,
+            newest=window.newest,
         )
     return TimelinePage(items=items, next=next_after)
 

@@ -155,6 +155,8 @@ class TimelineEntry(msgspec.Struct):
 
 class TimelinePage(msgspec.Struct):
     items: list[TimelineEntry]
+    #: Pass as `after` for the next page (as `before` for the earlier page of a `newest`
+    #: one); None on the last page.
     next: int | None
 
 

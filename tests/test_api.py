@@ -173,7 +173,7 @@ async def test_a_timeline_newest_first_and_pages_back(api: Api) -> None:
     earlier = await c.get(path, params={"newest": "true", "before": newest["next"]}, headers=h)
     assert [e["seq"] for e in earlier.json()["items"]] == whole[:-2]
     assert earlier.json()["next"] is None
-    stops = {"newest": "true", "limit": 1, "type": "JobPreempted"}
+    stops: dict[str, str | int] = {"newest": "true", "limit": 1, "type": "JobPreempted"}
     (last,) = (await c.get("/v1/timeline", params=stops, headers=h)).json()["items"]
     assert last["type"] == "JobPreempted" and last["job_id"] == "jupyter-workspace"
 

@@ -103,7 +103,8 @@ def submit(
     node
         Run only on this node.
     image
-        The container image the command runs in (nodes whose executor runs `--runtime docker`).
+        The container image the command runs in (nodes whose executor runs `--runtime docker`;
+        refused where the nodes run processes, as `fairlane up` starts them by default).
     command
         The workload's command, one flag per argument (or give it after `--`).
     env

@@ -215,6 +215,20 @@ async def test_a_lost_node_is_on_the_timeline_of_the_job_it_stopped(api_node_los
     assert job["state"] == "pending"  # queued again
 
 
+async def test_an_image_is_refused_where_the_nodes_run_processes(
+    nats_server: NatsServer, postgres_server: Postgres, tmp_path: Path
+) -> None:
+    token_file = tmp_path / "admin-token"
+    settings = Settings(nats_server.url, postgres_server.uri, token_file, node_runtime="process")
+    async with serve(create_app(settings)) as base_url, httpx.AsyncClient(base_url=base_url) as c:
+        admin = {"Authorization": f"Bearer {token_file.read_text().strip()}"}
+        job = {"job_id": "j", "project": "p", "image": "pytorch/pytorch:2.4", "command": ["true"]}
+        refused = await c.post("/v1/jobs", json=job, headers=admin)
+    assert refused.status_code == 422 and refused.json()["field"] == "image", refused.text
+    said = refused.json()["error"]
+    assert "run workloads as processes" in said and "'pytorch/pytorch:2.4'" in said
+
+
 async def test_a_team_reads_only_its_own_projects_jobs(
     api: Api, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -124,6 +124,10 @@ def test_api_errors_name_the_flag_and_the_value(api: FakeApi) -> None:
                                        "field": "grace_s"}))  # fmt: skip
     grace = fairlane(api, "submit", "j", "--project", "p", "--grace", "7200")
     assert grace.returncode == 2 and "error: --grace 7200.0: grace_s: Expected" in grace.stderr
+    refusal = "this cluster's nodes run workloads as processes, not containers"
+    api.on("POST", "/v1/jobs", (422, {"error": refusal, "field": "image"}))
+    image = fairlane(api, "submit", "j", "--project", "p", "--image", "alpine:3", "--", "true")
+    assert image.returncode == 1 and f"error: --image alpine:3: {refusal}" in image.stderr
     api.on("PUT", "/v1/projects/p", (400, {"error": "limit below the quota", "field": "limit"}))
     limit = fairlane(api, "project", "set", "p", "--quota", "4", "--limit", "2")
     assert "error: --limit 2: limit below the quota" in limit.stderr

@@ -247,6 +247,16 @@ def test_errors_a_person_understands(data: Path) -> None:
     assert bad.returncode == 2 and "--limit must be between 1 and 10000, got 0" in bad.stderr
     bad_env = fairlane(data, "submit", "y", "--project", "tools", "--env", "NOEQUALS", check=False)
     assert bad_env.returncode == 2 and "KEY=VALUE, got 'NOEQUALS'" in bad_env.stderr
+    # the embedded cluster's node runs processes: an image would be ignored, so it is refused
+    image = fairlane(data, "submit", "img", "--project", "tools", "--image", "alpine:3",
+                     "--", "true", check=False)  # fmt: skip
+    assert (
+        image.returncode == 1
+        and "--image alpine:3: this cluster's nodes run workloads as processes" in image.stderr
+    )
+    fraction = fairlane(data, "submit", "half", "--project", "tools", "--gpus", "0.5",
+                        check=False)  # fmt: skip
+    assert fraction.returncode == 2 and "fractional GPUs are not supported yet" in (fraction.stderr)
     bad_type = fairlane(data, "events", "--type", "Bogus", check=False)
     assert bad_type.returncode == 2 and "unknown event type 'Bogus'" in bad_type.stderr
     token = fairlane(data, "list", "--token", "not-a-token", check=False)

@@ -111,6 +111,9 @@ Since = Annotated[float | None, QueryParameter(ge=0, le=1e12, description="from 
 Until = Annotated[float | None, QueryParameter(ge=0, le=1e12, description="before this time")]
 
 
+NodeRuntime = Literal["process", "docker"]
+
+
 @dataclass(frozen=True)
 class Settings:
     nats_url: str
@@ -118,6 +121,9 @@ class Settings:
     admin_token_file: Path | None = None
     #: Live streams served at once (each holds a consumer on the log).
     max_streams: int = 64
+    #: How every node's executor runs workloads, where the deployment knows it (the embedded
+    #: cluster does): "process" refuses a job that names an image, which it would ignore.
+    node_runtime: NodeRuntime | None = None
 
 
 @dataclass
@@ -127,6 +133,7 @@ class Context:
     streams: asyncio.Semaphore
     #: one audit at a time: each folds the whole log in a worker thread
     audits: asyncio.Semaphore = dataclasses.field(default_factory=lambda: asyncio.Semaphore(1))
+    node_runtime: NodeRuntime | None = None
 
 
 Ctx = NamedDependency[Context]
@@ -311,6 +318,14 @@ async def _command(ctx: Context, command: AnyCommand) -> Accepted:
 async def submit_job(ctx: Ctx, caller: Who, data: JSONBody[SubmitRequest]) -> Accepted:
     """Submit a job; answers with the event admission recorded (`JobAdmitted`)."""
     _may_act(caller, data.project)
+    if data.image is not None and ctx.node_runtime == "process":
+        raise _fail(
+            422,
+            f"this cluster's nodes run workloads as processes, not containers: the image "
+            f"{data.image!r} would be ignored (leave it out, or run the nodes' executors with "
+            "--runtime docker)",
+            "image",
+        )
     spec = JobSpec(
         project=data.project,
         priority_class=data.job_class,
@@ -893,7 +908,12 @@ def create_app(settings: Settings) -> Litestar:
                 token = tokens.admin_token_file(settings.admin_token_file)
                 await tokens.install_admin(conn, token)
         nc = await connect(settings.nats_url, "api")
-        app.state.ctx = Context(db=db, nc=nc, streams=asyncio.Semaphore(settings.max_streams))
+        app.state.ctx = Context(
+            db=db,
+            nc=nc,
+            streams=asyncio.Semaphore(settings.max_streams),
+            node_runtime=settings.node_runtime,
+        )
         try:
             yield
         finally:

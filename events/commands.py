@@ -116,6 +116,14 @@ class SetPool(Command, frozen=True, kw_only=True):
     scheduler: SchedulerSettings | None = None
 
 
+class SetJobPriority(Command, frozen=True, kw_only=True):
+    """Change a job's priority while it may still run (waiting, or running: the policy weighs
+    it at its next cycle); recorded as `JobPriorityChanged`."""
+
+    job_id: Name
+    priority: Priority
+
+
 AnyCommand = (
     SubmitJob
     | CancelJob
@@ -125,6 +133,7 @@ AnyCommand = (
     | SetPool
     | ConfigureCluster
     | HoldScheduling
+    | SetJobPriority
 )
 
 #: The commands the quota ledger answers (on LEDGER_SUBJECT); admission answers the others.

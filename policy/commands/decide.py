@@ -12,6 +12,7 @@ from events.commands import (
     HoldScheduling,
     PauseJob,
     ResumeJob,
+    SetJobPriority,
     SetPool,
     SetProject,
     SubmitJob,
@@ -32,6 +33,7 @@ DECIDERS: Final[dict[type, Decider]] = {
     SetPool: config.set_pool,
     ConfigureCluster: config.configure_cluster,
     HoldScheduling: config.hold,
+    SetJobPriority: jobs.set_priority,
 }
 
 

@@ -79,3 +79,7 @@ def project_configured(project: str, at: int) -> str:
 
 def quota_crossed(project: str, pool: str, at: int) -> str:
     return f"quota/{project}/{pool}/{at}"
+
+
+def priority_changed(job_id: str, at: int) -> str:
+    return f"{job_id}/priority/{at}"

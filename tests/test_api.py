@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -80,6 +81,40 @@ async def test_tokens_are_needed_and_scoped(api: Api) -> None:
     listed = (await c.get("/v1/tokens", headers=api.admin)).json()
     assert {t["name"] for t in listed} == {"admin", "team-b"}
     assert all("token" not in t for t in listed)
+
+
+async def test_tokens_expire_are_revoked_and_say_who_they_are(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    c, h = api.client, api.admin
+    started = time.time()
+    made = await c.post("/v1/tokens", json={"name": "ci", "projects": ["project-b"],
+                                            "expires_in_s": 3600}, headers=h)  # fmt: skip
+    assert made.status_code == 201 and abs(made.json()["expires_at"] - started - 3600) < 60
+    ci = {"Authorization": f"Bearer {made.json()['token']}"}
+    me = (await c.get("/v1/whoami", headers=ci)).json()
+    assert me == {"name": "ci", "admin": False, "projects": ["project-b"],
+                  "expires_at": made.json()["expires_at"]}  # fmt: skip
+    assert (await c.get("/v1/whoami", headers=h)).json()["admin"] is True
+    listed = {t["name"]: t for t in (await c.get("/v1/tokens", headers=h)).json()}
+    assert listed["ci"]["expires_at"] == made.json()["expires_at"]
+    assert listed["admin"]["expires_at"] is None and listed["admin"]["created_at"] > 0
+    short = await c.post("/v1/tokens", json={"name": "x", "expires_in_s": 5}, headers=h)
+    assert short.status_code == 400 and short.json()["field"] == "expires_in_s"
+    # two hours on, the token is refused, saying why
+    later = started + 7200
+    monkeypatch.setattr("services.api.tokens.time.time", lambda: later)
+    expired = await c.get("/v1/jobs", headers=ci)
+    assert expired.status_code == 401 and "API token ci has expired" in expired.json()["error"]
+    monkeypatch.undo()
+    assert (await c.get("/v1/jobs", headers=ci)).status_code == 200
+    revoked = await c.delete("/v1/tokens/ci", headers=h)
+    assert revoked.status_code == 200 and revoked.json()["name"] == "ci"
+    assert (await c.get("/v1/jobs", headers=ci)).status_code == 401
+    again = await c.delete("/v1/tokens/ci", headers=h)
+    assert again.status_code == 404 and again.json()["field"] == "name"
+    own = await c.delete("/v1/tokens/admin", headers=h)
+    assert own.status_code == 422 and (await c.get("/v1/jobs", headers=h)).status_code == 200
 
 
 async def test_bad_input_names_the_field(api: Api) -> None:

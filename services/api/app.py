@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import dataclasses
 import re
+import time
 import typing
 from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
@@ -26,7 +27,7 @@ import asyncpg
 import msgspec
 import nats.errors
 import structlog
-from litestar import Litestar, Request, Response, delete, get, post, put
+from litestar import Litestar, Request, Response, delete, get, patch, post, put
 from litestar.datastructures import State
 from litestar.di import NamedDependency, Provide
 from litestar.exceptions import (
@@ -51,6 +52,7 @@ from events.commands import (
     CancelJob,
     PauseJob,
     ResumeJob,
+    SetJobPriority,
     SetPool,
     SetProject,
     SubmitJob,
@@ -66,6 +68,7 @@ from services.api.types import (
     Job,
     JobDetail,
     JobPage,
+    JobUpdate,
     Node,
     PoolRequest,
     Preemption,
@@ -77,6 +80,7 @@ from services.api.types import (
     TokenCreated,
     TokenInfo,
     TokenRequest,
+    Whoami,
 )
 from services.api.types import (
     Pool as PoolView,
@@ -236,7 +240,14 @@ async def get_caller(request: Request[Any, Any, Any], ctx: Ctx) -> Caller:
             extra={"field": "Authorization"},
         )
     async with ctx.db.acquire() as conn:
-        caller = await tokens.lookup(conn, token.strip())
+        try:
+            caller = await tokens.lookup(conn, token.strip())
+        except tokens.Expired as e:
+            raise NotAuthorizedException(
+                detail=f"API token {e} has expired (an admin makes a new one: fairlane token "
+                "create)",
+                extra={"field": "Authorization"},
+            ) from None
     if caller is None:
         raise NotAuthorizedException(detail="unknown API token", extra={"field": "Authorization"})
     return caller
@@ -290,6 +301,7 @@ _REFUSAL_FIELDS: Final = (
     ("limit", "limit"),
     ("quota", "quota"),
     ("job id", "job_id"),
+    ("priority", "priority"),
 )
 
 
@@ -390,6 +402,16 @@ async def resume_job(ctx: Ctx, caller: Who, job_id: PathName) -> Accepted:
     return await _job_command(ctx, caller, job_id, ResumeJob(actor=caller.name, job_id=job_id))
 
 
+@patch("/v1/jobs/{job_id:str}", status_code=200, responses=ACT_ERRORS, tags=["jobs"])
+async def update_job(
+    ctx: Ctx, caller: Who, job_id: PathName, data: JSONBody[JobUpdate]
+) -> Accepted:
+    """Change a job's priority while it waits or runs (`JobPriorityChanged`); the policy
+    weighs it from its next cycle on."""
+    command = SetJobPriority(actor=caller.name, job_id=job_id, priority=data.priority)
+    return await _job_command(ctx, caller, job_id, command)
+
+
 @put("/v1/projects/{name:str}", responses=ADMIN_ERRORS, tags=["projects"])
 async def set_project(
     ctx: Ctx, caller: Who, name: PathName, data: JSONBody[ProjectRequest]
@@ -475,10 +497,12 @@ async def job_logs(
     attempt: Annotated[int | None, QueryParameter(ge=1, le=1_000_000)] = None,
     follow: Annotated[bool, QueryParameter(description="stream until the attempt ends")] = False,
     max_bytes: Annotated[int, QueryParameter(ge=1, le=64 << 20)] = logs.DEFAULT_MAX_BYTES,
+    since: Since = None,
 ) -> Response[bytes] | Stream:
     """An attempt's output (default: the latest), every replica's, as the workload wrote it
     (lines prefixed `[replica N]` where there are several). `follow` streams it as it comes
-    until the attempt ends; otherwise the last `max_bytes` of what there is."""
+    until the attempt ends; otherwise the last `max_bytes` of what there is. `since`: only
+    what was shipped from that time on (the executor ships output every second or so)."""
     await _readable_job(ctx, caller, job_id)
     async with ctx.db.acquire() as conn:
         job = await queries.job_detail(conn, job_id)
@@ -498,7 +522,9 @@ async def job_logs(
 
     lines = logs.Lines(prefixed=job.replicas > 1)
     js = ctx.nc.jetstream()
-    output = logs.read_output(js, job_id, wanted, lines, follow=follow, attempt_over=over)
+    output = logs.read_output(
+        js, job_id, wanted, lines, follow=follow, attempt_over=over, since=since
+    )
     if not follow:
         return Response(await logs.tail(output, max_bytes), media_type="text/plain")
     if ctx.streams.locked():
@@ -760,20 +786,53 @@ async def list_preemptions(
 async def create_token(ctx: Ctx, caller: Who, data: JSONBody[TokenRequest]) -> TokenCreated:
     """A new API token for some projects (admin). The token is shown only here."""
     _admin(caller, "create tokens")
+    expires_at = None if data.expires_in_s is None else time.time() + data.expires_in_s
     async with ctx.db.acquire() as conn:
         try:
-            token = await tokens.create(conn, data.name, data.projects, data.admin)
+            token = await tokens.create(conn, data.name, data.projects, data.admin, expires_at)
         except asyncpg.UniqueViolationError:
             raise _fail(409, f"a token named {data.name!r} exists", "name") from None
-    return TokenCreated(data.name, token, sorted(set(data.projects)), data.admin)
+    return TokenCreated(data.name, token, sorted(set(data.projects)), data.admin, expires_at)
 
 
 @get("/v1/tokens", responses=ADMIN_ERRORS, tags=["access"])
 async def list_tokens(ctx: Ctx, caller: Who) -> list[TokenInfo]:
+    """Every token's name, projects, expiry and creation time (admin); never the token."""
     _admin(caller, "list tokens")
     async with ctx.db.acquire() as conn:
-        rows = await conn.fetch("SELECT name, projects, admin FROM api_tokens ORDER BY name")
-    return [TokenInfo(r["name"], list(r["projects"]), r["admin"]) for r in rows]
+        rows = await conn.fetch(
+            "SELECT name, projects, admin, expires_at, extract(epoch FROM created_at) AS created"
+            " FROM api_tokens ORDER BY name"
+        )
+    return [
+        TokenInfo(r["name"], list(r["projects"]), r["admin"], r["expires_at"], float(r["created"]))
+        for r in rows
+    ]
+
+
+@delete(
+    "/v1/tokens/{name:str}",
+    status_code=200,
+    responses={**ADMIN_ERRORS, 404: ResponseSpec(Error, description="no such token")},
+    tags=["access"],
+)
+async def revoke_token(ctx: Ctx, caller: Who, name: PathName) -> TokenInfo:
+    """Revoke a token (admin): it is refused from now on. The admin token is the cluster's
+    own (kept in its file and installed again at each start): it is not revoked here."""
+    _admin(caller, "revoke tokens")
+    if name == tokens.ADMIN_NAME:
+        raise _fail(422, "the admin token is the cluster's own: replace its file instead", "name")
+    async with ctx.db.acquire() as conn:
+        gone = await tokens.revoke(conn, name)
+    if gone is None:
+        raise _fail(404, f"no token named {name!r}", "name")
+    return TokenInfo(gone.name, sorted(gone.projects), gone.admin, gone.expires_at)
+
+
+@get("/v1/whoami", responses=ERRORS, tags=["access"])
+async def whoami(caller: Who) -> Whoami:
+    """Who the token is: its name, whether it is an admin token, its projects, its expiry."""
+    return Whoami(caller.name, caller.admin, sorted(caller.projects), caller.expires_at)
 
 
 @get("/v1/events", responses=FOUND_ERRORS, tags=["timeline"])
@@ -927,6 +986,7 @@ def create_app(settings: Settings) -> Litestar:
             delete_job,
             pause_job,
             resume_job,
+            update_job,
             set_project,
             set_pool,
             list_jobs,
@@ -946,6 +1006,8 @@ def create_app(settings: Settings) -> Litestar:
             list_preemptions,
             create_token,
             list_tokens,
+            revoke_token,
+            whoami,
             event_stream,
             health,
             prometheus,

@@ -43,6 +43,7 @@ EVERYDAY: tuple[tuple[str, str, str], ...] = (
     ("fairlane.jobs_cli:pause", "pause",
      "Pause a job: it checkpoints, gives its GPUs back and waits until resumed."),
     ("fairlane.jobs_cli:resume", "resume", "Resume a paused job: it queues again for GPUs."),
+    ("fairlane.jobs_cli:update", "update", "Change a waiting or running job's priority."),
     ("fairlane.cluster_view_cli:projects", "projects",
      "Projects per pool: quota, weight, limit, priority, fair share, GPUs in use."),
     ("fairlane.cluster_view_cli:project_app", "project",
@@ -54,6 +55,11 @@ EVERYDAY: tuple[tuple[str, str, str], ...] = (
     ("fairlane.cluster_view_cli:events", "events",
      "Events, newest last, each with its reason: the cluster's, or a job's, project's or node's."),
     ("fairlane.top:top", "top", "A live view of the pools, the projects and the queue."),
+    ("fairlane.access_cli:login", "login",
+     "Save the API's URL, your token and your project in the config file."),
+    ("fairlane.access_cli:whoami", "whoami",
+     "Who your token says you are: its projects, admin or not, when it expires."),
+    ("fairlane.access_cli:token_app", "token", "API tokens (admin): create, list, revoke."),
 )  # fmt: skip
 for path, name, summary in EVERYDAY:
     app.command(path, name=name, help=summary)

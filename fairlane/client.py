@@ -87,6 +87,42 @@ def resolve(api: str | None, token: str | None, data_dir: Path) -> Target:
     return Target(api.rstrip("/"), token, source)
 
 
+PROJECT_ENV: Final = "FAIRLANE_PROJECT"
+#: What the config file may hold.
+CONFIG_KEYS: Final = ("api", "token", "token_file", "project")
+
+
+def default_project() -> tuple[str, str] | None:
+    """The project a command uses when given none, and where it came from: FAIRLANE_PROJECT,
+    else `project:` in the config file."""
+    if os.environ.get(PROJECT_ENV):
+        return os.environ[PROJECT_ENV], PROJECT_ENV
+    project = _config().get("project")
+    return (str(project), f"the config file {config_path()}") if project else None
+
+
+def config_path() -> Path:
+    return _config_path()
+
+
+def write_config(values: dict[str, str | None]) -> Path:
+    """Set keys of the config file (None removes one), keeping the others; the file is made
+    readable by its owner only, as it may hold a token."""
+    path = _config_path()
+    config = {**_config(), **values}
+    config = {k: v for k, v in config.items() if v is not None}
+    from ruamel.yaml import YAML  # noqa: PLC0415  (slow to import: only here and in _config)
+
+    yaml = YAML(typ="safe", pure=True)
+    yaml.default_flow_style = False
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path.with_suffix(".tmp"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        yaml.dump(config, out)
+    os.replace(path.with_suffix(".tmp"), path)
+    return path
+
+
 def _config_path() -> Path:
     return Path(os.environ.get(CONFIG_ENV) or DEFAULT_CONFIG).expanduser()
 
@@ -111,8 +147,8 @@ def _config() -> dict[str, Any]:
         raise CliError(f"the config file {path} is not valid YAML: {e}", 2) from None
     if loaded is None:
         return {}
-    if not isinstance(loaded, dict) or not set(loaded) <= {"api", "token", "token_file"}:
-        raise CliError(f"the config file {path} may hold only api, token and token_file", 2)
+    if not isinstance(loaded, dict) or not set(loaded) <= set(CONFIG_KEYS):
+        raise CliError(f"the config file {path} may hold only {', '.join(CONFIG_KEYS)}", 2)
     return loaded
 
 

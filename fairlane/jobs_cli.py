@@ -1,10 +1,11 @@
-"""Job commands, through the HTTP API: submit, list, describe, logs, delete, pause, resume."""
+"""Job commands, through the HTTP API: submit, list, describe, logs, delete, update, pause and
+resume."""
 
 from __future__ import annotations
 
-import os
 import sys
 import time
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import cyclopts
@@ -12,10 +13,18 @@ from rich.markup import escape
 from rich.table import Table
 
 from fairlane.api_options import Connection, connected
-from fairlane.client import Api, ApiError, CliError, closest
+from fairlane.client import (
+    PROJECT_ENV,
+    Api,
+    ApiError,
+    CliError,
+    closest,
+    config_path,
+    default_project,
+)
 from fairlane.output import (
     USAGE,
-    Gpus,
+    MaybeGpus,
     MaybeWhole,
     Output,
     Whole,
@@ -27,6 +36,7 @@ from fairlane.output import (
     errors_said,
     fail,
     flags_named,
+    parse_when,
     state,
 )
 from fairlane.timeline import fold_progress, left_out, past_events, print_timeline
@@ -50,14 +60,15 @@ SUBMIT_FLAGS = {
 
 
 def submit(
-    job_id: str,
+    job_id: str | None = None,
     /,
     *workload: str,
-    project: str,
+    file: Annotated[Path | None, cyclopts.Parameter(name=["--file", "-f"])] = None,
+    project: str | None = None,
     job_class: Annotated[str | None, cyclopts.Parameter(name="--class")] = None,
     priority: MaybeWhole = None,
-    gpus: Gpus = 1,
-    replicas: Whole = 1,
+    gpus: MaybeGpus = None,
+    replicas: MaybeWhole = None,
     min_replicas: MaybeWhole = None,
     pool: list[str] | None = None,
     node: str | None = None,
@@ -78,24 +89,32 @@ def submit(
 
     ```
     fairlane submit train-1 --project team-a --class train --gpus 2 -- python3 train.py --lr 0.1
+    fairlane submit -f job.yaml --gpus 4
     ```
+
+    A job spec file (-f) holds the same fields as the flags, spelt as they are (`name` for the
+    job's name): `name: train-1`, `gpus: 2`, `command: [python3, train.py]`, `env: {A: "1"}`.
+    Flags given as well win over the file.
 
     Parameters
     ----------
     job_id
-        A unique name: letters, digits, '-' and '_'.
+        A unique name: letters, digits, '-' and '_' (or `name` in the file).
+    file
+        A job spec in YAML: the same fields as the flags.
     workload
         The workload's command and its arguments (after `--`); default: the built-in workload.
     project
-        The project (team) the job belongs to.
+        The project (team) the job belongs to (default: FAIRLANE_PROJECT, else `project:` in
+        the config file, as `fairlane login --project` saves it).
     job_class
         Priority class: train, interactive, build, inference (or the cluster's own).
     priority
         An explicit priority instead of a class (higher is more important).
     gpus
-        GPUs per replica (0: CPU only).
+        Whole GPUs per replica (0: CPU only; default 1).
     replicas
-        Replicas, placed together as one gang.
+        Replicas, placed together as one gang (default 1).
     min_replicas
         Fewer than replicas makes the job elastic.
     pool
@@ -120,33 +139,70 @@ def submit(
     idempotency_key
         Submitting again with the same key returns the first answer instead of a second job.
     """
-    argv = [*(command or ()), *workload]
+    given: dict[str, Any] = {}
+    with errors_said():
+        if file is not None:
+            from fairlane.job_file import job_fields  # noqa: PLC0415 (msgspec, YAML: slow)
+
+            given = job_fields(file)
+        job_id = job_id or given.get("name")
+        if not job_id:
+            raise CliError("name the job: submit NAME, or `name:` in the file (-f)", USAGE)
+        project = project or given.get("project") or _project_or_fail()
+    argv = [*(command or ()), *workload] or _as_list(given.get("command"))
     body: dict[str, Any] = {
         "job_id": job_id,
         "project": project,
-        "gpus": gpus,
-        "replicas": replicas,
+        "gpus": _first(gpus, given.get("gpus"), 1),
+        "replicas": _first(replicas, given.get("replicas"), 1),
         "command": argv,
-        "pools": pool or [],
+        "pools": pool or _as_list(given.get("pool")),
     }
     optional = {
-        "class": job_class,
-        "priority": priority,
-        "min_replicas": min_replicas,
-        "node": node,
-        "image": image,
-        "preemptible": preemptible,
-        "preemption_delay_s": preemption_delay,
-        "min_runtime_s": min_runtime,
-        "grace_s": grace,
-        "idempotency_key": idempotency_key,
+        "class": _first(job_class, given.get("class")),
+        "priority": _first(priority, given.get("priority")),
+        "min_replicas": _first(min_replicas, given.get("min-replicas")),
+        "node": _first(node, given.get("node")),
+        "image": _first(image, given.get("image")),
+        "preemptible": _first(preemptible, given.get("preemptible")),
+        "preemption_delay_s": _first(preemption_delay, given.get("preemption-delay")),
+        "min_runtime_s": _first(min_runtime, given.get("min-runtime")),
+        "grace_s": _first(grace, given.get("grace")),
+        "idempotency_key": _first(idempotency_key, given.get("idempotency-key")),
     }
     body.update({k: v for k, v in optional.items() if v is not None})
+    from_file = given.get("env")
+    if isinstance(from_file, dict):
+        body["env"] = {str(k): str(v) for k, v in from_file.items()}
+    elif from_file:
+        env = [*_as_list(from_file), *(env or [])]
     if env:
-        body["env"] = _environment(env)
+        body["env"] = {**body.get("env", {}), **_environment(env)}
     with errors_said(), connected(connection) as api, flags_named(body, SUBMIT_FLAGS):
         answer = api.post("/v1/jobs", body)
         emit(answer, output, lambda a: _said(a, f"job {job_id}"))
+
+
+def _first(*values: Any) -> Any:
+    """The first value given (a flag's, then the file's, then a default)."""
+    return next((v for v in values if v is not None), None)
+
+
+def _as_list(value: Any) -> list[str]:
+    if value is None:
+        return []
+    return [str(v) for v in value] if isinstance(value, list) else [str(value)]
+
+
+def _project_or_fail() -> str:
+    found = default_project()
+    if found is None:
+        raise CliError(
+            f"which project? give --project NAME (or set {PROJECT_ENV}, or project: in the "
+            f"config file {config_path()}: fairlane login --project NAME)",
+            USAGE,
+        )
+    return found[0]
 
 
 def _environment(pairs: list[str]) -> dict[str, str]:
@@ -169,12 +225,15 @@ def _said(answer: dict[str, Any], what: str) -> None:
         "JobCancelled": "deleted",
         "JobPaused": "paused",
         "JobResumed": "resumed",
+        "JobPriorityChanged": "changed",
         "ProjectConfigured": "configured",
         "PoolConfigured": "configured",
     }.get(kind, kind)
     detail = ""
     if kind == "JobAdmitted":
         detail = f" (priority {event.get('priority')}, pool {', '.join(event.get('pools', []))})"
+    elif kind == "JobPriorityChanged":
+        detail = f": priority {event.get('priority')}"
     console.print(f"{escape(what)} {words}{escape(detail)} [dim]({kind})[/]")
 
 
@@ -197,7 +256,8 @@ def list_jobs(
     Parameters
     ----------
     project
-        Only this project's jobs (default: FAIRLANE_PROJECT, else every project).
+        Only this project's jobs (default: FAIRLANE_PROJECT, else `project:` in the config
+        file, else every project).
     all_projects
         Every project's jobs, whatever FAIRLANE_PROJECT says.
     job_state
@@ -210,7 +270,8 @@ def list_jobs(
     if not 1 <= limit <= 10_000:
         fail(f"--limit must be between 1 and 10000, got {limit}", USAGE)
     if project is None and not all_projects:
-        project = os.environ.get("FAIRLANE_PROJECT") or None
+        with errors_said():
+            project = (default_project() or (None, ""))[0]
     sent = {"project": project, "state": job_state, "pool": pool, "limit": limit}
     with errors_said(), connected(connection) as api, flags_named(sent):
         jobs = _all_jobs(api, limit, project=project, state=job_state, pool=pool)
@@ -400,6 +461,8 @@ def logs(
     *,
     attempt: MaybeWhole = None,
     follow: Annotated[bool, cyclopts.Parameter(name=["--follow", "-f"])] = False,
+    tail: MaybeWhole = None,
+    since: str | None = None,
     connection: Connection | None = None,
 ) -> None:
     """A job's output, as its workload wrote it (every replica's; lines prefixed by replica
@@ -407,7 +470,8 @@ def logs(
 
     ```
     fairlane logs train-1 --attempt 1
-    fairlane logs train-1 -f
+    fairlane logs train-1 --tail 20 -f
+    fairlane logs train-1 --since 10m
     ```
 
     Parameters
@@ -416,12 +480,21 @@ def logs(
         Which attempt (default: the latest).
     follow
         Keep printing output as it comes, until the attempt ends (Ctrl-C stops).
+    tail
+        Only its last this many lines (with --follow: then what comes).
+    since
+        Only what it wrote from this time on (10m, 2h, 1d ago; 2026-11-25T14:00; Unix
+        seconds), to the second or so the node ships output in.
     """
     if attempt is not None and attempt < 1:
         fail(f"--attempt must be 1 or more, got {attempt}", USAGE)
+    if tail is not None and tail < 0:
+        fail(f"--tail must be 0 or more, got {tail}", USAGE)
     with errors_said(), connected(connection) as api:
+        start = parse_when(since, "--since") if since is not None else None
         job = job_or_suggest(api, job_id)
         out = sys.stdout.buffer
+        path = f"/v1/jobs/{job_id}/logs"
         try:
             if follow and job["attempt"] == 0:  # not started yet: wait for it
                 err.print(f"[dim]waiting for {escape(job_id)} to start ({job['state']}) ...[/]")
@@ -429,9 +502,17 @@ def logs(
                     time.sleep(1.0)
                     job = api.get(f"/v1/jobs/{job_id}")
             written = 0
-            for chunk in api.stream(f"/v1/jobs/{job_id}/logs", attempt=attempt, follow=follow):
-                written += out.write(chunk)
+            if tail is not None:  # the end of what there is, then (following) what comes
+                now = time.time()
+                text = api.get_text(path, attempt=attempt, since=start)
+                last = text.splitlines(keepends=True)[-tail:] if tail else []
+                written += out.write("".join(last).encode())
                 out.flush()
+                start = now
+            if tail is None or follow:
+                for chunk in api.stream(path, attempt=attempt, follow=follow, since=start):
+                    written += out.write(chunk)
+                    out.flush()
         except KeyboardInterrupt:
             out.flush()
             return
@@ -447,28 +528,117 @@ def _no_output(job_id: str, attempt: int) -> str:
     return text
 
 
+def _command(api: Api, job_id: str, verb: str) -> dict[str, Any]:
+    """Delete, pause or resume a job: the API's answer; an unknown job's error names the
+    closest job names."""
+    try:
+        if verb == "delete":
+            answer: dict[str, Any] = api.delete(f"/v1/jobs/{job_id}")
+        else:
+            answer = api.post(f"/v1/jobs/{job_id}/{verb}")
+    except ApiError as e:
+        if e.status == 404 and e.field == "job_id":
+            raise CliError(f"{e}{closest(job_id, api.job_names())}") from None
+        raise
+    return answer
+
+
 def _act(job_id: str, verb: str, connection: Connection | None, output: Output) -> None:
     with errors_said(), connected(connection) as api:
+        answer = _command(api, job_id, verb)
+        emit(answer, output, lambda a: _said(a, f"job {job_id}"))
+
+
+#: States from which a job will not run again: `delete --all` leaves them be.
+FINISHED = frozenset({"completed", "failed", "cancelled", "rejected"})
+
+
+def delete(
+    *job_ids: str,
+    all_jobs: Annotated[bool, cyclopts.Parameter(name="--all")] = False,
+    project: str | None = None,
+    connection: Connection | None = None,
+    output: Output = "table",
+) -> None:
+    """Delete (cancel) jobs; running ones are stopped.
+
+    ```
+    fairlane delete train-1 train-2
+    fairlane delete --all --project team-a
+    ```
+
+    With -o json or yaml: each deletion's answer, in order.
+
+    Parameters
+    ----------
+    job_ids
+        The jobs to delete.
+    all_jobs
+        Every job of the project that has not finished (--project, else the default project).
+    project
+        With --all: the project (default: FAIRLANE_PROJECT, else `project:` in the config).
+    """
+    if all_jobs == bool(job_ids):
+        fail("name the jobs to delete, or give --all (with --project)", USAGE)
+    if project is not None and not all_jobs:
+        fail("--project goes with --all; named jobs are deleted whatever their project", USAGE)
+    with errors_said(), connected(connection) as api:
+        if all_jobs:
+            project = project or _project_or_fail()
+            with flags_named({"project": project}):
+                found = _all_jobs(api, 10_000, project=project)
+            job_ids = tuple(j["job_id"] for j in found if j["state"] not in FINISHED)
+            if not job_ids:
+                err.print(f"project {escape(project)} has no job left to delete")
+        answers: list[dict[str, Any]] = []
+        failed: list[str] = []
+        for job_id in job_ids:
+            try:
+                answers.append(_command(api, job_id, "delete"))
+            except CliError as e:  # say so and go on with the others
+                err.print(f"[red]error:[/] job {escape(job_id)}: {escape(str(e))}")
+                failed.append(job_id)
+        emit(answers, output, _all_said)
+    if failed:
+        sys.exit(1)
+
+
+def _all_said(answers: list[dict[str, Any]]) -> None:
+    for answer in answers:
+        _said(answer, f"job {answer.get('event', {}).get('job_id', '')}")
+
+
+def update(
+    job_id: str,
+    /,
+    *,
+    priority: MaybeWhole = None,
+    connection: Connection | None = None,
+    output: Output = "table",
+) -> None:
+    """Change a waiting or running job: its priority (the policy weighs it from its next
+    cycle on; higher is more important).
+
+    ```
+    fairlane update train-1 --priority 80
+    ```
+
+    Parameters
+    ----------
+    priority
+        The job's new priority.
+    """
+    if priority is None:
+        fail("say what to change: --priority N", USAGE)
+    body = {"priority": priority}
+    with errors_said(), connected(connection) as api, flags_named(body):
         try:
-            if verb == "delete":
-                answer = api.delete(f"/v1/jobs/{job_id}")
-            else:
-                answer = api.post(f"/v1/jobs/{job_id}/{verb}")
+            answer = api.patch(f"/v1/jobs/{job_id}", body)
         except ApiError as e:
             if e.status == 404 and e.field == "job_id":
                 raise CliError(f"{e}{closest(job_id, api.job_names())}") from None
             raise
         emit(answer, output, lambda a: _said(a, f"job {job_id}"))
-
-
-def delete(
-    job_id: str, /, *, connection: Connection | None = None, output: Output = "table"
-) -> None:
-    """Delete (cancel) a job; a running one is stopped.
-
-    fairlane delete train-1
-    """
-    _act(job_id, "delete", connection, output)
 
 
 def pause(

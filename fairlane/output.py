@@ -110,9 +110,18 @@ def whole_gpus(_: Any, tokens: Sequence[Any]) -> int:
 Whole = Annotated[int, cyclopts.Parameter(converter=whole_number)]
 MaybeWhole = Annotated[int | None, cyclopts.Parameter(converter=whole_number)]
 Gpus = Annotated[int, cyclopts.Parameter(converter=whole_gpus)]
+MaybeGpus = Annotated[int | None, cyclopts.Parameter(converter=whole_gpus)]
 
 
 _UNITS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(text: str, flag: str) -> float:
+    """Seconds from a length of time as a person gives it: 90s, 10m, 12h, 30d."""
+    value = text.strip()
+    if value[-1:] in _UNITS and value[:-1].replace(".", "", 1).isdigit():
+        return float(value[:-1]) * _UNITS[value[-1]]
+    raise CliError(f"{flag} takes a length of time such as 90m, 12h or 30d; got {text!r}", USAGE)
 
 
 def parse_when(text: str, flag: str, now: float | None = None) -> float:

@@ -240,3 +240,162 @@ def test_describe_events_folds_progress_and_tells_every_event_in_words(api: Fake
     assert "the newest 2 events are shown" in few.stderr
     only = fairlane(api, "describe", "j", "--events", "--type", "JobCheckpointed", "-o", "json")
     assert [e["type"] for e in json.loads(only.stdout)["events"]] == ["JobCheckpointed"]
+
+
+def _admitted(request: Request) -> tuple[int, object]:
+    body = request.body
+    event = {"job_id": body["job_id"], "priority": 50, "pools": ["default"]}
+    return 201, {"type": "JobAdmitted", "event": event}
+
+
+def test_submit_a_job_spec_from_a_file_flags_winning(api: FakeApi, tmp_path: Path) -> None:
+    api.on("POST", "/v1/jobs", _admitted)
+    spec = tmp_path / "job.yaml"
+    spec.write_text(
+        "name: train-1\nproject: team-a\nclass: train\ngpus: 2\nmin_replicas: 1\nreplicas: 2\n"
+        "pool: [a100, default]\ncommand: [python3, train.py, --lr, '0.1']\n"
+        "env: {WANDB_MODE: offline}\ngrace: 5\n"
+    )
+    done = fairlane(api, "submit", "-f", str(spec), "--gpus", "4", "-e", "SEED=1")
+    assert done.returncode == 0, done.stderr
+    assert "job train-1 admitted" in done.stdout
+    (sent,) = api.sent("POST", "/v1/jobs")
+    assert sent.body == {
+        "job_id": "train-1", "project": "team-a", "gpus": 4, "replicas": 2,
+        "command": ["python3", "train.py", "--lr", "0.1"], "pools": ["a100", "default"],
+        "class": "train", "min_replicas": 1, "grace_s": 5.0,
+        "env": {"WANDB_MODE": "offline", "SEED": "1"},
+    }  # fmt: skip
+    typo = tmp_path / "typo.yaml"
+    typo.write_text("name: x\nproject: p\ngpu: 2\n")
+    bad = fairlane(api, "submit", "-f", str(typo))
+    assert bad.returncode == 2 and f"-f {typo}: unknown field 'gpu' (did you mean gpus?)" in (
+        bad.stderr
+    )
+    half = tmp_path / "half.yaml"
+    half.write_text("name: x\nproject: p\ngpus: 0.5\n")
+    assert (
+        "gpus 0.5: fractional GPUs are not supported yet"
+        in fairlane(api, "submit", "-f", str(half)).stderr
+    )
+    wrong = tmp_path / "wrong.yaml"
+    wrong.write_text("name: x\nproject: p\nreplicas: many\n")
+    assert (
+        "replicas: expected `int | null`, got `str`"
+        in fairlane(api, "submit", "-f", str(wrong)).stderr
+    )
+    assert len(api.sent("POST", "/v1/jobs")) == 1  # none of the bad files was sent
+
+
+def test_a_default_project_from_the_environment_or_the_config(api: FakeApi, tmp_path: Path) -> None:
+    api.on("POST", "/v1/jobs", _admitted)
+    nowhere = fairlane(api, "submit", "j", "--", "true")
+    assert nowhere.returncode == 2 and "which project? give --project NAME" in nowhere.stderr
+    fairlane(api, "submit", "j1", env={"FAIRLANE_PROJECT": "team-env"})
+    config = tmp_path / "config.yaml"
+    config.write_text("project: team-config\n")
+    fairlane(api, "submit", "j2", env={"FAIRLANE_CONFIG": str(config)})
+    fairlane(api, "list", env={"FAIRLANE_CONFIG": str(config)})
+    sent = api.sent("POST", "/v1/jobs")
+    assert [r.body["project"] for r in sent] == ["team-env", "team-config"]
+    assert api.sent("GET", "/v1/jobs")[-1].query["project"] == ["team-config"]
+
+
+def test_update_the_priority_of_a_job(api: FakeApi) -> None:
+    changed = {"type": "JobPriorityChanged", "event": {"job_id": "j", "priority": 80}}
+    api.on("PATCH", "/v1/jobs/j", (200, changed))
+    done = fairlane(api, "update", "j", "--priority", "80")
+    assert done.returncode == 0 and "job j changed: priority 80 (JobPriorityChanged)" in (
+        done.stdout
+    )
+    assert api.sent("PATCH", "/v1/jobs/j")[0].body == {"priority": 80}
+    nothing = fairlane(api, "update", "j")
+    assert nothing.returncode == 2 and "--priority N" in nothing.stderr
+    api.on("PATCH", "/v1/jobs/j", (422, {"error": "job 'j' has priority 80 already",
+                                         "field": "priority"}))  # fmt: skip
+    again = fairlane(api, "update", "j", "--priority", "80")
+    assert again.returncode == 1 and "--priority 80: job 'j' has priority 80 already" in (
+        again.stderr
+    )
+
+
+def _cancelled(request: Request) -> tuple[int, object]:
+    job = request.path.rsplit("/", 1)[-1]
+    if job == "ghost":
+        return 404, {"error": "unknown job id 'ghost'", "field": "job_id"}
+    return 200, {"type": "JobCancelled", "event": {"job_id": job}}
+
+
+def test_delete_several_jobs_or_all_of_a_project(api: FakeApi) -> None:
+    for job in ("a", "b", "c", "ghost", "done"):
+        api.on("DELETE", f"/v1/jobs/{job}", _cancelled)
+    two = fairlane(api, "delete", "a", "b")
+    assert two.returncode == 0 and "job a deleted" in two.stdout and "job b deleted" in two.stdout
+    partly = fairlane(api, "delete", "c", "ghost", "-o", "json")
+    assert partly.returncode == 1 and "job ghost: unknown job id 'ghost'" in partly.stderr
+    assert [a["event"]["job_id"] for a in json.loads(partly.stdout)] == ["c"]
+    jobs = [{"job_id": j, "state": s} for j, s in (("a", "running"), ("done", "completed"))]
+    api.on("GET", "/v1/jobs", (200, {"items": jobs, "next": None}))
+    api.requests.clear()
+    every = fairlane(api, "delete", "--all", "--project", "team-a")
+    assert every.returncode == 0 and "job a deleted" in every.stdout
+    assert [r.path for r in api.requests if r.method == "DELETE"] == ["/v1/jobs/a"]
+    assert api.sent("GET", "/v1/jobs")[0].query["project"] == ["team-a"]
+    neither = fairlane(api, "delete")
+    assert neither.returncode == 2 and "name the jobs to delete, or give --all" in neither.stderr
+
+
+def test_logs_tail_and_since(api: FakeApi) -> None:
+    api.on("GET", "/v1/jobs/j", (200, {**failed_job(), "state": "running"}))
+    api.on("GET", "/v1/jobs/j/logs", (200, b"".join(b"line %d\n" % n for n in range(1, 31))))
+    tail = fairlane(api, "logs", "j", "--tail", "3")
+    assert tail.stdout == "line 28\nline 29\nline 30\n"
+    fairlane(api, "logs", "j", "--since", "2h")
+    sent = api.sent("GET", "/v1/jobs/j/logs")[-1]
+    assert abs(float(sent.query["since"][0]) - (time.time() - 7200)) < 60
+    bad = fairlane(api, "logs", "j", "--since", "soon")
+    assert bad.returncode == 2 and "--since takes a time" in bad.stderr
+
+
+def test_login_whoami_and_tokens(api: FakeApi, tmp_path: Path) -> None:
+    me = {"name": "ann", "admin": False, "projects": ["team-a"], "expires_at": None}
+    api.on("GET", "/v1/whoami", (200, me))
+    config = tmp_path / "fairlane" / "config.yaml"
+    env = {"FAIRLANE_CONFIG": str(config)}
+    login = fairlane(None, "login", "--api", api.url, "--token", "fl_ann", "--project",
+                     "team-a", env=env)  # fmt: skip
+    assert login.returncode == 0, login.stderr
+    assert f"logged in to {api.url} as ann" in login.stdout
+    assert config.stat().st_mode & 0o777 == 0o600
+    assert set(config.read_text().splitlines()) == {
+        f"api: {api.url}",
+        "token: fl_ann",
+        "project: team-a",
+    }
+    who = fairlane(None, "whoami", env=env)  # the config file says where and who
+    assert who.returncode == 0 and "ann" in who.stdout and "team-a" in who.stdout
+    assert f"from the config file {config}" in who.stdout
+    api.on("GET", "/v1/whoami", (401, {"error": "unknown API token", "field": "Authorization"}))
+    refused = fairlane(None, "login", "--api", api.url, "--token", "fl_bad",
+                       env={"FAIRLANE_CONFIG": str(tmp_path / "other.yaml")})  # fmt: skip
+    assert refused.returncode == 1 and not (tmp_path / "other.yaml").exists()
+
+    made = {"name": "ci", "token": "fl_secret", "projects": ["team-a"], "admin": False,
+            "expires_at": time.time() + 30 * 86400}  # fmt: skip
+    api.on("POST", "/v1/tokens", (201, made))
+    create = fairlane(api, "token", "create", "ci", "--project", "team-a", "--expires", "30d")
+    assert (
+        create.returncode == 0 and "fl_secret" in create.stdout and "in 29d23h" in (create.stdout)
+    )
+    assert api.sent("POST", "/v1/tokens")[0].body == {
+        "name": "ci", "projects": ["team-a"], "admin": False, "expires_in_s": 30 * 86400.0
+    }  # fmt: skip
+    bad = fairlane(api, "token", "create", "ci", "--project", "a", "--expires", "soon")
+    assert bad.returncode == 2 and "--expires takes a length of time" in bad.stderr
+    listed = [{**made, "created_at": time.time() - 60}]
+    del listed[0]["token"]
+    api.on("GET", "/v1/tokens", (200, listed))
+    table = fairlane(api, "token", "list").stdout
+    assert "ci" in table and "team-a" in table and "1m00s ago" in table
+    api.on("DELETE", "/v1/tokens/ci", (200, listed[0]))
+    assert "token ci revoked" in fairlane(api, "token", "revoke", "ci").stdout

@@ -54,7 +54,14 @@ async def api(
 async def test_docs_and_schema_are_served(api: Api) -> None:
     schema = (await api.client.get("/docs/openapi.json")).json()
     assert "/v1/jobs" in schema["paths"] and "/v1/jobs/{job_id}/timeline" in schema["paths"]
-    assert (await api.client.get("/docs")).status_code == 200
+    page = await api.client.get("/docs")
+    assert page.status_code == 200
+    # the page's script is served here, not from a CDN: /docs works offline
+    assert '<script src="/docs-assets/redoc.standalone.js" crossorigin>' in page.text
+    assert "https://" not in page.text, page.text  # nothing from elsewhere
+    bundle = await api.client.get("/docs-assets/redoc.standalone.js")
+    assert bundle.status_code == 200 and len(bundle.content) > 500_000
+    assert "javascript" in bundle.headers["content-type"]
     assert api.token_file.stat().st_mode & 0o777 == 0o600
 
 

@@ -78,7 +78,7 @@ def test_no_cluster_and_bad_config_are_explained(clean_env: Path, tmp_path: Path
         resolve(None, None, tmp_path)
     assert bad.value.code == 2
     clean_env.write_text("server: http://x\n")
-    with pytest.raises(CliError, match="only api, token and token_file"):
+    with pytest.raises(CliError, match="only api, token, token_file, project"):
         resolve(None, None, tmp_path)
 
 
@@ -158,3 +158,19 @@ def test_every_event_type_is_told_in_words() -> None:
     assert told == "2 GPU(s) x 1, by ann"
     unknown = details({"type": "FromTheFuture", "event": {"terms": {"gpu": {"quota": 4}}}})
     assert unknown == "terms (gpu (quota 4))"  # nested, but in words, not {'gpu': ...}
+
+
+def test_up_says_where_the_dashboard_is(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fairlane import cluster_cli  # noqa: PLC0415  (it imports what starts clusters)
+
+    info = ClusterFile(
+        nats_url="nats://127.0.0.1:4222", postgres_uri="postgresql://127.0.0.1/postgres",
+        data_dir=str(tmp_path), node="here", pids={}, started_at=0.0,
+        api_url="http://127.0.0.1:8123", admin_token_file=str(tmp_path / "admin-token"),
+    )  # fmt: skip
+    monkeypatch.setattr(cluster_cli, "supervisor_status", lambda _: [])
+    cluster_cli._print_started(info, [], tmp_path)
+    said = capsys.readouterr().out
+    assert "Dashboard: http://127.0.0.1:8123/ui/" in said

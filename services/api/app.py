@@ -59,7 +59,7 @@ from events.commands import (
 )
 from policy.audit import Scope
 from services.api import audit as api_audit
-from services.api import logs, metrics, queries, tokens
+from services.api import docs, logs, metrics, queries, tokens
 from services.api.tokens import Caller
 from services.api.types import (
     Accepted,
@@ -1012,6 +1012,7 @@ def create_app(settings: Settings) -> Litestar:
             health,
             prometheus,
             *dashboard_routes(),
+            docs.docs_assets(),
         ],
         dependencies={
             "ctx": Provide(get_context, sync_to_thread=False),
@@ -1025,6 +1026,7 @@ def create_app(settings: Settings) -> Litestar:
             version="1",
             description=__doc__,
             path="/docs",
+            render_plugins=[docs.redoc()],
             components=Components(
                 security_schemes={"BearerToken": SecurityScheme(type="http", scheme="bearer")}
             ),

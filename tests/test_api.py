@@ -62,6 +62,7 @@ async def test_docs_and_schema_are_served(api: Api) -> None:
     bundle = await api.client.get("/docs-assets/redoc.standalone.js")
     assert bundle.status_code == 200 and len(bundle.content) > 500_000
     assert "javascript" in bundle.headers["content-type"]
+    assert (await api.client.get("/docs/swagger")).status_code == 200
     assert api.token_file.stat().st_mode & 0o777 == 0o600
 
 

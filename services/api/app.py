@@ -1026,7 +1026,7 @@ def create_app(settings: Settings) -> Litestar:
             version="1",
             description=__doc__,
             path="/docs",
-            render_plugins=[docs.redoc()],
+            render_plugins=docs.pages(),
             components=Components(
                 security_schemes={"BearerToken": SecurityScheme(type="http", scheme="bearer")}
             ),

@@ -234,7 +234,8 @@ def test_describe_events_folds_progress_and_tells_every_event_in_words(api: Fake
     assert "node n1 lost (no heartbeat); attempt 1 ended there and the job queues again" in (
         said.stdout
     )
-    assert "{" not in said.stdout and "checkpoint of attempt 1 saved at step 422 in 1.5 s" in said.stdout
+    assert "{" not in said.stdout
+    assert "checkpoint of attempt 1 saved at step 422 in 1.5 s" in said.stdout
     few = fairlane(api, "describe", "j", "--events", "--limit", "2", "-o", "json")
     assert [e["type"] for e in json.loads(few.stdout)["events"]] == ["JobProgress", "NodeLost"]
     assert "the newest 2 events are shown" in few.stderr

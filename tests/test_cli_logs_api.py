@@ -112,3 +112,5 @@ async def test_output_since_a_time_is_what_was_shipped_from_then_on(api: Api) ->
     assert everything.text == "early line\nlate line\n"
     since = await api.client.get(f"/v1/jobs/{JOB}/logs", params={"since": cut})
     assert since.status_code == 200 and since.text == "late line\n"
+    past_dates = await api.client.get(f"/v1/jobs/{JOB}/logs", params={"since": 1e12})
+    assert past_dates.status_code == 400 and past_dates.json()["field"] == "since"

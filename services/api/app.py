@@ -484,6 +484,12 @@ async def job_detail(ctx: Ctx, caller: Who, job_id: PathName) -> JobDetail:
     return found
 
 
+#: A time the log stream can start from (a date, so before the year 10000).
+LogSince = Annotated[
+    float | None, QueryParameter(ge=0, le=253_402_300_799, description="from this time")
+]
+
+
 @get(
     "/v1/jobs/{job_id:str}/logs",
     media_type="text/plain; charset=utf-8",
@@ -497,7 +503,7 @@ async def job_logs(
     attempt: Annotated[int | None, QueryParameter(ge=1, le=1_000_000)] = None,
     follow: Annotated[bool, QueryParameter(description="stream until the attempt ends")] = False,
     max_bytes: Annotated[int, QueryParameter(ge=1, le=64 << 20)] = logs.DEFAULT_MAX_BYTES,
-    since: Since = None,
+    since: LogSince = None,
 ) -> Response[bytes] | Stream:
     """An attempt's output (default: the latest), every replica's, as the workload wrote it
     (lines prefixed `[replica N]` where there are several). `follow` streams it as it comes

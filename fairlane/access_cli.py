@@ -181,7 +181,7 @@ def _tokens_table(found: list[dict[str, Any]]) -> None:
             escape(", ".join(t["projects"]) or "-"),
             "yes" if t["admin"] else "no",
             ago(t.get("created_at")),
-            _until(t["expires_at"]),
+            _until(t.get("expires_at")),
         )
     console.print(table)
 

@@ -106,7 +106,7 @@ async def test_tokens_expire_are_revoked_and_say_who_they_are(
     assert (await c.get("/v1/whoami", headers=h)).json()["admin"] is True
     listed = {t["name"]: t for t in (await c.get("/v1/tokens", headers=h)).json()}
     assert listed["ci"]["expires_at"] == made.json()["expires_at"]
-    assert listed["admin"]["expires_at"] is None and listed["admin"]["created_at"] > 0
+    assert "expires_at" not in listed["admin"] and listed["admin"]["created_at"] > 0
     short = await c.post("/v1/tokens", json={"name": "x", "expires_in_s": 5}, headers=h)
     assert short.status_code == 400 and short.json()["field"] == "expires_in_s"
     # two hours on, the token is refused, saying why

@@ -86,12 +86,13 @@ class TokenCreated(msgspec.Struct):
     expires_at: float | None = None
 
 
-class TokenInfo(msgspec.Struct):
+class TokenInfo(msgspec.Struct, omit_defaults=True):
     name: str
     projects: list[str]
     admin: bool
-    #: Unix seconds; None: never
+    #: Unix seconds; left out: never (or, from /v1/token, not said)
     expires_at: float | None = None
+    #: Unix seconds (in the token list)
     created_at: float | None = None
 
 

@@ -187,6 +187,8 @@ class Api:
             "User-Agent": "fairlane-cli",
         }
         self._conn: http.client.HTTPConnection | None = None
+        #: "http://host:port" where requests go through an HTTP proxy (it takes whole URLs)
+        self._origin = ""
 
     def close(self) -> None:
         if self._conn is not None:
@@ -220,18 +222,28 @@ class Api:
     def _call(self, method: str, path: str, **kwargs: Any) -> Any:
         return json.loads(self._send(method, path, **kwargs) or b"null")
 
-    def _connection(self) -> http.client.HTTPConnection:
-        """The open connection, or a new one connected within CONNECT_S."""
-        if self._conn is None:
-            kind = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
+    def _connection(self) -> tuple[http.client.HTTPConnection, bool]:
+        """The open connection (and True: it has served a request), or a new one, connected
+        within CONNECT_S, through the proxy the environment names for the API if any."""
+        if self._conn is not None:
+            return self._conn, True
+        kind = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
+        proxy = _proxy_for("https" if self._https else "http", self._host)
+        if proxy is None:
             conn = kind(self._host, self._port, timeout=CONNECT_S)
-            try:
-                conn.connect()
-            except OSError as e:
-                conn.close()
-                raise self._unreachable(e, connecting=True) from None
-            self._conn = conn
-        return self._conn
+        elif self._https:  # a tunnel (CONNECT) through the proxy; TLS end to end
+            conn = kind(proxy.hostname or "", proxy.port or 80, timeout=CONNECT_S)
+            conn.set_tunnel(self._host, self._port or 443)
+        else:  # requests are sent to the proxy, naming the whole URL
+            conn = kind(proxy.hostname or "", proxy.port or 80, timeout=CONNECT_S)
+            self._origin = f"http://{self._host}" + (f":{self._port}" if self._port else "")
+        try:
+            conn.connect()
+        except OSError as e:
+            conn.close()
+            raise self._unreachable(e, connecting=True) from None
+        self._conn = conn
+        return conn, False
 
     def _open(
         self,
@@ -241,8 +253,8 @@ class Api:
         body: dict[str, Any] | None = None,
         read_s: float | None = READ_S,
     ) -> http.client.HTTPResponse:
-        """Send a request and read the answer's head; a connection kept alive but closed by
-        the server meanwhile is opened again once."""
+        """Send a request and read the answer's head. A kept-alive connection the server has
+        closed meanwhile is opened again, once: the request never reached the server."""
         target = self._prefix + path
         query = _query(params or {})
         if query:
@@ -252,20 +264,19 @@ class Api:
         if body is not None:
             data = json.dumps(body).encode()
             headers["Content-Type"] = "application/json"
-        for again in (True, False):
-            conn = self._connection()
+        while True:
+            conn, reused = self._connection()
             try:
                 conn.sock.settimeout(read_s)
-                conn.request(method, target, body=data, headers=headers)
+                conn.request(method, self._origin + target, body=data, headers=headers)
                 return conn.getresponse()
             except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError) as e:
                 self.close()
-                if not again:
+                if not reused:
                     raise self._unreachable(e) from None
             except (OSError, http.client.HTTPException) as e:
                 self.close()
                 raise self._unreachable(e) from None
-        raise AssertionError("unreachable")
 
     def _send(self, method: str, path: str, **kwargs: Any) -> bytes:
         response = self._open(method, path, **kwargs)
@@ -330,6 +341,21 @@ def closest(name: str, names: list[str]) -> str:
     """' (did you mean ...?)' for the nearest of `names`, or ''."""
     near = difflib.get_close_matches(name, names, n=3, cutoff=0.6)
     return f" (did you mean {', '.join(near)}?)" if near else ""
+
+
+def _proxy_for(scheme: str, host: str) -> urllib.parse.SplitResult | None:
+    """The proxy the environment names for `scheme` (HTTPS_PROXY, HTTP_PROXY, either case),
+    unless NO_PROXY covers `host`: as httpx, which the command line used before, did."""
+    proxy = os.environ.get(f"{scheme}_proxy") or os.environ.get(f"{scheme.upper()}_PROXY")
+    if not proxy:
+        return None
+    no_proxy = os.environ.get("no_proxy") or os.environ.get("NO_PROXY") or ""
+    for entry in (e.strip().lower().split(":")[0] for e in no_proxy.split(",") if e.strip()):
+        if entry in ("*", host) or host.endswith("." + entry.lstrip(".")):
+            return None
+    if "://" not in proxy:
+        proxy = "http://" + proxy
+    return urllib.parse.urlsplit(proxy)
 
 
 def _query(params: dict[str, Any]) -> str:

@@ -133,6 +133,17 @@ def test_api_errors_name_the_flag_and_the_value(api: FakeApi) -> None:
     assert "error: --limit 2: limit below the quota" in limit.stderr
 
 
+def test_the_client_goes_through_the_proxy_the_environment_names(api: FakeApi) -> None:
+    """As httpx did: HTTP_PROXY (here the stand-in API plays the proxy, which is sent the
+    whole URL), and NO_PROXY for the hosts to reach directly."""
+    proxied = {"FAIRLANE_API": "http://api.invalid:8080", "HTTP_PROXY": api.url}
+    done = fairlane(api, "list", env=proxied)
+    assert done.returncode == 0 and "no jobs" in done.stdout, done.stderr
+    assert len(api.sent("GET", "/v1/jobs")) == 1  # it was the proxy that was asked
+    bypassed = fairlane(api, "list", env={**proxied, "NO_PROXY": "localhost,.invalid"})
+    assert bypassed.returncode == 1 and "cannot reach the Fairlane API" in bypassed.stderr
+
+
 def _timeline(entries: list[dict[str, object]]) -> Callable[[Request], tuple[int, object]]:
     """A timeline route over `entries` that pages as the API does (after; newest/before)."""
 
@@ -393,10 +404,10 @@ def test_login_whoami_and_tokens(api: FakeApi, tmp_path: Path) -> None:
     }  # fmt: skip
     bad = fairlane(api, "token", "create", "ci", "--project", "a", "--expires", "soon")
     assert bad.returncode == 2 and "--expires takes a length of time" in bad.stderr
-    listed = [{**made, "created_at": time.time() - 60}]
+    listed = [{**made, "created_at": time.time() - 3 * 3600 - 10}]  # (the minute holds)
     del listed[0]["token"]
     api.on("GET", "/v1/tokens", (200, listed))
     table = fairlane(api, "token", "list").stdout
-    assert "ci" in table and "team-a" in table and "1m00s ago" in table
+    assert "ci" in table and "team-a" in table and "3h00m ago" in table
     api.on("DELETE", "/v1/tokens/ci", (200, listed[0]))
     assert "token ci revoked" in fairlane(api, "token", "revoke", "ci").stdout

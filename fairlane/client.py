@@ -307,6 +307,8 @@ class Api:
 
     def _unreachable(self, e: Exception, connecting: bool = False) -> CliError:
         where = f"{self.target.api} (from {self.target.source})" if self.target.source else ""
+        if type(e).__module__ == "ssl":  # a certificate or TLS failure: not a server that is down
+            return CliError(f"TLS with the Fairlane API at {where} failed: {e}")
         if connecting:
             return CliError(f"cannot reach the Fairlane API at {where}: is the cluster up?")
         if isinstance(e, TimeoutError):

@@ -76,6 +76,8 @@ def test_the_client_sends_filters_and_says_what_went_wrong(api: FakeApi) -> None
     away = fairlane(None, "list", "--api", "http://127.0.0.1:9", "--token", "t")
     assert away.returncode == 1
     assert "cannot reach the Fairlane API at http://127.0.0.1:9" in away.stderr
+    tls = fairlane(None, "list", "--api", api.url.replace("http:", "https:"), "--token", "t")
+    assert tls.returncode == 1 and "TLS with the Fairlane API at https://" in tls.stderr
 
 
 def test_bench_cli_startup_runs(tmp_path: Path) -> None:

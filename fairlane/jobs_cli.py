@@ -490,7 +490,8 @@ def logs(
         fail(f"--attempt must be 1 or more, got {attempt}", USAGE)
     if tail is not None and tail < 0:
         fail(f"--tail must be 0 or more, got {tail}", USAGE)
-    with errors_said(), connected(connection) as api:
+    sent = {"attempt": attempt, "since": since}
+    with errors_said(), connected(connection) as api, flags_named(sent):
         start = parse_when(since, "--since") if since is not None else None
         job = job_or_suggest(api, job_id)
         out = sys.stdout.buffer

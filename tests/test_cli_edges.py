@@ -367,6 +367,10 @@ def test_logs_tail_and_since(api: FakeApi) -> None:
     fairlane(api, "logs", "j", "--since", "2h")
     sent = api.sent("GET", "/v1/jobs/j/logs")[-1]
     assert abs(float(sent.query["since"][0]) - (time.time() - 7200)) < 60
+    api.on("GET", "/v1/jobs/j/logs", (404, {"error": "job 'j' has had 2 attempt(s), not 5",
+                                            "field": "attempt"}))  # fmt: skip
+    later = fairlane(api, "logs", "j", "--attempt", "5")
+    assert "error: --attempt 5: job 'j' has had 2 attempt(s), not 5" in later.stderr
     bad = fairlane(api, "logs", "j", "--since", "soon")
     assert bad.returncode == 2 and "--since takes a time" in bad.stderr
 

@@ -9,7 +9,7 @@ Both run with their bytecode compiled, as an installed command does (into a temp
 PYTHONPYCACHEPREFIX, even where PYTHONDONTWRITEBYTECODE is set: otherwise every run would
 compile every module it imports, which is most of what it would time).
 
-    uv run python -m bench.cli_startup [--baseline 591ba75] [--runs 15] [-o json]
+    uv run python -m bench.cli_startup [--baseline 591ba75] [--runs 15] [--no-bytecode] [-o json]
 """
 
 from __future__ import annotations
@@ -76,11 +76,16 @@ def checkout(commit: str) -> Iterator[Path]:
             subprocess.run([*git, "worktree", "remove", "--force", str(tree)], check=False)
 
 
-def once(tree: Path, args: list[str], cache: Path) -> float:
-    """Seconds one command takes, its tree first on the import path."""
-    env = {**os.environ, "PYTHONPATH": str(tree), "FAIRLANE_CONFIG": os.devnull,
-           "PYTHONPYCACHEPREFIX": str(cache)}  # fmt: skip
-    env.pop("PYTHONDONTWRITEBYTECODE", None)
+def once(tree: Path, args: list[str], cache: Path | None) -> float:
+    """Seconds one command takes, its tree first on the import path; with no `cache`, every
+    module compiled from its source (as where PYTHONDONTWRITEBYTECODE is set)."""
+    env = {**os.environ, "PYTHONPATH": str(tree), "FAIRLANE_CONFIG": os.devnull}
+    if cache is None:
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+        env.pop("PYTHONPYCACHEPREFIX", None)
+    else:
+        env["PYTHONPYCACHEPREFIX"] = str(cache)
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
     started = time.perf_counter()
     done = subprocess.run([sys.executable, "-m", "fairlane.cli", *args], cwd=tree, env=env,
                           capture_output=True, check=False)  # fmt: skip
@@ -94,6 +99,7 @@ def main(
     *,
     baseline: str = BEFORE,
     runs: int = 15,
+    bytecode: bool = True,
     output: Annotated[Literal["table", "json"], cyclopts.Parameter(name=["-o", "--output"])] = (
         "table"
     ),
@@ -106,6 +112,9 @@ def main(
         The older commit to compare with.
     runs
         Runs of each command in each tree (the median is reported).
+    bytecode
+        Run with compiled bytecode, as an installed command does; --no-bytecode compiles every
+        module at every run (PYTHONDONTWRITEBYTECODE), the slowest case.
     """
     with (
         fake_api() as url,
@@ -119,11 +128,14 @@ def main(
         times: dict[str, dict[str, list[float]]] = {"before": {}, "after": {}}
         for name, args in commands.items():
             for which, tree in (("before", old), ("after", ROOT)):
-                once(tree, args, Path(cache))  # warm the file cache and the bytecode
+                once(
+                    tree, args, Path(cache) if bytecode else None
+                )  # warm the file cache and the bytecode
                 times[which][name] = []
             for _ in range(runs):
                 for which, tree in (("before", old), ("after", ROOT)):
-                    times[which][name].append(once(tree, args, Path(cache)))
+                    took = once(tree, args, Path(cache) if bytecode else None)
+                    times[which][name].append(took)
     figures = {
         name: {
             "before_s": round(statistics.median(times["before"][name]), 3),
@@ -134,9 +146,12 @@ def main(
     for f in figures.values():
         f["ratio"] = round(f["before_s"] / f["after_s"], 2)
     if output == "json":
-        print(json.dumps({"baseline": baseline, "runs": runs, "figures": figures}))
+        doc = {"baseline": baseline, "runs": runs, "bytecode": bytecode, "figures": figures}
+        print(json.dumps(doc))
         return
-    print(f"fairlane startup, median of {runs} runs (before: {baseline}; after: this checkout)")
+    how = "" if bytecode else ", no bytecode"
+    print(f"fairlane startup, median of {runs} runs{how} (before: {baseline}; after: this "
+          "checkout)")  # fmt: skip
     for name, f in figures.items():
         print(f"  {name:12} before {f['before_s']:.3f} s  after {f['after_s']:.3f} s  "
               f"{f['ratio']:.1f}x faster")  # fmt: skip

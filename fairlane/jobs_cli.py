@@ -555,8 +555,8 @@ FINISHED = frozenset({"completed", "failed", "cancelled", "rejected"})
 
 
 def delete(
-    *job_ids: str,
-    all_jobs: Annotated[bool, cyclopts.Parameter(name="--all")] = False,
+    *job_ids: Annotated[str, cyclopts.Parameter(name="JOB")],
+    all_jobs: Annotated[bool, cyclopts.Parameter(name="--all", negative="")] = False,
     project: str | None = None,
     connection: Connection | None = None,
     output: Output = "table",

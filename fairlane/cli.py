@@ -126,7 +126,18 @@ def completion(shell: Literal["bash", "zsh", "fish"], /) -> None:
     sys.stdout.write(app.generate_completion(prog_name="fairlane", shell=shell))
 
 
+def _whole_help_for(args: list[str]) -> None:
+    """The command being run is registered again without its one-line summary: the summary
+    is for the list of commands, and would otherwise replace, on the command's own --help
+    page, all its docstring says (its examples, its parameters' prose)."""
+    for path, name, _ in EVERYDAY:
+        if args[:1] == [name]:
+            del app[name]
+            app.command(path, name=name)
+
+
 def main() -> None:
+    _whole_help_for(sys.argv[1:])
     app()
 
 

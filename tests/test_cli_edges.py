@@ -58,6 +58,9 @@ def test_list_imports_only_the_http_client_and_its_own_module(api: FakeApi) -> N
 def test_help_of_a_lazily_imported_command_is_its_own(api: FakeApi) -> None:
     shown = fairlane(api, "list", "--help").stdout
     assert "--all-projects" in shown and "--state" in shown
+    assert "fairlane list --project team-a --state running" in shown  # its docstring's example
+    listing = fairlane(api, "--help").stdout
+    assert "Jobs, in submission order." in listing  # the one-line summary
     from fairlane.cli import EVERYDAY  # noqa: PLC0415  (what the test is about)
 
     for path, name, _ in EVERYDAY:  # every import path names a command that exists

@@ -148,6 +148,14 @@ class UncordonNode(Command, frozen=True, kw_only=True):
     reason: Text = ""
 
 
+class SetJobPriority(Command, frozen=True, kw_only=True):
+    """Change a job's priority while it may still run (waiting, or running: the policy weighs
+    it at its next cycle); recorded as `JobPriorityChanged`."""
+
+    job_id: Name
+    priority: Priority
+
+
 AnyCommand = (
     SubmitJob
     | CancelJob
@@ -159,6 +167,7 @@ AnyCommand = (
     | HoldScheduling
     | CordonNode
     | UncordonNode
+    | SetJobPriority
 )
 
 #: The commands the quota ledger answers (on LEDGER_SUBJECT); admission answers the others.

@@ -7,9 +7,7 @@ from typing import Literal
 
 import cyclopts
 
-from fairlane import cluster_view_cli, jobs_cli
 from fairlane.output import EXIT_STATUS_HELP
-from fairlane.top import top
 
 HELP = f"""Fairlane: share GPUs between teams with quotas, over-quota lending and reclaim.
 
@@ -33,8 +31,41 @@ app = cyclopts.App(
     help_format="md",
     default_parameter=cyclopts.Parameter(negative_iterable=()),
 )
-# Commands that start clusters or simulations are imported only when run (import paths):
-# the everyday commands stay quick to start.
+# Every command is imported only when it runs (an import path, with its help here): a
+# command's startup pays for its own module alone, and `fairlane --help` for none.
+EVERYDAY: tuple[tuple[str, str, str], ...] = (
+    ("fairlane.jobs_cli:submit", "submit", "Submit a job."),
+    ("fairlane.jobs_cli:list_jobs", "list", "Jobs, in submission order."),
+    ("fairlane.jobs_cli:describe", "describe",
+     "A job: its state, GPUs, attempts and why it waits or failed; --events, its timeline."),
+    ("fairlane.jobs_cli:logs", "logs", "A job's output, as its workload wrote it."),
+    ("fairlane.jobs_cli:delete", "delete", "Delete (cancel) jobs; running ones are stopped."),
+    ("fairlane.jobs_cli:pause", "pause",
+     "Pause a job: it checkpoints, gives its GPUs back and waits until resumed."),
+    ("fairlane.jobs_cli:resume", "resume", "Resume a paused job: it queues again for GPUs."),
+    ("fairlane.jobs_cli:update", "update", "Change a waiting or running job's priority."),
+    ("fairlane.cluster_view_cli:projects", "projects",
+     "Projects per pool: quota, weight, limit, priority, fair share, GPUs in use."),
+    ("fairlane.cluster_view_cli:project_app", "project",
+     "Set a project's quota, weight, limit, priority."),
+    ("fairlane.cluster_view_cli:pool_app", "pool", "Pools and their scheduler settings."),
+    ("fairlane.cluster_view_cli:nodes", "nodes",
+     "Nodes: pool, GPUs, free GPUs, and their state (ready, cordoned, drained or lost)."),
+    ("fairlane.cluster_view_cli:node_app", "node",
+     "Add nodes to a cluster and stop them; take them out of service and back."),
+    ("fairlane.cluster_view_cli:cluster_info", "cluster-info",
+     "The cluster at a glance: each pool's nodes, GPUs and queue, and the nodes."),
+    ("fairlane.cluster_view_cli:events", "events",
+     "Events, newest last, each with its reason: the cluster's, or a job's, project's or node's."),
+    ("fairlane.top:top", "top", "A live view of the pools, the projects and the queue."),
+    ("fairlane.access_cli:login", "login",
+     "Save the API's URL, your token and your project in the config file."),
+    ("fairlane.access_cli:whoami", "whoami",
+     "Who your token says you are: its projects, admin or not, when it expires."),
+    ("fairlane.access_cli:token_app", "token", "API tokens (admin): create, list, revoke."),
+)  # fmt: skip
+for path, name, summary in EVERYDAY:
+    app.command(path, name=name, help=summary)
 app.command(
     "fairlane.scenario_cli:scenario_app",
     name="scenario",
@@ -90,9 +121,6 @@ app.command(
     name="deploy",
     help="Compose deployments: NATS credentials, stream provisioning, migrations.",
 )
-jobs_cli.register(app)
-cluster_view_cli.register(app)
-app.command(top)
 
 
 @app.command
@@ -101,7 +129,18 @@ def completion(shell: Literal["bash", "zsh", "fish"], /) -> None:
     sys.stdout.write(app.generate_completion(prog_name="fairlane", shell=shell))
 
 
+def _whole_help_for(args: list[str]) -> None:
+    """The command being run is registered again without its one-line summary: the summary
+    is for the list of commands, and would otherwise replace, on the command's own --help
+    page, all its docstring says (its examples, its parameters' prose)."""
+    for path, name, _ in EVERYDAY:
+        if args[:1] == [name]:
+            del app[name]
+            app.command(path, name=name)
+
+
 def main() -> None:
+    _whole_help_for(sys.argv[1:])
     app()
 
 

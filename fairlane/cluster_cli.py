@@ -178,6 +178,7 @@ def _print_started(
     for node in extra:
         table.add_row("node executor", f"node {node}, pool default (fairlane node stop {node})")
     if info.api_url:
+        table.add_row("dashboard", f"{info.api_url}/ui/ (sign in with the admin token)")
         table.add_row("HTTP API", f"{info.api_url} (docs: {info.api_url}/docs)")
         table.add_row("admin token", f"in {info.admin_token_file} (mode 0600)")
     for name, pid in info.pids.items():
@@ -185,6 +186,8 @@ def _print_started(
     for program in supervisor_status(data_dir):
         table.add_row(program.name, _program_state(program, info.data_dir))
     console.print(table)
+    if info.api_url:  # (a table cell may be cut in a narrow terminal: the address whole)
+        console.print(f"Dashboard: {info.api_url}/ui/", soft_wrap=True)
     for program in failed:
         err.print(
             f"[red]error:[/] {program.name} failed to start (exit status {program.last_exit}); "

@@ -21,34 +21,25 @@ from events.units import parse_duration
 from fairlane.api_options import Connection, connected
 from fairlane.client import Api
 from fairlane.cluster_file import DEFAULT_DATA_DIR
-from fairlane.output import USAGE, Output, clock, console, emit, errors_said, fail, to_yaml
-from fairlane.timeline import details, print_timeline
+from fairlane.output import (
+    USAGE,
+    MaybeWhole,
+    Output,
+    Whole,
+    clock,
+    console,
+    emit,
+    err,
+    errors_said,
+    fail,
+    flags_named,
+    parse_when,
+    to_yaml,
+)
+from fairlane.timeline import details, left_out, past_events, print_timeline
 from policy.decay import settings_problem
 
 EVENTS_MAX = 10_000
-
-
-def register(app: cyclopts.App) -> None:
-    app.command(projects)
-    project = cyclopts.App(name="project", help="Set a project's quota, weight, limit, priority.")
-    project.command(project_set, name="set")
-    app.command(project)
-    pool = cyclopts.App(name="pool", help="Pools and their scheduler settings.")
-    pool.command(pool_set, name="set")
-    app.command(pool)
-    app.command(nodes)
-    node = cyclopts.App(
-        name="node", help="Add nodes to a cluster and stop them; take them out of service and back."
-    )
-    node.command(node_start, name="start")
-    node.command(node_stop, name="stop")
-    node.command(node_credentials, name="credentials")
-    node.command(node_cordon, name="cordon")
-    node.command(node_drain, name="drain")
-    node.command(node_uncordon, name="uncordon")
-    app.command(node)
-    app.command(cluster_info, name="cluster-info")
-    app.command(events)
 
 
 def projects(
@@ -113,12 +104,12 @@ def project_set(
     name: str,
     /,
     *,
-    quota: int | None = None,
+    quota: MaybeWhole = None,
     pool: str | None = None,
-    weight: int | None = None,
-    limit: int | None = None,
+    weight: MaybeWhole = None,
+    limit: MaybeWhole = None,
     no_limit: bool = False,
-    priority: int | None = None,
+    priority: MaybeWhole = None,
     connection: Connection | None = None,
     output: Output = "table",
 ) -> None:
@@ -146,7 +137,11 @@ def project_set(
     body: dict[str, Any] = {"no_limit": no_limit}
     given = {"pool": pool, "quota": quota, "over_quota_weight": weight, "limit": limit}
     body.update({k: v for k, v in {**given, "priority": priority}.items() if v is not None})
-    with errors_said(), connected(connection) as api:
+    with (
+        errors_said(),
+        connected(connection) as api,
+        flags_named(body, {"over_quota_weight": "--weight"}),
+    ):
         answer = api.put(f"/v1/projects/{name}", body)
         emit(answer, output, lambda a: _configured(f"project {name}", a))
 
@@ -189,7 +184,7 @@ def pool_set(
     body["victim_order"] = victim_order
     if usage_half_life is not None or usage_k != 1.0:
         body.update(_usage_settings(usage_half_life, usage_k))
-    with errors_said(), connected(connection) as api:
+    with errors_said(), connected(connection) as api, flags_named(body):
         answer = api.put(f"/v1/pools/{name}", body)
         emit(answer, output, lambda a: _configured(f"pool {name}", a))
 
@@ -563,18 +558,19 @@ def events(
     project: str | None = None,
     node: str | None = None,
     event_type: Annotated[list[str] | None, cyclopts.Parameter(name="--type")] = None,
-    since: float | None = None,
-    limit: int = 100,
+    since: str | None = None,
+    limit: Whole = 100,
     follow: Annotated[bool, cyclopts.Parameter(name=["--follow", "-f"])] = False,
     connection: Connection | None = None,
     output: Output = "table",
 ) -> None:
-    """Events in log order, each with its reason: the whole cluster's, or one job's, project's
-    or node's; --follow prints new ones as they happen (Ctrl-C stops).
+    """Events, each with its reason: the newest of the whole cluster's, or of one job's,
+    project's or node's, oldest first; a line on stderr says when earlier (or later) ones
+    were left out. --follow prints new ones as they happen (Ctrl-C stops).
 
     ```
     fairlane events --job train-1
-    fairlane events --type JobPreempted --type JobPreemptionRequested
+    fairlane events --since 1h --type JobPreempted --type JobPreemptionRequested
     fairlane events --follow -o json
     ```
 
@@ -589,7 +585,8 @@ def events(
     event_type
         Only events of this type (repeat the flag).
     since
-        Only events from this Unix time on.
+        The first events from this time on (10m, 2h, 1d ago; 2026-11-25T14:00; Unix seconds)
+        instead of the newest.
     limit
         At most this many past events (1 to 10000); with --follow, the last this many first.
     """
@@ -604,27 +601,18 @@ def events(
         path = f"/v1/projects/{project}/timeline"
     elif node:
         path = f"/v1/nodes/{node}/timeline"
-    with errors_said(), connected(connection) as api:
+    sent = {"type": event_type, "since": since, "limit": limit, "job_id": job, "name": project}
+    flags = {"job_id": "--job", "name": "--project"}
+    with errors_said(), connected(connection) as api, flags_named(sent, flags):
         if not follow:
-            found = _past(api, path, limit, types=event_type, since=since)
+            start = parse_when(since, "--since") if since is not None else None
+            found, more = past_events(api, path, limit, types=event_type, since=start)
             emit(found, output, print_timeline)
+            if more:
+                err.print(f"[dim]{left_out(len(found), since)}[/]")
             return
         with contextlib.suppress(KeyboardInterrupt):
             _follow(api, job, project, node, event_type, output)
-
-
-def _past(api: Api, path: str, limit: int, **filters: Any) -> list[dict[str, Any]]:
-    """The first `limit` events that match (pages of 500)."""
-    items: list[dict[str, Any]] = []
-    after: int | None = None
-    while len(items) < limit:
-        page = api.get(path, limit=min(500, limit - len(items)), after=after, type=filters["types"],
-                       since=filters["since"])  # fmt: skip
-        items += page["items"]
-        after = page["next"]
-        if after is None:
-            break
-    return items
 
 
 def _follow(
@@ -671,3 +659,18 @@ def _sse(chunks: Iterator[bytes]) -> Iterator[tuple[str, dict[str, Any]]]:
                     data.append(line[5:].lstrip())
             if kind and data:
                 yield kind, json.loads("\n".join(data))
+
+
+project_app = cyclopts.App(name="project", help="Set a project's quota, weight, limit, priority.")
+project_app.command(project_set, name="set")
+pool_app = cyclopts.App(name="pool", help="Pools and their scheduler settings.")
+pool_app.command(pool_set, name="set")
+node_app = cyclopts.App(
+    name="node", help="Add nodes to a cluster and stop them; take them out of service and back."
+)
+node_app.command(node_start, name="start")
+node_app.command(node_stop, name="stop")
+node_app.command(node_credentials, name="credentials")
+node_app.command(node_cordon, name="cordon")
+node_app.command(node_drain, name="drain")
+node_app.command(node_uncordon, name="uncordon")

@@ -124,7 +124,9 @@ async def up(  # noqa: PLR0913 (the `fairlane up` options)
     if gpus is not None:
         executor += ["--gpus", str(gpus)]
     programs.append(Program("executor", executor, env(executor_user(node))))
-    api_url, token_file = _read_side(data_dir, nats_url, postgres_dsn, programs, env, api_port)
+    api_url, token_file = _read_side(
+        data_dir, nats_url, postgres_dsn, programs, env, api_port, runtime
+    )
     plan = Plan(
         programs=programs,
         log_dir=str(data_dir / "logs"),
@@ -168,6 +170,7 @@ def _read_side(  # noqa: PLR0913 (where each part of the read side runs)
     programs: list[Program],
     env: Callable[[str], dict[str, str]],
     api_port: int | None = None,
+    runtime: str | None = None,
 ) -> tuple[str, Path]:
     """The projector and the HTTP API, supervised like the services; the admin token is made
     here (only its owner may read the file) so that `up` can say where it is before the API
@@ -180,6 +183,8 @@ def _read_side(  # noqa: PLR0913 (where each part of the read side runs)
     port = api_port or (DEFAULT_API_PORT if _port_free(DEFAULT_API_PORT) else free_port())
     api = ["-m", "services.api", *common, "--port", str(port)]
     api += ["--admin-token-file", str(token_file)]
+    if runtime in ("process", "docker"):  # its one node runs them so: the API refuses images
+        api += ["--node-runtime", runtime]
     programs.append(Program("api", api, env("api")))
     return f"http://127.0.0.1:{port}", token_file
 

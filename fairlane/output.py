@@ -7,21 +7,20 @@ Exit status: 0 done; 1 the operation failed, was refused, or what it names does 
 
 from __future__ import annotations
 
+import datetime
 import io
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Annotated, Any, Final, Literal, NoReturn
 
 import cyclopts
-import msgspec
 from rich.console import Console
 from rich.markup import escape
-from ruamel.yaml import YAML
 
-from fairlane.client import CliError
+from fairlane.client import ApiError, CliError
 
 OK: Final = 0
 FAILED: Final = 1
@@ -39,8 +38,8 @@ Output = Annotated[
 
 #: Piped output is not cut to 80 columns (a terminal's own width, or COLUMNS, wins).
 _WIDTH: Final = None if sys.stdout.isatty() or "COLUMNS" in os.environ else 160
-console = Console(highlight=False, soft_wrap=True, width=_WIDTH)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+console = Console(highlight=False, soft_wrap=True, width=_WIDTH, emoji=False)
+err = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
 
 
 def fail(message: str, code: int = FAILED) -> NoReturn:
@@ -57,9 +56,99 @@ def errors_said() -> Iterator[None]:
         fail(str(e), e.code)
 
 
+@contextmanager
+def flags_named(sent: Mapping[str, Any], flags: Mapping[str, str] | None = None) -> Iterator[None]:
+    """An API error about a value the command sent says which flag gave it, and the value:
+    `--gpus -1: ...` rather than the API's `Expected int >= 0 (in body)`. `sent` holds what was
+    sent, by the API's field name; `flags`, the flag of a field not spelt `--field-name`."""
+    try:
+        yield
+    except ApiError as e:
+        if e.field is None or e.field not in sent:
+            raise
+        flag = (flags or {}).get(e.field) or "--" + e.field.replace("_", "-")
+        value = sent[e.field]
+        shown = " ".join(map(str, value)) if isinstance(value, list | tuple) else str(value)
+        raise ApiError(e.status, f"{flag} {shown}: {e}", e.field) from None
+
+
+# The converters' errors are shown by cyclopts as `Invalid value for --FLAG: <message>`, with
+# exit status 2: the message names the value.
+
+
+def _whole(text: str) -> int:
+    try:
+        return int(text, 10)
+    except ValueError:
+        raise ValueError(f"{text!r} is not a whole number") from None
+
+
+def whole_number(_: Any, tokens: Sequence[Any]) -> int:
+    """A whole number. (cyclopts on its own rounds `1.9` to 2 and `0.5` to 0, silently.)"""
+    return _whole(tokens[0].value)
+
+
+def whole_gpus(_: Any, tokens: Sequence[Any]) -> int:
+    """A whole number of GPUs, 0 or more: runai's `--gpus 0.5` is refused, not rounded."""
+    text = tokens[0].value
+    try:
+        fraction = float(text)
+    except ValueError:
+        fraction = None
+    if fraction is not None and not fraction.is_integer():
+        raise ValueError(
+            f"{text!r}: fractional GPUs are not supported yet; give a whole number of GPUs "
+            "(0 runs on CPU only)"
+        )
+    gpus = _whole(text)
+    if gpus < 0:
+        raise ValueError(f"{text!r}: a job takes 0 GPUs or more")
+    return gpus
+
+
+#: Integer flags: a fraction is refused with the flag and the value, never rounded.
+Whole = Annotated[int, cyclopts.Parameter(converter=whole_number)]
+MaybeWhole = Annotated[int | None, cyclopts.Parameter(converter=whole_number)]
+Gpus = Annotated[int, cyclopts.Parameter(converter=whole_gpus)]
+MaybeGpus = Annotated[int | None, cyclopts.Parameter(converter=whole_gpus)]
+
+
+_UNITS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(text: str, flag: str) -> float:
+    """Seconds from a length of time as a person gives it: 90s, 10m, 12h, 30d."""
+    value = text.strip()
+    if value[-1:] in _UNITS and value[:-1].replace(".", "", 1).isdigit():
+        return float(value[:-1]) * _UNITS[value[-1]]
+    raise CliError(f"{flag} takes a length of time such as 90m, 12h or 30d; got {text!r}", USAGE)
+
+
+def parse_when(text: str, flag: str, now: float | None = None) -> float:
+    """A point in time as a person gives it: `10m`, `2h`, `1d` (that long ago), a date and time
+    (`2026-11-25T14:00`, local time unless it names its zone), or Unix seconds."""
+    value = text.strip()
+    if value[-1:] in _UNITS and value[:-1].replace(".", "", 1).isdigit():
+        return (now or time.time()) - float(value[:-1]) * _UNITS[value[-1]]
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    try:
+        return datetime.datetime.fromisoformat(value).timestamp()
+    except ValueError:
+        raise CliError(
+            f"{flag} takes a time: 10m, 2h or 1d ago, a date and time such as "
+            f"2026-11-25T14:00, or Unix seconds; got {text!r}",
+            USAGE,
+        ) from None
+
+
 def emit(data: Any, output: Format, table: Callable[[Any], None]) -> None:
     """`data` as JSON or YAML, or drawn by `table` for people."""
     if output == "json":
+        import msgspec  # noqa: PLC0415  (only -o json needs it: a table starts faster)
+
         sys.stdout.write(msgspec.json.encode(data).decode() + "\n")
     elif output == "yaml":
         sys.stdout.write(to_yaml(data))
@@ -68,6 +157,9 @@ def emit(data: Any, output: Format, table: Callable[[Any], None]) -> None:
 
 
 def to_yaml(data: Any) -> str:
+    import msgspec  # noqa: PLC0415
+    from ruamel.yaml import YAML  # noqa: PLC0415  (slow to import; only -o yaml needs it)
+
     yaml = YAML(typ="safe", pure=True)
     yaml.default_flow_style = False
     yaml.representer.sort_base_mapping_type_on_output = False  # keep the API's order

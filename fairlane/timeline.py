@@ -9,7 +9,7 @@ import msgspec
 from rich.markup import escape
 from rich.table import Table
 
-from events.catalogue import AnyEvent
+from fairlane.client import Api
 from fairlane.output import clock, console
 from policy.decay import in_words
 
@@ -36,6 +36,9 @@ def details(entry: dict[str, Any]) -> str:
 def _whole(kind: str, event: dict[str, Any]) -> dict[str, Any]:
     """The event with the fields the log leaves out (those at their default) filled in; as it
     came where it does not decode as this version's event."""
+    # the event catalogue is imported only to tell events: `list` and `--help` start faster
+    from events.catalogue import AnyEvent  # noqa: PLC0415
+
     try:
         struct = msgspec.convert({**event, "type": kind}, AnyEvent)
     except msgspec.ValidationError:
@@ -98,21 +101,180 @@ def _admitted(entry: dict[str, Any], event: dict[str, Any]) -> str:
     return text + f"{event.get('replicas')}, pools {', '.join(event.get('pools', []))}"
 
 
+def _node_lost(entry: dict[str, Any], event: dict[str, Any]) -> str:
+    text = f"node {event.get('node')} lost" + (
+        f" ({event['reason']})" if event.get("reason") else ""
+    )
+    if entry.get("job_id"):  # on a job's timeline: the attempt placed there ended with it
+        attempt = entry.get("ended_attempt")
+        which = f"attempt {attempt}" if attempt else "the attempt on it"
+        text += f"; {which} ended there and the job queues again"
+    return text
+
+
+def _terms(event: dict[str, Any]) -> str:
+    parts = []
+    for pool, t in (event.get("terms") or {}).items():
+        limit = "none" if t.get("limit") is None else t["limit"]
+        parts.append(f"in {pool}: quota {t.get('quota', 0)}, weight "
+                     f"{t.get('over_quota_weight', 1)}, limit {limit}, priority "
+                     f"{t.get('priority', 100)}")  # fmt: skip
+    return "; ".join(parts) or "no terms"
+
+
+def _scheduler(settings: dict[str, Any] | None) -> str:
+    if not settings:
+        return "follows the cluster's scheduler settings"
+    kind, fitting = settings.get("type", "fair_share"), settings.get("fitting", "best")
+    return f"scheduler {kind}, fitting {fitting}, victims {settings.get('victim_order', 'newest')}"
+
+
+def _cluster(entry: dict[str, Any], event: dict[str, Any]) -> str:
+    settings = event.get("settings") or {}
+    classes = ", ".join(
+        f"{c['name']} {c['priority']}" for c in settings.get("priority_classes", [])
+    )
+    text = f"{_scheduler(settings.get('scheduler'))}; grace {settings.get('preemption_grace_s')} s"
+    return text + (f"; classes {classes}" if classes else "")
+
+
+def _progress(entry: dict[str, Any], event: dict[str, Any]) -> str:
+    parts = [f"{k} {event[k]}" for k in ("step", "epoch") if event.get(k) is not None]
+    parts += [f"{k} {v:g}" for k, v in (event.get("metrics") or {}).items()]
+    text = ", ".join(parts) or "alive"
+    folded = entry.get("folded", 0)
+    return text + (f" (latest of {folded + 1} progress reports)" if folded else "")
+
+
+def _checkpointed(entry: dict[str, Any], event: dict[str, Any]) -> str:
+    text = f"checkpoint of attempt {event.get('attempt')} saved"
+    if event.get("step") is not None:
+        text += f" at step {event['step']}"
+    if event.get("size_bytes") is not None:
+        text += f", {event['size_bytes'] / 1e6:.1f} MB"
+    save_s = event.get("save_s") or 0
+    return text + (f" in {save_s:.1f} s" if save_s else "")
+
+
+def _quota_crossed(entry: dict[str, Any], event: dict[str, Any]) -> str:
+    where = "over its quota" if event.get("over") else "back within its quota"
+    return (f"project {event.get('project')} {where} in {event.get('pool')}: "
+            f"{event.get('usage')} GPU(s) in use, quota {event.get('quota')}")  # fmt: skip
+
+
+def _by(entry: dict[str, Any]) -> str:
+    return f" by {entry['actor']}" if entry.get("actor") else ""
+
+
 _TELLERS: Final[dict[str, Callable[[dict[str, Any], dict[str, Any]], str]]] = {
+    "ClusterConfigured": _cluster,
+    "SchedulingHeld": lambda _, e: (
+        f"scheduling held ({e.get('reason') or 'no reason given'})"
+        if e.get("held") else "scheduling goes on"
+    ),
+    "PoolConfigured": lambda _, e: f"pool {e.get('pool')}: {_scheduler(e.get('scheduler'))}",
+    "NodeRegistered": lambda _, e: (
+        f"node {e.get('node')} joined pool {e.get('pool')} with {e.get('gpus')} GPU(s)"
+        + (f" ({e['gpu_source']})" if e.get("gpu_source") else "")
+    ),
+    "NodeLost": _node_lost,
+    "ProjectConfigured": lambda _, e: f"project {e.get('project')}: {_terms(e)}",
+    "ProjectQuotaCrossed": _quota_crossed,
+    "LeaderElected": lambda _, e: (
+        f"{e.get('holder')} leads the {e.get('kind')} (term {e.get('term')})"
+    ),
     "JobScheduled": _scheduled,
     "JobPreemptionRequested": _preemption_requested,
     "JobPreempted": _preempted,
     "JobSubmitted": _submitted,
     "JobAdmitted": _admitted,
     "JobNominated": _nominated,
-    "JobStarted": lambda _, e: "resumed" if e.get("resumed") else "started",
-    "JobFailed": lambda _, e: f"exit code {e.get('exit_code')}: {e.get('reason', '')}",
-    "JobRejected": lambda _, e: str(e.get("reason", "")),
-}
+    "JobStarted": lambda _, e: (
+        f"attempt {e.get('attempt')} " + ("resumed" if e.get("resumed") else "started")
+    ),
+    "JobCheckpointed": _checkpointed,
+    "JobProgress": _progress,
+    "JobMessage": lambda _, e: f"attempt {e.get('attempt')} says: {e.get('text', '')}",
+    "JobPaused": lambda entry, _: "paused" + _by(entry),
+    "JobResumed": lambda entry, _: "resumed" + _by(entry),
+    "JobCompleted": lambda _, e: f"attempt {e.get('attempt')} completed",
+    "JobFailed": lambda _, e: (
+        f"exit code {e.get('exit_code')}: {e.get('reason') or 'failed'} "
+        f"(attempt {e.get('attempt')})"
+    ),
+    "JobCancelled": lambda entry, _: "deleted" + _by(entry),
+    "JobPriorityChanged": lambda entry, e: f"priority set to {e.get('priority')}" + _by(entry),
+    "JobRejected": lambda _, e: f"rejected: {e.get('reason', '')}",
+    "WorkRelayed": lambda _, e: (
+        f"{e.get('event', {}).get('type', 'an event')} relayed to node {e.get('node')}'s "
+        "executor"
+    ),
+}  # fmt: skip
 
 
 def _pairs(values: dict[str, Any]) -> str:
-    return ", ".join(f"{k} {v}" for k, v in values.items())
+    """`key value, ...`; nested values the same way, never as a Python dict or list."""
+    return ", ".join(f"{k} {_plain(v)}" for k, v in values.items())
+
+
+def _plain(value: Any) -> str:
+    if isinstance(value, dict):
+        return "(" + _pairs(value) + ")"
+    if isinstance(value, list | tuple):
+        return ", ".join(_plain(v) for v in value)
+    return str(value)
+
+
+def fold_progress(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each run of progress reports (`JobProgress`, one every few seconds while a job runs)
+    as its latest, with `folded` saying how many before it were left out; and each node loss
+    on a job's timeline with the attempt it ended (`ended_attempt`)."""
+    folded: list[dict[str, Any]] = []
+    attempt = None
+    for given in entries:
+        entry = given
+        if entry["type"] == "JobScheduled":
+            attempt = entry.get("event", {}).get("attempt")
+        elif entry["type"] == "NodeLost" and entry.get("job_id") and attempt is not None:
+            entry = {**entry, "ended_attempt": attempt}
+        if folded and entry["type"] == "JobProgress" and folded[-1]["type"] == "JobProgress":
+            folded[-1] = {**entry, "folded": folded[-1].get("folded", 0) + 1}
+        else:
+            folded.append(entry)
+    return folded
+
+
+def left_out(shown: int, since: str | None) -> str:
+    """The line saying which events a listing left out, and how to see them."""
+    if since is None:
+        return (
+            f"the newest {shown} events are shown; earlier ones were left out "
+            "(--limit N for more, --since TIME to start from a time)"
+        )
+    return (
+        f"the first {shown} events from {since} on are shown; later ones were left out (--limit N)"
+    )
+
+
+def past_events(
+    api: Api, path: str, limit: int, types: list[str] | None = None, since: float | None = None
+) -> tuple[list[dict[str, Any]], bool]:
+    """The newest `limit` events that match (or with `since`, the first from then on), in log
+    order, and whether there were more; in pages of 500."""
+    pages: list[list[dict[str, Any]]] = []
+    got, cursor, newest = 0, None, since is None
+    while got < limit:
+        where = {"before": cursor} if newest else {"after": cursor}
+        page = api.get(path, limit=min(500, limit - got), type=types, since=since,
+                       newest=newest or None, **where)  # fmt: skip
+        pages.append(page["items"])
+        got += len(page["items"])
+        cursor = page["next"]
+        if cursor is None:
+            break
+    if newest:
+        pages.reverse()
+    return [e for page in pages for e in page], cursor is not None
 
 
 def print_timeline(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,6 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from events import NodeLost
 from services.api import app as app_module
 from services.api.app import Settings, create_app
 from services.projector.service import Projector
@@ -52,7 +54,15 @@ async def api(
 async def test_docs_and_schema_are_served(api: Api) -> None:
     schema = (await api.client.get("/docs/openapi.json")).json()
     assert "/v1/jobs" in schema["paths"] and "/v1/jobs/{job_id}/timeline" in schema["paths"]
-    assert (await api.client.get("/docs")).status_code == 200
+    page = await api.client.get("/docs")
+    assert page.status_code == 200
+    # the page's script is served here, not from a CDN: /docs works offline
+    assert '<script src="/docs-assets/redoc.standalone.js" crossorigin>' in page.text
+    assert "https://" not in page.text, page.text  # nothing from elsewhere
+    bundle = await api.client.get("/docs-assets/redoc.standalone.js")
+    assert bundle.status_code == 200 and len(bundle.content) > 500_000
+    assert "javascript" in bundle.headers["content-type"]
+    assert (await api.client.get("/docs/swagger")).status_code == 200
     assert api.token_file.stat().st_mode & 0o777 == 0o600
 
 
@@ -81,6 +91,40 @@ async def test_tokens_are_needed_and_scoped(api: Api) -> None:
     assert all("token" not in t for t in listed)
 
 
+async def test_tokens_expire_are_revoked_and_say_who_they_are(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    c, h = api.client, api.admin
+    started = time.time()
+    made = await c.post("/v1/tokens", json={"name": "ci", "projects": ["project-b"],
+                                            "expires_in_s": 3600}, headers=h)  # fmt: skip
+    assert made.status_code == 201 and abs(made.json()["expires_at"] - started - 3600) < 60
+    ci = {"Authorization": f"Bearer {made.json()['token']}"}
+    me = (await c.get("/v1/whoami", headers=ci)).json()
+    assert me == {"name": "ci", "admin": False, "projects": ["project-b"],
+                  "expires_at": made.json()["expires_at"]}  # fmt: skip
+    assert (await c.get("/v1/whoami", headers=h)).json()["admin"] is True
+    listed = {t["name"]: t for t in (await c.get("/v1/tokens", headers=h)).json()}
+    assert listed["ci"]["expires_at"] == made.json()["expires_at"]
+    assert "expires_at" not in listed["admin"] and listed["admin"]["created_at"] > 0
+    short = await c.post("/v1/tokens", json={"name": "x", "expires_in_s": 5}, headers=h)
+    assert short.status_code == 400 and short.json()["field"] == "expires_in_s"
+    # two hours on, the token is refused, saying why
+    later = started + 7200
+    monkeypatch.setattr("services.api.tokens.time.time", lambda: later)
+    expired = await c.get("/v1/jobs", headers=ci)
+    assert expired.status_code == 401 and "API token ci has expired" in expired.json()["error"]
+    monkeypatch.undo()
+    assert (await c.get("/v1/jobs", headers=ci)).status_code == 200
+    revoked = await c.delete("/v1/tokens/ci", headers=h)
+    assert revoked.status_code == 200 and revoked.json()["name"] == "ci"
+    assert (await c.get("/v1/jobs", headers=ci)).status_code == 401
+    again = await c.delete("/v1/tokens/ci", headers=h)
+    assert again.status_code == 404 and again.json()["field"] == "name"
+    own = await c.delete("/v1/tokens/admin", headers=h)
+    assert own.status_code == 422 and (await c.get("/v1/jobs", headers=h)).status_code == 200
+
+
 async def test_bad_input_names_the_field(api: Api) -> None:
     c = api.client
     page = await c.get("/v1/jobs", params={"limit": 0}, headers=api.admin)
@@ -95,6 +139,7 @@ async def test_bad_input_names_the_field(api: Api) -> None:
     gpus = await c.post("/v1/jobs", json={"job_id": "j", "project": "p", "gpus": -1},
                         headers=api.admin)  # fmt: skip
     assert gpus.status_code == 400 and gpus.json()["field"] == "gpus"
+    assert gpus.json()["error"].startswith("gpus: "), gpus.text  # the message names it too
     kind = await c.get("/v1/timeline", params={"type": ["JobStarted", "Jb\x00"]},
                        headers=api.admin)  # fmt: skip
     assert kind.status_code == 400 and kind.json()["field"] == "type"
@@ -167,6 +212,72 @@ async def test_jobs_timeline_projects_and_metrics(api: Api) -> None:
     assert "fairlane_submit_to_start_seconds_bucket" in text
     health = (await c.get("/v1/health")).json()
     assert health == {"projected_seq": api.last_seq, "log_seq": api.last_seq}
+
+
+async def test_a_timeline_newest_first_and_pages_back(api: Api) -> None:
+    c, h = api.client, api.admin
+    path = "/v1/jobs/large-training-job/timeline"
+    whole = [e["seq"] for e in (await c.get(path, headers=h)).json()["items"]]
+    newest = (await c.get(path, params={"newest": "true", "limit": 2}, headers=h)).json()
+    assert [e["seq"] for e in newest["items"]] == whole[-2:]  # the last two, in log order
+    assert newest["next"] == whole[-2]  # `before` for the earlier ones
+    earlier = await c.get(path, params={"newest": "true", "before": newest["next"]}, headers=h)
+    assert [e["seq"] for e in earlier.json()["items"]] == whole[:-2]
+    assert earlier.json()["next"] is None
+    stops: dict[str, str | int] = {"newest": "true", "limit": 1, "type": "JobPreempted"}
+    (last,) = (await c.get("/v1/timeline", params=stops, headers=h)).json()["items"]
+    assert last["type"] == "JobPreempted" and last["job_id"] == "jupyter-workspace"
+
+
+@pytest.fixture
+async def api_node_lost(
+    nats_server: NatsServer, postgres_server: Postgres, tmp_path: Path
+) -> AsyncIterator[Api]:
+    """The exercise, then the loss of the node the training job runs on."""
+    events = exercise_log()
+    lost = NodeLost(id="node-1/lost", time=events[-1].time + 5, actor="nodewatch",
+                    node="node-1", reason="no heartbeat for 30 s")  # fmt: skip
+    log = JetStreamLog(await connect(nats_server.url, "test"))
+    await log.ensure_stream()
+    last = await publish_all(log, [*events, lost])
+    await Projector(log, postgres_server.uri).rebuild()
+    token_file = tmp_path / "admin-token"
+    app = create_app(Settings(nats_server.url, postgres_server.uri, token_file))
+    async with serve(app) as base_url, httpx.AsyncClient(base_url=base_url) as client:
+        admin = {"Authorization": f"Bearer {token_file.read_text().strip()}"}
+        yield Api(client, admin, last, token_file, base_url)
+    await log.nc.close()
+
+
+async def test_a_lost_node_is_on_the_timeline_of_the_job_it_stopped(api_node_lost: Api) -> None:
+    c, h = api_node_lost.client, api_node_lost.admin
+    path = "/v1/jobs/large-training-job/timeline"
+    timeline = (await c.get(path, headers=h)).json()["items"]
+    last = timeline[-1]
+    assert [e["type"] for e in timeline[-2:]] == ["JobStarted", "NodeLost"]
+    assert last["job_id"] == "large-training-job" and last["nodes"] == ["node-1"]
+    assert last["project"] == "project-a" and last["reason"] == "no heartbeat for 30 s"
+    newest = (await c.get(path, params={"newest": "true", "limit": 1}, headers=h)).json()
+    assert [e["type"] for e in newest["items"]] == ["NodeLost"]
+    # the workspace's attempt had ended (deleted) before: not its loss
+    gone = await c.get("/v1/jobs/jupyter-workspace/timeline", headers=h)
+    assert "NodeLost" not in [e["type"] for e in gone.json()["items"]]
+    job = (await c.get("/v1/jobs/large-training-job", headers=h)).json()
+    assert job["state"] == "pending"  # queued again
+
+
+async def test_an_image_is_refused_where_the_nodes_run_processes(
+    nats_server: NatsServer, postgres_server: Postgres, tmp_path: Path
+) -> None:
+    token_file = tmp_path / "admin-token"
+    settings = Settings(nats_server.url, postgres_server.uri, token_file, node_runtime="process")
+    async with serve(create_app(settings)) as base_url, httpx.AsyncClient(base_url=base_url) as c:
+        admin = {"Authorization": f"Bearer {token_file.read_text().strip()}"}
+        job = {"job_id": "j", "project": "p", "image": "pytorch/pytorch:2.4", "command": ["true"]}
+        refused = await c.post("/v1/jobs", json=job, headers=admin)
+    assert refused.status_code == 422 and refused.json()["field"] == "image", refused.text
+    said = refused.json()["error"]
+    assert "run workloads as processes" in said and "'pytorch/pytorch:2.4'" in said
 
 
 async def test_a_team_reads_only_its_own_projects_jobs(

@@ -247,6 +247,16 @@ def test_errors_a_person_understands(data: Path) -> None:
     assert bad.returncode == 2 and "--limit must be between 1 and 10000, got 0" in bad.stderr
     bad_env = fairlane(data, "submit", "y", "--project", "tools", "--env", "NOEQUALS", check=False)
     assert bad_env.returncode == 2 and "KEY=VALUE, got 'NOEQUALS'" in bad_env.stderr
+    # the embedded cluster's node runs processes: an image would be ignored, so it is refused
+    image = fairlane(data, "submit", "img", "--project", "tools", "--image", "alpine:3",
+                     "--", "true", check=False)  # fmt: skip
+    assert (
+        image.returncode == 1
+        and "--image alpine:3: this cluster's nodes run workloads as processes" in image.stderr
+    )
+    fraction = fairlane(data, "submit", "half", "--project", "tools", "--gpus", "0.5",
+                        check=False)  # fmt: skip
+    assert fraction.returncode == 2 and "fractional GPUs are not supported yet" in (fraction.stderr)
     bad_type = fairlane(data, "events", "--type", "Bogus", check=False)
     assert bad_type.returncode == 2 and "unknown event type 'Bogus'" in bad_type.stderr
     token = fairlane(data, "list", "--token", "not-a-token", check=False)
@@ -329,3 +339,37 @@ def test_top_in_a_real_terminal(data: Path) -> None:
     finally:
         subprocess.run([tmux, *socket, "kill-server"], capture_output=True, check=False)
         fairlane(data, "delete", "waits-1", check=False)
+
+
+def test_a_new_users_verbs_on_a_live_cluster(data: Path) -> None:
+    """What a runai or det user reaches for, against the real services: a job spec from a
+    file, a default project, a new priority, the newest events, deleting several at once."""
+    fairlane(data, "project", "set", "verbs", "--quota", "0")
+    spec = data.parent / "job.yaml"
+    spec.write_text("name: from-file\ngpus: 0\ncommand: [sleep, '600']\n")
+    project = {"FAIRLANE_PROJECT": "verbs"}
+    submitted = subprocess.run(
+        [sys.executable, "-m", "fairlane.cli", "submit", "-f", str(spec)],
+        capture_output=True, text=True, timeout=60, cwd=data.parent, check=False,
+        env={**os.environ, **project, "FAIRLANE_CONFIG": str(data / "no-config.yaml")},
+    )  # fmt: skip
+    assert submitted.returncode == 0, submitted.stderr
+    assert "job from-file admitted" in submitted.stdout
+    fairlane(data, "submit", "second", "--project", "verbs", "--gpus", "0", "--", "sleep", "600")
+    job = until(lambda: read(data, "describe", "from-file"), lambda j: j["attempt"] >= 1,
+                "from-file started")  # fmt: skip
+    assert job["project"] == "verbs"
+    changed = fairlane(data, "update", "from-file", "--priority", str(job["priority"] + 7))
+    assert f"job from-file changed: priority {job['priority'] + 7}" in changed.stdout
+    again = until(lambda: read(data, "describe", "from-file"),
+                  lambda j: j["priority"] == job["priority"] + 7, "the new priority")  # fmt: skip
+    assert again["state"] in ("starting", "running")
+    newest = read(data, "events", "--job", "from-file", "--limit", "1")
+    assert [e["type"] for e in newest] == ["JobPriorityChanged"]
+    same = fairlane(data, "update", "from-file", "--priority", str(job["priority"] + 7),
+                    check=False)  # fmt: skip
+    assert same.returncode == 1 and "has priority" in same.stderr and "--priority" in same.stderr
+    deleted = fairlane(data, "delete", "from-file", "second").stdout
+    assert "job from-file deleted" in deleted and "job second deleted" in deleted
+    who = read(data, "whoami")
+    assert who["name"] == "admin" and who["admin"] is True

@@ -5,6 +5,7 @@ whole, by attempt, followed until the attempt is over."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -98,3 +99,18 @@ async def test_an_attempt_is_read_whole_once_and_followed_to_its_end(api: Api) -
         assert await anext(chunks) == b"training: attempt 2, from step 1\n"
         await ship(api.log, 2, 33, b"step 2\n")
         assert await asyncio.wait_for(anext(chunks), 10) == b"step 2\n"
+
+
+async def test_output_since_a_time_is_what_was_shipped_from_then_on(api: Api) -> None:
+    await ensure_log_stream(api.log.js)
+    await ship(api.log, 2, 0, b"early line\n")
+    await asyncio.sleep(1.2)  # (the stream keeps each message's time, to the nanosecond)
+    cut = time.time()
+    await asyncio.sleep(0.2)
+    await ship(api.log, 2, 11, b"late line\n")
+    everything = await api.client.get(f"/v1/jobs/{JOB}/logs")
+    assert everything.text == "early line\nlate line\n"
+    since = await api.client.get(f"/v1/jobs/{JOB}/logs", params={"since": cut})
+    assert since.status_code == 200 and since.text == "late line\n"
+    past_dates = await api.client.get(f"/v1/jobs/{JOB}/logs", params={"since": 1e12})
+    assert past_dates.status_code == 400 and past_dates.json()["field"] == "since"

@@ -6,12 +6,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import typing
 from pathlib import Path
 
 import msgspec
 import pytest
 from ruamel.yaml import YAML
 
+from events.catalogue import AnyEvent
 from fairlane.client import CliError, closest, resolve
 from fairlane.cluster_file import ClusterFile, cluster_file
 from fairlane.jobs_cli import _on_this_machine, _working_dir
@@ -79,7 +81,7 @@ def test_no_cluster_and_bad_config_are_explained(clean_env: Path, tmp_path: Path
         resolve(None, None, tmp_path)
     assert bad.value.code == 2
     clean_env.write_text("server: http://x\n")
-    with pytest.raises(CliError, match="only api, token and token_file"):
+    with pytest.raises(CliError, match="only api, token, token_file, project"):
         resolve(None, None, tmp_path)
 
 
@@ -137,9 +139,44 @@ def test_a_timeline_entry_tells_the_fields_the_log_leaves_at_their_default() -> 
     )
     # an entry that does not decode as this version's event is told as it came
     assert details({"type": "JobFailed", "event": {"job_id": "u", "attempt": "?"}})
-    # where no teller speaks, only what the event says is listed, not its defaults
     saved = {**base, "job_id": "u", "attempt": 1, "step": 500}
-    assert details({"type": "JobCheckpointed", "event": saved}) == "attempt 1, step 500"
+    told = details({"type": "JobCheckpointed", "event": saved})
+    assert told == "checkpoint of attempt 1 saved at step 500"
+    # where no teller speaks (an event newer than this command line), only what the event
+    # says is listed
+    assert details({"type": "JobLater", "event": {**base, "attempt": 1, "step": 5}}) == (
+        "attempt 1, step 5"
+    )
+
+
+def test_every_event_type_is_told_in_words() -> None:
+    """A person reads each event as a sentence, never as a raw dict: every type in the
+    catalogue has its own words (a new event type needs them too)."""
+    from fairlane.timeline import _TELLERS  # noqa: PLC0415  (what the test is about)
+
+    names = {t.__name__ for t in typing.get_args(AnyEvent)}
+    assert names - set(_TELLERS) == set()
+    submitted = {"spec": {"project": "p", "gpus": 2, "env": ["A=1"]}, "job_id": "j"}
+    told = details({"type": "JobSubmitted", "actor": "ann", "event": submitted})
+    assert told == "2 GPU(s) x 1, by ann"
+    unknown = details({"type": "FromTheFuture", "event": {"terms": {"gpu": {"quota": 4}}}})
+    assert unknown == "terms (gpu (quota 4))"  # nested, but in words, not {'gpu': ...}
+
+
+def test_up_says_where_the_dashboard_is(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fairlane import cluster_cli  # noqa: PLC0415  (it imports what starts clusters)
+
+    info = ClusterFile(
+        nats_url="nats://127.0.0.1:4222", postgres_uri="postgresql://127.0.0.1/postgres",
+        data_dir=str(tmp_path), node="here", pids={}, started_at=0.0,
+        api_url="http://127.0.0.1:8123", admin_token_file=str(tmp_path / "admin-token"),
+    )  # fmt: skip
+    monkeypatch.setattr(cluster_cli, "supervisor_status", lambda _: [])
+    cluster_cli._print_started(info, [], tmp_path)
+    said = capsys.readouterr().out
+    assert "Dashboard: http://127.0.0.1:8123/ui/" in said
 
 
 def test_a_working_dir_that_is_not_there_is_refused_before_anything_is_sent(

@@ -14,6 +14,7 @@ from events import (
     JobAdmitted,
     JobCancelled,
     JobPaused,
+    JobPriorityChanged,
     JobResumed,
     JobSpec,
     JobSubmitted,
@@ -31,6 +32,7 @@ from events.commands import (
     HoldScheduling,
     PauseJob,
     ResumeJob,
+    SetJobPriority,
     SetPool,
     SetProject,
     SubmitJob,
@@ -114,6 +116,23 @@ def test_a_job_moves_through_its_user_commands() -> None:
     assert isinstance(cancelled, JobCancelled) and cancelled.id == "j1/cancelled"
     assert refused(state, CancelJob(job_id="j1")) == "job 'j1' is already cancelled"
     assert refused(state, ResumeJob(job_id="j1")) == "job 'j1' is not paused: it is cancelled"
+
+
+def test_a_job_priority_is_changed_while_it_may_still_run() -> None:
+    state = cluster()
+    accepted(state, SubmitJob(job_id="j1", spec=JobSpec(project="a", priority_class="train")))
+    before = state.jobs["j1"].priority
+    changed = accepted(state, SetJobPriority(job_id="j1", priority=before + 30), at=5).answer
+    assert isinstance(changed, JobPriorityChanged) and changed.id == "j1/priority/5"
+    assert state.jobs["j1"].priority == before + 30
+    assert refused(state, SetJobPriority(job_id="j1", priority=before + 30)) == (
+        f"job 'j1' has priority {before + 30} already"
+    )
+    assert refused(state, SetJobPriority(job_id="ghost", priority=1)) == "unknown job id 'ghost'"
+    accepted(state, CancelJob(job_id="j1"))
+    assert refused(state, SetJobPriority(job_id="j1", priority=1)) == (
+        "job 'j1' cannot change priority: it is cancelled"
+    )
 
 
 def test_a_submitted_job_cannot_be_paused_and_an_id_is_taken_once() -> None:

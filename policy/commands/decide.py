@@ -13,6 +13,7 @@ from events.commands import (
     HoldScheduling,
     PauseJob,
     ResumeJob,
+    SetJobPriority,
     SetPool,
     SetProject,
     SubmitJob,
@@ -36,6 +37,7 @@ DECIDERS: Final[dict[type, Decider]] = {
     HoldScheduling: config.hold,
     CordonNode: config.cordon_node,
     UncordonNode: config.uncordon_node,
+    SetJobPriority: jobs.set_priority,
 }
 
 

@@ -87,3 +87,7 @@ def node_cordoned(node: str, at: int) -> str:
 
 def node_uncordoned(node: str, at: int) -> str:
     return f"node/{node}/uncordoned/{at}"
+
+
+def priority_changed(job_id: str, at: int) -> str:
+    return f"{job_id}/priority/{at}"

@@ -1,9 +1,9 @@
-"""Job commands: submit, cancel, pause and resume."""
+"""Job commands: submit, cancel, pause, resume and a new priority."""
 
 from __future__ import annotations
 
-from events import JobCancelled, JobPaused, JobResumed, JobSubmitted
-from events.commands import CancelJob, PauseJob, ResumeJob, SubmitJob
+from events import JobCancelled, JobPaused, JobPriorityChanged, JobResumed, JobSubmitted
+from events.commands import CancelJob, PauseJob, ResumeJob, SetJobPriority, SubmitJob
 from policy.commands import ids
 from policy.commands.admission import admit
 from policy.commands.names import name_problem
@@ -65,6 +65,24 @@ def resume(state: ClusterState, command: ResumeJob, now: float, at: int) -> Outc
     if job.phase != "paused":
         return Refused(f"job {job.id!r} is not paused: it is {job.phase}")
     event = JobResumed(id=ids.resumed(job.id, at), time=now, actor=command.actor, job_id=job.id)
+    return Accepted((event,))
+
+
+def set_priority(state: ClusterState, command: SetJobPriority, now: float, at: int) -> Outcome:
+    job = state.jobs.get(command.job_id)
+    if job is None:
+        return _unknown(command.job_id)
+    if job.phase in FINAL_PHASES or job.phase in ("submitted", "rejected"):
+        return Refused(f"job {job.id!r} cannot change priority: it is {job.phase}")
+    if job.priority == command.priority:
+        return Refused(f"job {job.id!r} has priority {job.priority} already")
+    event = JobPriorityChanged(
+        id=ids.priority_changed(job.id, at),
+        time=now,
+        actor=command.actor,
+        job_id=job.id,
+        priority=command.priority,
+    )
     return Accepted((event,))
 
 

@@ -1,4 +1,5 @@
-"""`python -m services.api --nats URL --postgres DSN [--host H --port P] [--admin-token-file F]`."""
+"""`python -m services.api --nats URL --postgres DSN [--host H --port P] [--admin-token-file F]
+[--node-runtime process|docker]`."""
 
 from __future__ import annotations
 
@@ -21,10 +22,18 @@ def main() -> None:
     parser.add_argument(
         "--admin-token-file", type=Path, help="made (mode 0600) with a new admin token if absent"
     )
+    parser.add_argument(
+        "--node-runtime",
+        choices=["process", "docker"],
+        help="how every node's executor runs workloads, if known: process refuses images",
+    )
     parser.add_argument("--log-level", default="info")
     args = parser.parse_args()
     configure_logging(args.log_level)
-    app = create_app(Settings(args.nats, args.postgres, args.admin_token_file))
+    settings = Settings(
+        args.nats, args.postgres, args.admin_token_file, node_runtime=args.node_runtime
+    )
+    app = create_app(settings)
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning", lifespan="on")
     asyncio.run(uvicorn.Server(config).serve())
 

@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import dataclasses
 import re
+import time
 import typing
 from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
@@ -26,7 +27,7 @@ import asyncpg
 import msgspec
 import nats.errors
 import structlog
-from litestar import Litestar, Request, Response, delete, get, post, put
+from litestar import Litestar, Request, Response, delete, get, patch, post, put
 from litestar.datastructures import State
 from litestar.di import NamedDependency, Provide
 from litestar.exceptions import (
@@ -53,6 +54,7 @@ from events.commands import (
     CordonNode,
     PauseJob,
     ResumeJob,
+    SetJobPriority,
     SetPool,
     SetProject,
     SubmitJob,
@@ -63,7 +65,7 @@ from policy.audit import Scope
 from policy.commands.config import scheduler_problem
 from policy.commands.names import PATTERN as NAME_PATTERN
 from services.api import audit as api_audit
-from services.api import logs, metrics, queries, tokens
+from services.api import docs, logs, metrics, queries, tokens
 from services.api.tokens import Caller
 from services.api.types import (
     Accepted,
@@ -72,6 +74,7 @@ from services.api.types import (
     Job,
     JobDetail,
     JobPage,
+    JobUpdate,
     Node,
     NodeServiceRequest,
     PoolRequest,
@@ -84,6 +87,7 @@ from services.api.types import (
     TokenCreated,
     TokenInfo,
     TokenRequest,
+    Whoami,
 )
 from services.api.types import (
     Pool as PoolView,
@@ -117,6 +121,9 @@ Since = Annotated[float | None, QueryParameter(ge=0, le=1e12, description="from 
 Until = Annotated[float | None, QueryParameter(ge=0, le=1e12, description="before this time")]
 
 
+NodeRuntime = Literal["process", "docker"]
+
+
 @dataclass(frozen=True)
 class Settings:
     nats_url: str
@@ -124,6 +131,9 @@ class Settings:
     admin_token_file: Path | None = None
     #: Live streams served at once (each holds a consumer on the log).
     max_streams: int = 64
+    #: How every node's executor runs workloads, where the deployment knows it (the embedded
+    #: cluster does): "process" refuses a job that names an image, which it would ignore.
+    node_runtime: NodeRuntime | None = None
 
 
 @dataclass
@@ -133,6 +143,7 @@ class Context:
     streams: StreamPlaces
     #: one audit at a time: each folds the whole log in a worker thread
     audits: asyncio.Semaphore = dataclasses.field(default_factory=lambda: asyncio.Semaphore(1))
+    node_runtime: NodeRuntime | None = None
 
 
 Ctx = NamedDependency[Context]
@@ -201,6 +212,8 @@ def on_http_error(_: Request[Any, Any, Any], exc: HTTPException) -> Response[Err
             field = _ALIASES.get(first.get("key", ""), first.get("key"))
             said = in_words(str(first.get("message", exc.detail)))
             message = f"{said} (in {_source(first.get('source'))})"
+            if field:  # the message names the field too: not every client shows `field`
+                message = f"{field}: {message}"
     elif isinstance(exc.extra, dict):
         field = exc.extra.get("field")
     return _error(exc.status_code, message, field)
@@ -287,7 +300,14 @@ async def get_caller(request: Request[Any, Any, Any], ctx: Ctx) -> Caller:
             extra={"field": "Authorization"},
         )
     async with ctx.db.acquire() as conn:
-        caller = await tokens.lookup(conn, token.strip())
+        try:
+            caller = await tokens.lookup(conn, token.strip())
+        except tokens.Expired as e:
+            raise NotAuthorizedException(
+                detail=f"API token {e} has expired (an admin makes a new one: fairlane token "
+                "create)",
+                extra={"field": "Authorization"},
+            ) from None
     if caller is None:
         raise NotAuthorizedException(detail="unknown API token", extra={"field": "Authorization"})
     return caller
@@ -341,6 +361,7 @@ _REFUSAL_FIELDS: Final = (
     ("limit", "limit"),
     ("quota", "quota"),
     ("job id", "job_id"),
+    ("priority", "priority"),
 )
 
 
@@ -372,6 +393,14 @@ async def submit_job(
     """Submit a job; answers with the event admission recorded (`JobAdmitted`)."""
     data = await _strictly(request, SubmitRequest)
     _may_act(caller, data.project)
+    if data.image is not None and ctx.node_runtime == "process":
+        raise _fail(
+            422,
+            f"this cluster's nodes run workloads as processes, not containers: the image "
+            f"{data.image!r} would be ignored (leave it out, or run the nodes' executors with "
+            "--runtime docker)",
+            "image",
+        )
     spec = JobSpec(
         project=data.project,
         priority_class=data.job_class,
@@ -435,6 +464,16 @@ async def pause_job(ctx: Ctx, caller: Who, job_id: PathName) -> Accepted:
 async def resume_job(ctx: Ctx, caller: Who, job_id: PathName) -> Accepted:
     """Resume a paused job: it queues again."""
     return await _job_command(ctx, caller, job_id, ResumeJob(actor=caller.name, job_id=job_id))
+
+
+@patch("/v1/jobs/{job_id:str}", status_code=200, responses=ACT_ERRORS, tags=["jobs"])
+async def update_job(
+    ctx: Ctx, caller: Who, job_id: PathName, data: JSONBody[JobUpdate]
+) -> Accepted:
+    """Change a job's priority while it waits or runs (`JobPriorityChanged`); the policy
+    weighs it from its next cycle on."""
+    command = SetJobPriority(actor=caller.name, job_id=job_id, priority=data.priority)
+    return await _job_command(ctx, caller, job_id, command)
 
 
 @put("/v1/projects/{name:str}", responses=ADMIN_ERRORS, tags=["projects"])
@@ -569,6 +608,12 @@ async def job_detail(ctx: Ctx, caller: Who, job_id: PathName) -> JobDetail:
     return found
 
 
+#: A time the log stream can start from (a date, so before the year 10000).
+LogSince = Annotated[
+    float | None, QueryParameter(ge=0, le=253_402_300_799, description="from this time")
+]
+
+
 @get(
     "/v1/jobs/{job_id:str}/logs",
     media_type="text/plain; charset=utf-8",
@@ -582,10 +627,12 @@ async def job_logs(
     attempt: Annotated[int | None, QueryParameter(ge=1, le=1_000_000)] = None,
     follow: Annotated[bool, QueryParameter(description="stream until the attempt ends")] = False,
     max_bytes: Annotated[int, QueryParameter(ge=1, le=64 << 20)] = logs.DEFAULT_MAX_BYTES,
+    since: LogSince = None,
 ) -> Response[bytes] | Stream:
     """An attempt's output (default: the latest), every replica's, as the workload wrote it
     (lines prefixed `[replica N]` where there are several). `follow` streams it as it comes
-    until the attempt ends; otherwise the last `max_bytes` of what there is."""
+    until the attempt ends; otherwise the last `max_bytes` of what there is. `since`: only
+    what was shipped from that time on (the executor ships output every second or so)."""
     await _readable_job(ctx, caller, job_id)
     async with ctx.db.acquire() as conn:
         job = await queries.job_detail(conn, job_id)
@@ -605,7 +652,9 @@ async def job_logs(
 
     lines = logs.Lines(prefixed=job.replicas > 1)
     js = ctx.nc.jetstream()
-    output = logs.read_output(js, job_id, wanted, lines, follow=follow, attempt_over=over)
+    output = logs.read_output(
+        js, job_id, wanted, lines, follow=follow, attempt_over=over, since=since
+    )
     if not follow:
         return Response(await logs.tail(output, max_bytes), media_type="text/plain")
     return Stream(_held(ctx.streams.take(), output), media_type="text/plain")
@@ -656,6 +705,21 @@ class Window:
     until: float | None
     after: int | None
     limit: int
+    before: int | None = None
+    newest: bool = False
+
+
+Before = Annotated[
+    int | None,
+    QueryParameter(ge=1, le=1 << 62, description="only events before this log position"),
+]
+Newest = Annotated[
+    bool,
+    QueryParameter(
+        description="the last `limit` events that match (still in log order) instead of the "
+        "first; `next` is then the position to pass as `before` for the earlier ones"
+    ),
+]
 
 
 def get_window(
@@ -664,11 +728,13 @@ def get_window(
     until: Until = None,
     after: After = None,
     limit: Limit = 100,
+    before: Before = None,
+    newest: Newest = False,
 ) -> Window:
     for name in types or ():
         if name not in EVENT_TYPES:
             raise _fail(400, f"unknown event type {name!r}", "type")
-    return Window(types, since, until, after, limit)
+    return Window(types, since, until, after, limit, before, newest)
 
 
 Span = NamedDependency[Window]
@@ -685,6 +751,8 @@ async def _timeline(ctx: Context, caller: Caller, window: Window, **about: str) 
             until=window.until,
             after=window.after,
             limit=window.limit,
+            before=window.before,
+            newest=window.newest,
         )
     return TimelinePage(items=items, next=next_after)
 
@@ -849,20 +917,53 @@ async def create_token(
     """A new API token for some projects (admin). The token is shown only here."""
     data = await _strictly(request, TokenRequest)
     _admin(caller, "create tokens")
+    expires_at = None if data.expires_in_s is None else time.time() + data.expires_in_s
     async with ctx.db.acquire() as conn:
         try:
-            token = await tokens.create(conn, data.name, data.projects, data.admin)
+            token = await tokens.create(conn, data.name, data.projects, data.admin, expires_at)
         except asyncpg.UniqueViolationError:
             raise _fail(409, f"a token named {data.name!r} exists", "name") from None
-    return TokenCreated(data.name, token, sorted(set(data.projects)), data.admin)
+    return TokenCreated(data.name, token, sorted(set(data.projects)), data.admin, expires_at)
 
 
 @get("/v1/tokens", responses=ADMIN_ERRORS, tags=["access"])
 async def list_tokens(ctx: Ctx, caller: Who) -> list[TokenInfo]:
+    """Every token's name, projects, expiry and creation time (admin); never the token."""
     _admin(caller, "list tokens")
     async with ctx.db.acquire() as conn:
-        rows = await conn.fetch("SELECT name, projects, admin FROM api_tokens ORDER BY name")
-    return [TokenInfo(r["name"], list(r["projects"]), r["admin"]) for r in rows]
+        rows = await conn.fetch(
+            "SELECT name, projects, admin, expires_at, extract(epoch FROM created_at) AS created"
+            " FROM api_tokens ORDER BY name"
+        )
+    return [
+        TokenInfo(r["name"], list(r["projects"]), r["admin"], r["expires_at"], float(r["created"]))
+        for r in rows
+    ]
+
+
+@delete(
+    "/v1/tokens/{name:str}",
+    status_code=200,
+    responses={**ADMIN_ERRORS, 404: ResponseSpec(Error, description="no such token")},
+    tags=["access"],
+)
+async def revoke_token(ctx: Ctx, caller: Who, name: PathName) -> TokenInfo:
+    """Revoke a token (admin): it is refused from now on. The admin token is the cluster's
+    own (kept in its file and installed again at each start): it is not revoked here."""
+    _admin(caller, "revoke tokens")
+    if name == tokens.ADMIN_NAME:
+        raise _fail(422, "the admin token is the cluster's own: replace its file instead", "name")
+    async with ctx.db.acquire() as conn:
+        gone = await tokens.revoke(conn, name)
+    if gone is None:
+        raise _fail(404, f"no token named {name!r}", "name")
+    return TokenInfo(gone.name, sorted(gone.projects), gone.admin, gone.expires_at)
+
+
+@get("/v1/whoami", responses=ERRORS, tags=["access"])
+async def whoami(caller: Who) -> Whoami:
+    """Who the token is: its name, whether it is an admin token, its projects, its expiry."""
+    return Whoami(caller.name, caller.admin, sorted(caller.projects), caller.expires_at)
 
 
 @get("/v1/events", responses=FOUND_ERRORS, tags=["timeline"])
@@ -998,7 +1099,12 @@ def create_app(settings: Settings) -> Litestar:
                 token = tokens.admin_token_file(settings.admin_token_file)
                 await tokens.install_admin(conn, token)
         nc = await connect(settings.nats_url, "api")
-        app.state.ctx = Context(db=db, nc=nc, streams=StreamPlaces(settings.max_streams))
+        app.state.ctx = Context(
+            db=db,
+            nc=nc,
+            streams=StreamPlaces(settings.max_streams),
+            node_runtime=settings.node_runtime,
+        )
         try:
             yield
         finally:
@@ -1012,6 +1118,7 @@ def create_app(settings: Settings) -> Litestar:
             delete_job,
             pause_job,
             resume_job,
+            update_job,
             set_project,
             set_pool,
             list_jobs,
@@ -1034,10 +1141,13 @@ def create_app(settings: Settings) -> Litestar:
             list_preemptions,
             create_token,
             list_tokens,
+            revoke_token,
+            whoami,
             event_stream,
             health,
             prometheus,
             *dashboard_routes(),
+            docs.docs_assets(),
         ],
         dependencies={
             "ctx": Provide(get_context, sync_to_thread=False),
@@ -1051,6 +1161,7 @@ def create_app(settings: Settings) -> Litestar:
             version="1",
             description=__doc__,
             path="/docs",
+            render_plugins=docs.pages(),
             components=Components(
                 security_schemes={"BearerToken": SecurityScheme(type="http", scheme="bearer")}
             ),

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -79,12 +80,17 @@ async def read_output(
     lines: Lines,
     follow: bool,
     attempt_over: Callable[[], Awaitable[bool]],
+    since: float | None = None,
 ) -> AsyncGenerator[bytes, None]:
-    """The attempt's output as it was shipped, then (following) as it comes, until the attempt
-    is over and its output complete."""
+    """The attempt's output as it was shipped (from `since`, Unix seconds: what was shipped
+    from then on, chunk by chunk as the executor sent it), then (following) as it comes,
+    until the attempt is over and its output complete."""
     config = ConsumerConfig(
         ack_policy=AckPolicy.NONE,
-        deliver_policy=DeliverPolicy.ALL,
+        deliver_policy=DeliverPolicy.ALL if since is None else DeliverPolicy.BY_START_TIME,
+        opt_start_time=None
+        if since is None
+        else datetime.datetime.fromtimestamp(since, datetime.UTC),
         inactive_threshold=30.0,
         mem_storage=True,
     )

@@ -150,6 +150,43 @@ async def _standing(conn: asyncpg.Connection, job: asyncpg.Record) -> Standing:
     )
 
 
+_COLUMNS: Final = (
+    "seq, time, type, actor, job_id, project, pool, nodes, reason, for_job, applied, data"
+)
+#: Events that end a job's attempt (an elastic job's partial stop aside).
+_ENDS: Final = "'JobCompleted', 'JobFailed', 'JobPreempted', 'JobCancelled'"
+
+
+def _job_events(job: str) -> str:
+    """A job's events, and the loss of a node its running attempt was placed on: the log
+    records `NodeLost` about the node alone, and the fold queues the node's jobs again
+    without an event of theirs, so without it a job's timeline would not say why its attempt
+    ended. (`job` is the query parameter naming the job.)"""
+    return f"""(
+        SELECT {_COLUMNS} FROM timeline WHERE job_id = {job}
+        UNION ALL
+        SELECT lost.seq, lost.time, lost.type, lost.actor, {job}, placed.project, placed.pool,
+               lost.nodes, lost.reason, lost.for_job, lost.applied, lost.data
+        FROM timeline lost
+        JOIN LATERAL (
+            SELECT seq, project, pool, data->>'attempt' AS attempt FROM timeline
+            WHERE job_id = {job} AND type = 'JobScheduled' AND applied AND seq < lost.seq
+            ORDER BY seq DESC LIMIT 1
+        ) placed ON true
+        WHERE lost.type = 'NodeLost' AND lost.applied
+          AND EXISTS (
+            SELECT 1 FROM timeline s WHERE s.job_id = {job} AND s.type = 'JobScheduled'
+              AND s.applied AND s.data->>'attempt' = placed.attempt AND s.nodes && lost.nodes)
+          AND NOT EXISTS (
+            SELECT 1 FROM timeline e WHERE e.job_id = {job} AND e.applied
+              AND e.seq > placed.seq AND e.seq < lost.seq AND e.type IN ({_ENDS}))
+          AND NOT EXISTS (
+            SELECT 1 FROM timeline again WHERE again.type = 'NodeLost' AND again.applied
+              AND again.seq > placed.seq AND again.seq < lost.seq
+              AND again.nodes && lost.nodes)
+    ) AS job_events"""
+
+
 async def timeline(
     conn: asyncpg.Connection,
     *,
@@ -162,9 +199,14 @@ async def timeline(
     after: int | None = None,
     limit: int = 100,
     visible: frozenset[str] | None = None,
+    before: int | None = None,
+    newest: bool = False,
 ) -> tuple[list[TimelineEntry], int | None]:
     """`visible`: the projects the caller may read (None: every project); events of no
-    project (nodes, pools, the cluster) are everyone's."""
+    project (nodes, pools, the cluster) are everyone's. The page is in log order either way:
+    the first `limit` events that match, the next position to pass as `after` if there are
+    more; or with `newest`, the last `limit` of them, the position to pass as `before` if
+    there are earlier ones."""
     where: list[str] = ["true"]
     args: list[object] = []
 
@@ -172,8 +214,9 @@ async def timeline(
         args.append(value)
         return f"${len(args)}"
 
+    source = "timeline"
     if job is not None:
-        where.append(f"job_id = {arg(job)}")
+        source = _job_events(arg(job))
     if project is not None:
         where.append(f"project = {arg(project)}")
     if node is not None:
@@ -188,12 +231,18 @@ async def timeline(
         where.append(f"time < {arg(until)}")
     if after is not None:
         where.append(f"seq > {arg(after)}")
+    if before is not None:
+        where.append(f"seq < {arg(before)}")
     rows = await conn.fetch(
         "SELECT seq, time, type, actor, job_id, project, pool, nodes, reason, for_job, applied,"
-        f" data::text AS data FROM timeline WHERE {' AND '.join(where)}"
-        f" ORDER BY seq LIMIT {arg(limit + 1)}",
+        f" data::text AS data FROM {source} WHERE {' AND '.join(where)}"
+        f" ORDER BY seq {'DESC' if newest else ''} LIMIT {arg(limit + 1)}",
         *args,
     )
+    more = len(rows) > limit
+    rows = rows[:limit]
+    if newest:
+        rows.reverse()
     items = [
         TimelineEntry(
             seq=r["seq"],
@@ -209,9 +258,11 @@ async def timeline(
             applied=r["applied"],
             event=_json.decode(r["data"]),
         )
-        for r in rows[:limit]
+        for r in rows
     ]
-    return items, (rows[limit - 1]["seq"] if len(rows) > limit else None)
+    if not more:
+        return items, None
+    return items, rows[0]["seq"] if newest else rows[-1]["seq"]
 
 
 def _project_pool(r: asyncpg.Record) -> ProjectPool:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import os
 import secrets
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -21,6 +22,8 @@ class Caller:
     name: str
     admin: bool
     projects: frozenset[str]
+    #: Unix seconds after which the token is refused (None: never)
+    expires_at: float | None = None
 
     def may_act_on(self, project: str) -> bool:
         return self.admin or project in self.projects
@@ -40,26 +43,53 @@ def new_token() -> str:
     return PREFIX + secrets.token_urlsafe(32)
 
 
-async def lookup(conn: asyncpg.Connection, token: str) -> Caller | None:
+class Expired(Exception):
+    """The token is known, but its time is over."""
+
+
+async def lookup(conn: asyncpg.Connection, token: str, now: float | None = None) -> Caller | None:
+    """The token's holder; None for an unknown token; Expired for one whose time is over."""
     row = await conn.fetchrow(
-        "SELECT name, admin, projects FROM api_tokens WHERE token_sha256 = $1", hash_token(token)
+        "SELECT name, admin, projects, expires_at FROM api_tokens WHERE token_sha256 = $1",
+        hash_token(token),
     )
     if row is None:
         return None
-    return Caller(row["name"], row["admin"], frozenset(row["projects"]))
+    caller = Caller(row["name"], row["admin"], frozenset(row["projects"]), row["expires_at"])
+    if caller.expires_at is not None and caller.expires_at <= (now or time.time()):
+        raise Expired(caller.name)
+    return caller
 
 
-async def create(conn: asyncpg.Connection, name: str, projects: list[str], admin: bool) -> str:
+async def create(
+    conn: asyncpg.Connection,
+    name: str,
+    projects: list[str],
+    admin: bool,
+    expires_at: float | None = None,
+) -> str:
     """A new token (returned once); raises asyncpg.UniqueViolationError if the name is taken."""
     token = new_token()
     await conn.execute(
-        "INSERT INTO api_tokens (name, token_sha256, admin, projects) VALUES ($1, $2, $3, $4)",
+        "INSERT INTO api_tokens (name, token_sha256, admin, projects, expires_at)"
+        " VALUES ($1, $2, $3, $4, $5)",
         name,
         hash_token(token),
         admin,
         sorted(set(projects)),
+        expires_at,
     )
     return token
+
+
+async def revoke(conn: asyncpg.Connection, name: str) -> Caller | None:
+    """Delete the token named `name`: whom it was; None if there is none."""
+    row = await conn.fetchrow(
+        "DELETE FROM api_tokens WHERE name = $1 RETURNING name, admin, projects, expires_at", name
+    )
+    if row is None:
+        return None
+    return Caller(row["name"], row["admin"], frozenset(row["projects"]), row["expires_at"])
 
 
 def admin_token_file(path: Path) -> str:

@@ -81,10 +81,18 @@ class NodeServiceRequest(msgspec.Struct, forbid_unknown_fields=True):
     reason: Annotated[str, msgspec.Meta(max_length=1000)] = ""
 
 
+class JobUpdate(msgspec.Struct, forbid_unknown_fields=True):
+    """What may change of a job once submitted."""
+
+    priority: Annotated[int, msgspec.Meta(ge=-1_000_000, le=1_000_000)]
+
+
 class TokenRequest(msgspec.Struct, forbid_unknown_fields=True):
     name: Name
     projects: Annotated[list[Name], msgspec.Meta(max_length=1000)] = []
     admin: bool = False
+    #: Seconds from now until the token is refused (a minute to ten years); none: never.
+    expires_in_s: Annotated[float, msgspec.Meta(ge=60, le=10 * 365 * 86400)] | None = None
 
 
 class TokenCreated(msgspec.Struct):
@@ -92,12 +100,27 @@ class TokenCreated(msgspec.Struct):
     token: str  # shown once; only its hash is kept
     projects: list[str]
     admin: bool
+    expires_at: float | None = None
 
 
-class TokenInfo(msgspec.Struct):
+class TokenInfo(msgspec.Struct, omit_defaults=True):
     name: str
     projects: list[str]
     admin: bool
+    #: Unix seconds; left out: never (or, from /v1/token, not said)
+    expires_at: float | None = None
+    #: Unix seconds (in the token list)
+    created_at: float | None = None
+
+
+class Whoami(msgspec.Struct):
+    """The caller, as its token says."""
+
+    name: str
+    admin: bool
+    #: the projects it may act on and read (every project for an admin token)
+    projects: list[str]
+    expires_at: float | None
 
 
 class Accepted(msgspec.Struct):
@@ -172,6 +195,8 @@ class TimelineEntry(msgspec.Struct):
 
 class TimelinePage(msgspec.Struct):
     items: list[TimelineEntry]
+    #: Pass as `after` for the next page (as `before` for the earlier page of a `newest`
+    #: one); None on the last page.
     next: int | None
 
 

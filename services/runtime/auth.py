@@ -72,6 +72,7 @@ ADMISSION_EVENTS: Final = (
     "job_cancelled",
     "job_paused",
     "job_resumed",
+    "job_priority_changed",
 )
 EXECUTOR_EVENTS: Final = (
     "job_started",

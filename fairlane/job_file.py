@@ -45,6 +45,7 @@ class JobFile(msgspec.Struct, forbid_unknown_fields=True, rename="kebab"):
     preemption_delay: float | None = None
     min_runtime: float | None = None
     grace: float | None = None
+    working_dir: str | None = None
     idempotency_key: str | None = None
 
 

@@ -188,7 +188,11 @@ def submit(
     if env:
         body["env"] = {**body.get("env", {}), **_environment(env)}
     with errors_said(), connected(connection) as api, flags_named(body, SUBMIT_FLAGS):
-        folder = _working_dir(working_dir, local=_on_this_machine(api.target.api), image=image)
+        folder = _working_dir(
+            _first(working_dir, given.get("working-dir")),
+            local=_on_this_machine(api.target.api),
+            image=body.get("image"),
+        )
         if folder is not None:
             body["working_dir"] = folder
         answer = api.post("/v1/jobs", body)

@@ -178,6 +178,19 @@ _TELLERS: Final[dict[str, Callable[[dict[str, Any], dict[str, Any]], str]]] = {
         + (f" ({e['gpu_source']})" if e.get("gpu_source") else "")
     ),
     "NodeLost": _node_lost,
+    "NodeCordoned": lambda entry, e: (
+        f"node {e.get('node')} "
+        + ("drained: its jobs move elsewhere" if e.get("drain") else "cordoned: no new work")
+        + _by(entry) + (f" ({e['reason']})" if e.get("reason") else "")
+    ),
+    "NodeUncordoned": lambda entry, e: (
+        f"node {e.get('node')} back in service" + _by(entry)
+        + (f" ({e['reason']})" if e.get("reason") else "")
+    ),
+    "EventSetAside": lambda _, e: (
+        f"{e.get('service')} set aside event {e.get('seq')} on {e.get('subject')}: "
+        f"{e.get('reason')}"
+    ),
     "ProjectConfigured": lambda _, e: f"project {e.get('project')}: {_terms(e)}",
     "ProjectQuotaCrossed": _quota_crossed,
     "LeaderElected": lambda _, e: (

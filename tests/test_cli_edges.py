@@ -271,7 +271,7 @@ def test_submit_a_job_spec_from_a_file_flags_winning(api: FakeApi, tmp_path: Pat
     spec.write_text(
         "name: train-1\nproject: team-a\nclass: train\ngpus: 2\nmin_replicas: 1\nreplicas: 2\n"
         "pool: [a100, default]\ncommand: [python3, train.py, --lr, '0.1']\n"
-        "env: {WANDB_MODE: offline}\ngrace: 5\n"
+        f"env: {{WANDB_MODE: offline}}\ngrace: 5\nworking-dir: {tmp_path}\n"
     )
     done = fairlane(api, "submit", "-f", str(spec), "--gpus", "4", "-e", "SEED=1")
     assert done.returncode == 0, done.stderr
@@ -282,6 +282,7 @@ def test_submit_a_job_spec_from_a_file_flags_winning(api: FakeApi, tmp_path: Pat
         "command": ["python3", "train.py", "--lr", "0.1"], "pools": ["a100", "default"],
         "class": "train", "min_replicas": 1, "grace_s": 5.0,
         "env": {"WANDB_MODE": "offline", "SEED": "1"},
+        "working_dir": str(tmp_path),  # the file's folder, absolute (the API is local)
     }  # fmt: skip
     typo = tmp_path / "typo.yaml"
     typo.write_text("name: x\nproject: p\ngpu: 2\n")

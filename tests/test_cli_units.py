@@ -174,7 +174,7 @@ def test_up_says_where_the_dashboard_is(
         api_url="http://127.0.0.1:8123", admin_token_file=str(tmp_path / "admin-token"),
     )  # fmt: skip
     monkeypatch.setattr(cluster_cli, "supervisor_status", lambda _: [])
-    cluster_cli._print_started(info, [], tmp_path)
+    cluster_cli._print_started(info, [], tmp_path, [])
     said = capsys.readouterr().out
     assert "Dashboard: http://127.0.0.1:8123/ui/" in said
 

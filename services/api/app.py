@@ -59,7 +59,7 @@ from events.commands import (
 )
 from policy.audit import Scope
 from services.api import audit as api_audit
-from services.api import logs, metrics, queries, tokens
+from services.api import gpus, logs, metrics, queries, tokens
 from services.api.tokens import Caller
 from services.api.types import (
     Accepted,
@@ -892,7 +892,23 @@ async def health(ctx: Ctx) -> Health:
 @get("/metrics", media_type="text/plain; version=0.0.4", include_in_schema=False)
 async def prometheus(ctx: Ctx) -> bytes:
     async with ctx.db.acquire() as conn:
-        return await metrics.render(conn)
+        gpu = await gpus.read(conn, ctx.nc.jetstream(), await queries.nodes(conn), lambda _: True)
+        return await metrics.render(conn, gpus.families(gpu))
+
+
+# -- GPU samples ------------------------------------------------------------------------------
+
+
+@get("/v1/gpus", responses=ERRORS, tags=["nodes"])
+async def gpu_report(ctx: Ctx, caller: Who) -> gpus.GpuReport:
+    """Every node's GPUs as last sampled (utilization, memory, temperature, power; None where
+    unknown) with the job holding each, and each job's utilization and idle flag."""
+    visible = caller.visible
+    async with ctx.db.acquire() as conn:
+        nodes = await queries.nodes(conn)
+        return await gpus.read(
+            conn, ctx.nc.jetstream(), nodes, lambda p: visible is None or p in visible
+        )
 
 
 # -- the app ----------------------------------------------------------------------------------
@@ -947,6 +963,7 @@ def create_app(settings: Settings) -> Litestar:
             event_stream,
             health,
             prometheus,
+            gpu_report,
             *dashboard_routes(),
         ],
         dependencies={

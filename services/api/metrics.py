@@ -29,7 +29,8 @@ class _Snapshot:
         yield from self.families
 
 
-async def render(conn: asyncpg.Connection) -> bytes:
+async def render(conn: asyncpg.Connection, extra: list[Metric] | None = None) -> bytes:
+    """The read models' families, then `extra` (the GPUs', read elsewhere)."""
     families: list[Metric] = []
     allocated = GaugeMetricFamily(
         "fairlane_pool_gpus_allocated", "GPUs held by jobs, per pool", labels=["pool"]
@@ -78,6 +79,7 @@ async def render(conn: asyncpg.Connection) -> bytes:
     families.append(preempted)
 
     families.append(await _waits(conn))
+    families += extra or []
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Snapshot(families))
     return generate_latest(registry)

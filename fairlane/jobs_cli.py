@@ -13,6 +13,7 @@ import cyclopts
 from rich.markup import escape
 from rich.table import Table
 
+from fairlane import gpus_cli
 from fairlane.api_options import Connection, connected
 from fairlane.client import Api, ApiError, CliError, closest
 from fairlane.output import (
@@ -244,6 +245,7 @@ def list_jobs(
         project = os.environ.get("FAIRLANE_PROJECT") or None
     with errors_said(), connected(connection) as api:
         jobs = _all_jobs(api, limit, project=project, state=job_state, pool=pool)
+        jobs = gpus_cli.jobs_with_gpus(jobs, gpus_cli.report(api))  # utilization, idle flag
         emit(jobs, output, _jobs_table)
 
 
@@ -272,6 +274,7 @@ def _jobs_table(jobs: list[dict[str, Any]]) -> None:
     for column in ("GPUS", "REPLICAS", "POOL", "NODES", "ATTEMPT"):
         table.add_column(column)
     table.add_column("PREEMPTED", justify="right")
+    table.add_column("GPU UTIL", justify="right", no_wrap=True)
     now = time.time()
     for j in jobs:
         replicas = str(j["replicas"])
@@ -288,6 +291,7 @@ def _jobs_table(jobs: list[dict[str, Any]]) -> None:
             escape(",".join(j["nodes"]) or "-"),
             str(j["attempt"]),
             str(j["preemptions"]),
+            gpus_cli.job_utilization(j),
         )
     console.print(table)
 

@@ -66,7 +66,14 @@ def _preempted(entry: dict[str, Any], event: dict[str, Any]) -> str:
     text += ", checkpoint saved" if event.get("checkpointed") else ""
     if event.get("stored_bytes"):  # in the cluster's checkpoint store, for any node
         text += f" and stored ({event['stored_bytes']} bytes)"
-    return text + (", killed after its grace" if event.get("killed") else "")
+    text += ", killed after its grace" if event.get("killed") else ""
+    return text + _utilization(event)
+
+
+def _utilization(event: dict[str, Any]) -> str:
+    """The attempt's mean GPU utilization, as its executor sampled it (where it could)."""
+    value = event.get("gpu_utilization")
+    return f"; GPU utilization {value:.0f}% on average" if value is not None else ""
 
 
 def _submitted(entry: dict[str, Any], event: dict[str, Any]) -> str:
@@ -99,7 +106,10 @@ _TELLERS: Final[dict[str, Callable[[dict[str, Any], dict[str, Any]], str]]] = {
     "JobAdmitted": _admitted,
     "JobNominated": _nominated,
     "JobStarted": lambda _, e: "resumed" if e.get("resumed") else "started",
-    "JobFailed": lambda _, e: f"exit code {e.get('exit_code')}: {e.get('reason', '')}",
+    "JobFailed": lambda _, e: (
+        f"exit code {e.get('exit_code')}: {e.get('reason', '')}" + _utilization(e)
+    ),
+    "JobCompleted": lambda _, e: f"attempt {e.get('attempt')}" + _utilization(e),
     "JobRejected": lambda _, e: str(e.get("reason", "")),
 }
 

@@ -1,0 +1,261 @@
+"""GPU utilization on a running embedded cluster whose node has a fake NVML
+(tests/fake_nvml.py: the executor's real pynvml calls a `libnvidia-ml.so.1` built from C):
+the GPUs are discovered and sampled through it, and what they report is seen through the API,
+`/metrics`, `fairlane nodes`, `fairlane list`, `fairlane top` (in tmux) and the dashboard's
+nodes page; a job whose GPUs sit at 0% for the idle time is flagged idle, and the event that
+ends its attempt carries its average utilization. A reading NVML cannot give says "unknown"."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import pytest_asyncio
+from prometheus_client.parser import text_string_to_metric_families
+
+from fairlane.embedded import down, up
+from tests.dashboard_support import SCREENSHOTS_ENV
+from tests.fake_nvml import FakeNvml, Gpu
+
+pytestmark = [pytest.mark.nats, pytest.mark.slow]
+#: The node's four GPUs, GPU 3 a board without utilization or temperature sensors.
+BOARDS = ("GPU-1f0e6b4e-0000", "GPU-1f0e6b4e-0001", "GPU-1f0e6b4e-0002", "GPU-1f0e6b4e-0003")
+IDLE_AFTER_S = 3
+
+
+@dataclass(frozen=True)
+class Cluster:
+    url: str
+    admin: str
+    nvml: FakeNvml
+    folder: Path
+
+    def api(self) -> httpx.Client:
+        auth = {"Authorization": f"Bearer {self.admin}"}
+        return httpx.Client(base_url=self.url, headers=auth, timeout=30)
+
+    def cli(self, *args: str) -> str:
+        config = str(self.folder / "no-config.yaml")
+        env = {**os.environ, "FAIRLANE_API": self.url, "FAIRLANE_TOKEN": self.admin,
+               "FAIRLANE_CONFIG": config, "COLUMNS": "200"}  # fmt: skip
+        done = subprocess.run(
+            [sys.executable, "-m", "fairlane.cli", *args],
+            capture_output=True, text=True, timeout=60, env=env, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, f"fairlane {' '.join(args)}: {done.stderr}"
+        return done.stdout
+
+    def gpus(self) -> dict[str, Any]:
+        with self.api() as api:
+            found = api.get("/v1/gpus")
+        assert found.status_code == 200, found.text
+        report: dict[str, Any] = found.json()
+        return report
+
+
+def boards(utilization: dict[int, int]) -> list[Gpu]:
+    """The four GPUs, each at the utilization given (0 otherwise); GPU 3 without sensors."""
+    return [
+        Gpu(uuid, utilization=utilization.get(i, 0), memory_used_mib=1000 * i + 512,
+            temperature_c=40 + i, power_mw=100_000 + 1000 * i)
+        if i < 3
+        else Gpu(uuid, utilization=None, temperature_c=None, memory_used_mib=300)
+        for i, uuid in enumerate(BOARDS)
+    ]  # fmt: skip
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def cluster() -> AsyncIterator[Cluster]:
+    with tempfile.TemporaryDirectory(prefix="fairlane-gpus-") as folder:
+        nvml = FakeNvml(Path(folder) / "nvml")
+        nvml.set(boards({}))
+        saved = dict(os.environ)
+        # the executor `up` starts inherits these: the fake library, a sample a second, and
+        # jobs idle after 3 s at 0%
+        os.environ.update(nvml.env())
+        os.environ.update({"FAIRLANE_GPU_SAMPLE": "1", "FAIRLANE_IDLE_AFTER": f"{IDLE_AFTER_S}s"})
+        try:
+            info = await up(Path(folder) / "fl")  # no --gpus: NVML (the fake) says how many
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+        try:
+            admin = Path(info.admin_token_file).read_text().strip()
+            async with httpx.AsyncClient(
+                base_url=info.api_url, headers={"Authorization": f"Bearer {admin}"}, timeout=30
+            ) as c:
+                await ready(c)
+                made = await c.put("/v1/projects/team-a", json={"quota": 4})
+                assert made.status_code == 200, made.text
+            yield Cluster(info.api_url, admin, nvml, Path(folder))
+        finally:
+            await down(Path(folder) / "fl")
+
+
+async def ready(c: httpx.AsyncClient, within: float = 90.0) -> None:
+    deadline = asyncio.get_running_loop().time() + within
+    while True:
+        try:
+            nodes = await c.get("/v1/nodes")
+            if nodes.status_code == 200 and len(nodes.json()) == 1:
+                return
+        except httpx.HTTPError:
+            pass
+        assert asyncio.get_running_loop().time() < deadline, "the API or the node never came"
+        await asyncio.sleep(0.2)
+
+
+def until(
+    look: Callable[[], Any], holds: Callable[[Any], bool], what: str, within: float = 60.0
+) -> Any:
+    deadline = time.monotonic() + within
+    while True:
+        seen = look()
+        if holds(seen):
+            return seen
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: last seen {seen!r}")
+        time.sleep(0.3)
+
+
+def scrape(cluster: Cluster) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """`/metrics`, each sample by its name and sorted labels."""
+    with cluster.api() as api:
+        text = api.get("/metrics").text
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def devices(report: dict[str, Any]) -> list[dict[str, Any]]:
+    (node,) = report["nodes"]
+    found: list[dict[str, Any]] = node["devices"]
+    return found
+
+
+def test_the_gpus_are_sampled_through_nvml(cluster: Cluster) -> None:
+    cluster.nvml.set(boards({0: 11, 1: 22, 2: 33}))
+    report = until(
+        cluster.gpus,
+        lambda r: [d["utilization"] for d in devices(r)] == [11.0, 22.0, 33.0, None],
+        "the sampled utilization",
+    )
+    (node,) = report["nodes"]
+    assert node["gpus"] == 4 and node["source"] == "nvml" and node["sample_every_s"] == 1.0
+    first, fourth = devices(report)[0], devices(report)[3]
+    assert first["uuid"] == BOARDS[0] and first["model"] == "NVIDIA H100 80GB HBM3"
+    assert (first["memory_used_mb"], first["memory_total_mb"]) == (512, 81559)
+    assert (first["temperature_c"], first["power_w"]) == (40, 100.0)
+    # the board without those sensors: unknown, never 0
+    assert (fourth["utilization"], fourth["temperature_c"]) == (None, None)
+    assert fourth["memory_used_mb"] == 300
+
+    seen = scrape(cluster)
+    name = node["node"]
+    assert seen[("fairlane_gpu_utilization_percent", (("gpu", "2"), ("node", name)))] == 33.0
+    assert seen[("fairlane_gpu_temperature_celsius", (("gpu", "0"), ("node", name)))] == 40.0
+    total = seen[("fairlane_gpu_memory_total_bytes", (("gpu", "1"), ("node", name)))]
+    assert total == float(81559 << 20)
+    # unknown: absent, not 0; the GPU itself is listed
+    assert ("fairlane_gpu_utilization_percent", (("gpu", "3"), ("node", name))) not in seen
+    info = [k for k in seen if k[0] == "fairlane_gpu_info" and ("gpu", "3") in k[1]]
+    assert len(info) == 1 and ("source", "nvml") in info[0][1]
+
+    said = cluster.cli("nodes")
+    assert "GPU UTIL" in said and "unknown" in said  # GPU 3 makes the node's mean unknown
+    for text in ("11%", "22%", "33%", "0.5/80 GiB", "40°C", "100 W", "NVIDIA H100 80GB HBM3"):
+        assert text in said, f"{text!r} not in:\n{said}"
+
+
+def job_gpus(cluster: Cluster, job: str) -> Callable[[], dict[str, Any] | None]:
+    def look() -> dict[str, Any] | None:
+        return next((j for j in cluster.gpus()["jobs"] if j["job_id"] == job), None)
+
+    return look
+
+
+def test_a_job_at_zero_is_flagged_idle_and_its_average_kept(cluster: Cluster) -> None:
+    done = cluster.folder / "busy-done"
+    command = ["sh", "-c", f"while [ ! -e {done} ]; do sleep 0.2; done"]
+    with cluster.api() as api:
+        made = api.post("/v1/jobs", json={"job_id": "busy", "project": "team-a", "gpus": 2,
+                                          "command": command})  # fmt: skip
+        assert made.status_code == 201, made.text
+    held = until(job_gpus(cluster, "busy"), lambda j: j is not None, "busy's GPUs sampled")
+    indexes = [d["index"] for d in devices(cluster.gpus()) if d["job_id"] == "busy"]
+    assert len(indexes) == 2 and held["gpus"] == 2
+    cluster.nvml.set(boards(dict.fromkeys(indexes, 80)))
+    until(job_gpus(cluster, "busy"), lambda j: j["utilization"] == 80.0, "busy at 80%")
+    listed = cluster.cli("list")
+    assert "80%" in listed and "IDLE" not in listed
+
+    # its GPUs drop to 0%: flagged idle once they stayed there for the idle time
+    cluster.nvml.set(boards({}))
+    at_zero = until(job_gpus(cluster, "busy"), lambda j: j["utilization"] == 0.0, "busy at 0%")
+    assert not at_zero["idle"]
+    idle = until(job_gpus(cluster, "busy"), lambda j: j["idle"], "busy flagged idle", 30)
+    assert idle["idle_since"] is not None and 0.0 < idle["average"] < 80.0
+    assert "IDLE" in cluster.cli("list")
+    assert any(d["idle"] for d in devices(cluster.gpus()) if d["job_id"] == "busy")
+    assert scrape(cluster)[("fairlane_job_gpu_idle", (("job", "busy"), ("project", "team-a")))]
+    the_terminal_shows_it(cluster)
+
+    # it ends: JobCompleted carries the attempt's average utilization
+    done.touch()
+
+    def completed() -> dict[str, Any] | None:
+        with cluster.api() as api:
+            items = api.get("/v1/jobs/busy/timeline", params={"type": "JobCompleted"}).json()
+        return next(iter(items["items"]), None)
+
+    ended = until(completed, lambda e: e is not None, "busy completed")
+    average = ended["event"]["gpu_utilization"]
+    assert 0.0 < average < 80.0, ended
+    assert f"GPU utilization {average:.0f}%" in cluster.cli("describe", "busy", "--events")
+
+
+def the_terminal_shows_it(cluster: Cluster) -> None:
+    """`fairlane top` in a real terminal (tmux): the node's GPUs and the idle flag."""
+    tmux = shutil.which("tmux")
+    if tmux is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("tmux is needed for the terminal test (apt-get install tmux)")
+        return
+    session = f"gpus-{os.getpid()}"
+    socket = ["-L", session]
+    env = [f"FAIRLANE_API={cluster.url}", f"FAIRLANE_TOKEN={cluster.admin}"]
+    # the terminal's own size, not one inherited from this process's environment
+    command = f"env -u COLUMNS -u LINES {' '.join(env)} {sys.executable} -m fairlane.cli top"
+
+    def run(*args: str) -> str:
+        done = subprocess.run([tmux, *socket, *args], capture_output=True, text=True,
+                              check=True, timeout=20)  # fmt: skip
+        return done.stdout
+
+    try:
+        run("new-session", "-d", "-s", session, "-x", "200", "-y", "60", command)
+        screen = until(
+            lambda: run("capture-pane", "-p", "-t", session),
+            lambda s: "IDLE" in s and "Nodes" in s,
+            "top shows the idle job",
+        )
+        assert "busy" in screen and "unknown" in screen and "0%" in screen
+        if os.environ.get(SCREENSHOTS_ENV):  # kept to be looked at
+            Path(os.environ[SCREENSHOTS_ENV]).mkdir(parents=True, exist_ok=True)
+            (Path(os.environ[SCREENSHOTS_ENV]) / "top-gpus.txt").write_text(screen)
+        run("send-keys", "-t", session, "q")
+    finally:
+        subprocess.run([tmux, *socket, "kill-server"], capture_output=True, check=False)

@@ -14,7 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,10 +23,13 @@ import httpx
 import pytest
 import pytest_asyncio
 from prometheus_client.parser import text_string_to_metric_families
+from selenium import webdriver
+from selenium.webdriver.common.by import By
 
 from fairlane.embedded import down, up
-from tests.dashboard_support import SCREENSHOTS_ENV
+from tests.dashboard_support import SCREENSHOTS_ENV, Screens, chromium, console_errors, wait_for
 from tests.fake_nvml import FakeNvml, Gpu
+from tests.test_dashboard import go, sign_in, text_of
 
 pytestmark = [pytest.mark.nats, pytest.mark.slow]
 #: The node's four GPUs, GPU 3 a board without utilization or temperature sensors.
@@ -259,3 +262,108 @@ def the_terminal_shows_it(cluster: Cluster) -> None:
         run("send-keys", "-t", session, "q")
     finally:
         subprocess.run([tmux, *socket, "kill-server"], capture_output=True, check=False)
+
+
+# -- the dashboard ----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def screens(tmp_path_factory: pytest.TempPathFactory) -> Screens:
+    return Screens(tmp_path_factory.mktemp("screens"))
+
+
+@pytest.fixture
+def browser() -> Iterator[webdriver.Chrome]:
+    with chromium() as chrome:
+        yield chrome
+
+
+def submit(cluster: Cluster, job_id: str, command: list[str], gpus: int = 1) -> None:
+    with cluster.api() as api:
+        made = api.post("/v1/jobs", json={"job_id": job_id, "project": "team-a", "gpus": gpus,
+                                          "command": command})  # fmt: skip
+        assert made.status_code == 201, made.text
+
+
+def node_state(chrome: webdriver.Chrome) -> str:
+    return str(chrome.find_element(By.CSS_SELECTOR, "section.node").get_attribute("data-state"))
+
+
+def cells(chrome: webdriver.Chrome, gpu: int) -> list[str]:
+    row = chrome.find_element(By.CSS_SELECTOR, f'table.gpus tr[data-gpu="{gpu}"]')
+    return [c.text for c in row.find_elements(By.TAG_NAME, "td")]
+
+
+def test_the_nodes_page_and_its_buttons(
+    cluster: Cluster, browser: webdriver.Chrome, screens: Screens
+) -> None:
+    chrome = browser
+    submit(cluster, "idler", ["sh", "-c", "sleep 3600"])
+    cluster.nvml.set(boards({1: 64, 2: 7}))  # idler's GPU (whichever) stays at 0% or not
+    until(job_gpus(cluster, "idler"), lambda j: j is not None, "idler sampled")
+    (index,) = [d["index"] for d in devices(cluster.gpus()) if d["job_id"] == "idler"]
+    cluster.nvml.set(boards({i: u for i, u in {0: 12, 1: 64, 2: 7}.items() if i != index}))
+    until(job_gpus(cluster, "idler"), lambda j: j["idle"], "idler flagged idle", 30)
+
+    sign_in(chrome, cluster, cluster.admin)
+    go(chrome, "Nodes", "Nodes")
+    wait_for(chrome, lambda: cells(chrome, index)[2] == "0%", "idler's GPU at 0%")
+    row = cells(chrome, index)
+    assert "idler" in row[6] and "IDLE" in row[6].upper(), row
+    # the board without sensors: unknown, not 0%
+    assert cells(chrome, 3)[2] == "unknown" and cells(chrome, 3)[4] == "unknown"
+    busy = next(i for i in (1, 2, 0) if i != index)
+    assert cells(chrome, busy)[2] == {0: "12%", 1: "64%", 2: "7%"}[busy]
+    idle_rows = chrome.find_elements(By.CSS_SELECTOR, 'table.idle tr[data-job="idler"]')
+    assert len(idle_rows) == 1
+    bar = chrome.find_element(By.CSS_SELECTOR, 'g.gpu-bar[data-gpu="3"]')
+    assert bar.get_attribute("data-utilization") == "unknown"
+    screens.take(chrome, "nodes")
+
+    # the job page says it is idle, with its utilization
+    chrome.find_element(By.CSS_SELECTOR, 'table.idle a[href="#/jobs/idler"]').click()
+    wait_for(chrome, lambda: "idle" in text_of(chrome, ".heading-state"), "the idle flag")
+    assert "0%" in text_of(chrome, "#gpu-utilization")
+    screens.take(chrome, "job-idle")
+
+    # Cordon, Drain and Uncordon, pressed
+    go(chrome, "Nodes", "Nodes")
+    node = cluster.gpus()["nodes"][0]["node"]
+    wait_for(chrome, lambda: node_state(chrome) == "ready", "the node ready")
+    chrome.find_element(By.ID, f"cordon-{node}").click()
+    wait_for(chrome, lambda: node_state(chrome) == "cordoned", "the node cordoned")
+    assert not chrome.find_element(By.ID, f"cordon-{node}").is_enabled()
+    assert "cordoned" in text_of(chrome, ".outcome")
+    screens.take(chrome, "node-cordoned")
+    chrome.find_element(By.ID, f"drain-{node}").click()
+    wait_for(chrome, lambda: node_state(chrome) == "drained", "the node drained")
+    # draining stopped the idle job: it waits, its GPU is free
+    wait_for(chrome, lambda: "idler" not in cells(chrome, index)[6], "idler stopped")
+    chrome.find_element(By.ID, f"uncordon-{node}").click()
+    wait_for(chrome, lambda: node_state(chrome) == "ready", "the node back in service")
+    with cluster.api() as api:
+        kinds = [e["type"] for e in api.get("/v1/nodes/" + node + "/timeline").json()["items"]]
+    assert "NodeCordoned" in kinds and "NodeUncordoned" in kinds
+    with cluster.api() as api:
+        api.delete("/v1/jobs/idler")
+    assert console_errors(chrome) == []
+
+
+def test_a_project_token_gets_no_node_buttons_and_a_failure_is_explained(
+    cluster: Cluster, browser: webdriver.Chrome, screens: Screens
+) -> None:
+    chrome = browser
+    with cluster.api() as api:
+        made = api.post("/v1/tokens", json={"name": "team-a-ui", "projects": ["team-a"]})
+        assert made.status_code == 201, made.text
+    token = made.json()["token"]
+    submit(cluster, "broken", ["sh", "-c", "echo no data here; exit 3"])
+    sign_in(chrome, cluster, token)
+    go(chrome, "Nodes", "Nodes")
+    wait_for(chrome, lambda: chrome.find_elements(By.CSS_SELECTOR, "section.node"), "a node")
+    assert chrome.find_elements(By.CSS_SELECTOR, "section.node button") == []
+    chrome.get(f"{cluster.url}/ui/#/jobs/broken")
+    wait_for(chrome, lambda: "exited with code 3" in text_of(chrome, ".failure"), "the reason")
+    assert "no data here" in text_of(chrome, ".failure")
+    screens.take(chrome, "job-failed")
+    assert console_errors(chrome) == []

@@ -9,6 +9,7 @@ import * as overview from "./views/overview.js";
 import * as queue from "./views/queue.js";
 import * as jobs from "./views/jobs.js";
 import * as job from "./views/job.js";
+import * as nodes from "./views/nodes.js";
 
 const main = document.getElementById("main");
 const nav = document.getElementById("nav");
@@ -39,6 +40,7 @@ function route() {
   if (parts[0] === "jobs" && parts.length > 1) return { view: job, name: "jobs", params: { jobId: parts[1] } };
   if (parts[0] === "jobs") return { view: jobs, name: "jobs", params: Object.fromEntries(params) };
   if (parts[0] === "queue") return { view: queue, name: "queue", params: {} };
+  if (parts[0] === "nodes") return { view: nodes, name: "nodes", params: {} };
   return { view: overview, name: "overview", params: {} };
 }
 

@@ -25,11 +25,12 @@ import pytest_asyncio
 from prometheus_client.parser import text_string_to_metric_families
 from selenium import webdriver
 from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import Select
 
 from fairlane.embedded import down, up
 from tests.dashboard_support import SCREENSHOTS_ENV, Screens, chromium, console_errors, wait_for
 from tests.fake_nvml import FakeNvml, Gpu
-from tests.test_dashboard import go, sign_in, text_of
+from tests.test_dashboard import go, heading, sign_in, text_of
 
 pytestmark = [pytest.mark.nats, pytest.mark.slow]
 #: The node's four GPUs, GPU 3 a board without utilization or temperature sensors.
@@ -201,15 +202,23 @@ def test_a_job_at_zero_is_flagged_idle_and_its_average_kept(cluster: Cluster) ->
     indexes = [d["index"] for d in devices(cluster.gpus()) if d["job_id"] == "busy"]
     assert len(indexes) == 2 and held["gpus"] == 2
     cluster.nvml.set(boards(dict.fromkeys(indexes, 80)))
-    until(job_gpus(cluster, "busy"), lambda j: j["utilization"] == 80.0, "busy at 80%")
+    until(
+        job_gpus(cluster, "busy"),
+        lambda j: j is not None and j["utilization"] == 80.0,
+        "busy at 80%",
+    )
     listed = cluster.cli("list")
     assert "80%" in listed and "IDLE" not in listed
 
     # its GPUs drop to 0%: flagged idle once they stayed there for the idle time
     cluster.nvml.set(boards({}))
-    at_zero = until(job_gpus(cluster, "busy"), lambda j: j["utilization"] == 0.0, "busy at 0%")
+    at_zero = until(
+        job_gpus(cluster, "busy"), lambda j: j is not None and j["utilization"] == 0.0, "busy at 0%"
+    )
     assert not at_zero["idle"]
-    idle = until(job_gpus(cluster, "busy"), lambda j: j["idle"], "busy flagged idle", 30)
+    idle = until(
+        job_gpus(cluster, "busy"), lambda j: j is not None and j["idle"], "busy flagged idle", 30
+    )
     assert idle["idle_since"] is not None and 0.0 < idle["average"] < 80.0
     assert "IDLE" in cluster.cli("list")
     assert any(d["idle"] for d in devices(cluster.gpus()) if d["job_id"] == "busy")
@@ -286,12 +295,32 @@ def submit(cluster: Cluster, job_id: str, command: list[str], gpus: int = 1) -> 
 
 
 def node_state(chrome: webdriver.Chrome) -> str:
-    return str(chrome.find_element(By.CSS_SELECTOR, "section.node").get_attribute("data-state"))
+    return attribute(chrome, "section.node", "data-state")
 
 
 def cells(chrome: webdriver.Chrome, gpu: int) -> list[str]:
-    row = chrome.find_element(By.CSS_SELECTOR, f'table.gpus tr[data-gpu="{gpu}"]')
-    return [c.text for c in row.find_elements(By.TAG_NAME, "td")]
+    """A GPU's row on the nodes page, read at one moment (the page redraws as samples come)."""
+    found = chrome.execute_script(
+        "return [...document.querySelectorAll(`table.gpus tr[data-gpu='${arguments[0]}'] td`)]"
+        ".map((c) => c.innerText)",
+        gpu,
+    )
+    return [str(c) for c in found]
+
+
+def press(chrome: webdriver.Chrome, css: str) -> None:
+    """Click what `css` selects, again if it was redrawn meanwhile."""
+    wait_for(chrome, lambda: chrome.find_element(By.CSS_SELECTOR, css).click() or True, css)
+
+
+def count(chrome: webdriver.Chrome, css: str) -> int:
+    return int(chrome.execute_script("return document.querySelectorAll(arguments[0]).length", css))
+
+
+def attribute(chrome: webdriver.Chrome, css: str, name: str) -> str:
+    return str(chrome.execute_script(
+        "return document.querySelector(arguments[0])?.getAttribute(arguments[1])", css, name
+    ))  # fmt: skip
 
 
 def test_the_nodes_page_and_its_buttons(
@@ -303,25 +332,25 @@ def test_the_nodes_page_and_its_buttons(
     until(job_gpus(cluster, "idler"), lambda j: j is not None, "idler sampled")
     (index,) = [d["index"] for d in devices(cluster.gpus()) if d["job_id"] == "idler"]
     cluster.nvml.set(boards({i: u for i, u in {0: 12, 1: 64, 2: 7}.items() if i != index}))
-    until(job_gpus(cluster, "idler"), lambda j: j["idle"], "idler flagged idle", 30)
+    until(
+        job_gpus(cluster, "idler"), lambda j: j is not None and j["idle"], "idler flagged idle", 30
+    )
 
     sign_in(chrome, cluster, cluster.admin)
     go(chrome, "Nodes", "Nodes")
-    wait_for(chrome, lambda: cells(chrome, index)[2] == "0%", "idler's GPU at 0%")
+    wait_for(chrome, lambda: cells(chrome, index)[2:3] == ["0%"], "idler's GPU at 0%")
     row = cells(chrome, index)
     assert "idler" in row[6] and "IDLE" in row[6].upper(), row
     # the board without sensors: unknown, not 0%
     assert cells(chrome, 3)[2] == "unknown" and cells(chrome, 3)[4] == "unknown"
     busy = next(i for i in (1, 2, 0) if i != index)
     assert cells(chrome, busy)[2] == {0: "12%", 1: "64%", 2: "7%"}[busy]
-    idle_rows = chrome.find_elements(By.CSS_SELECTOR, 'table.idle tr[data-job="idler"]')
-    assert len(idle_rows) == 1
-    bar = chrome.find_element(By.CSS_SELECTOR, 'g.gpu-bar[data-gpu="3"]')
-    assert bar.get_attribute("data-utilization") == "unknown"
+    assert count(chrome, 'table.idle tr[data-job="idler"]') == 1
+    assert attribute(chrome, 'g.gpu-bar[data-gpu="3"]', "data-utilization") == "unknown"
     screens.take(chrome, "nodes")
 
     # the job page says it is idle, with its utilization
-    chrome.find_element(By.CSS_SELECTOR, 'table.idle a[href="#/jobs/idler"]').click()
+    press(chrome, 'table.idle a[href="#/jobs/idler"]')
     wait_for(chrome, lambda: "idle" in text_of(chrome, ".heading-state"), "the idle flag")
     assert "0%" in text_of(chrome, "#gpu-utilization")
     screens.take(chrome, "job-idle")
@@ -330,16 +359,16 @@ def test_the_nodes_page_and_its_buttons(
     go(chrome, "Nodes", "Nodes")
     node = cluster.gpus()["nodes"][0]["node"]
     wait_for(chrome, lambda: node_state(chrome) == "ready", "the node ready")
-    chrome.find_element(By.ID, f"cordon-{node}").click()
+    press(chrome, f"#cordon-{node}")
     wait_for(chrome, lambda: node_state(chrome) == "cordoned", "the node cordoned")
-    assert not chrome.find_element(By.ID, f"cordon-{node}").is_enabled()
+    assert attribute(chrome, f"#cordon-{node}", "disabled") == ""  # pressed once, no more
     assert "cordoned" in text_of(chrome, ".outcome")
     screens.take(chrome, "node-cordoned")
-    chrome.find_element(By.ID, f"drain-{node}").click()
+    press(chrome, f"#drain-{node}")
     wait_for(chrome, lambda: node_state(chrome) == "drained", "the node drained")
     # draining stopped the idle job: it waits, its GPU is free
-    wait_for(chrome, lambda: "idler" not in cells(chrome, index)[6], "idler stopped")
-    chrome.find_element(By.ID, f"uncordon-{node}").click()
+    wait_for(chrome, lambda: cells(chrome, index)[6:] == ["free"], "idler stopped")
+    press(chrome, f"#uncordon-{node}")
     wait_for(chrome, lambda: node_state(chrome) == "ready", "the node back in service")
     with cluster.api() as api:
         kinds = [e["type"] for e in api.get("/v1/nodes/" + node + "/timeline").json()["items"]]
@@ -360,10 +389,98 @@ def test_a_project_token_gets_no_node_buttons_and_a_failure_is_explained(
     submit(cluster, "broken", ["sh", "-c", "echo no data here; exit 3"])
     sign_in(chrome, cluster, token)
     go(chrome, "Nodes", "Nodes")
-    wait_for(chrome, lambda: chrome.find_elements(By.CSS_SELECTOR, "section.node"), "a node")
-    assert chrome.find_elements(By.CSS_SELECTOR, "section.node button") == []
+    wait_for(chrome, lambda: count(chrome, "section.node"), "a node")
+    assert count(chrome, "section.node button") == 0
     chrome.get(f"{cluster.url}/ui/#/jobs/broken")
     wait_for(chrome, lambda: "exited with code 3" in text_of(chrome, ".failure"), "the reason")
     assert "no data here" in text_of(chrome, ".failure")
     screens.take(chrome, "job-failed")
     assert console_errors(chrome) == []
+
+
+def test_submit_set_a_project_and_the_history(  # noqa: PLR0915 (one walk through three pages)
+    cluster: Cluster, browser: webdriver.Chrome, screens: Screens
+) -> None:
+    chrome = browser
+    sign_in(chrome, cluster, cluster.admin)
+
+    # an admin sets a project's terms from the form
+    go(chrome, "Projects", "Projects")
+    chrome.find_element(By.ID, "terms-project").send_keys("team-b")
+    chrome.find_element(By.ID, "terms-quota").send_keys("2")
+    chrome.find_element(By.ID, "terms-weight").send_keys("3")
+    chrome.find_element(By.ID, "terms-limit").send_keys("4")
+    chrome.find_element(By.ID, "terms-priority").send_keys("7")
+    chrome.find_element(By.ID, "terms-button").click()
+    row = 'table.terms tr[data-project="team-b"]'
+    wait_for(chrome, lambda: text_of(chrome, f"{row} td.quota") == "2", "team-b's quota shown")
+    assert [text_of(chrome, f"{row} td.{c}") for c in ("weight", "limit", "priority")] == [
+        "3",
+        "4",
+        "7",
+    ]
+    with cluster.api() as api:
+        (terms,) = api.get("/v1/projects/team-b").json()["pools"]
+    assert (terms["quota"], terms["over_quota_weight"], terms["limit"], terms["priority"]) == (
+        2, 3, 4, 7
+    )  # fmt: skip
+    # a refusal is shown as the API says it
+    chrome.find_element(By.ID, "terms-project").clear()
+    chrome.find_element(By.ID, "terms-project").send_keys("team-b")
+    chrome.find_element(By.ID, "terms-pool").send_keys("no-such-pool")
+    chrome.find_element(By.ID, "terms-button").click()
+    wait_for(chrome, lambda: text_of(chrome, ".outcome .error"), "the refusal")
+    screens.take(chrome, "projects")
+
+    # a job submitted from the form runs; a name taken is refused with the API's reason
+    go(chrome, "Submit", "Submit a job")
+    wait_for(chrome, lambda: chrome.find_elements(By.CSS_SELECTOR, "#submit-project option"),
+             "the projects to choose from")  # fmt: skip
+    Select(chrome.find_element(By.ID, "submit-project")).select_by_value("team-a")
+    chrome.find_element(By.ID, "submit-job").send_keys("from-the-form")
+    chrome.find_element(By.ID, "submit-gpus").clear()
+    chrome.find_element(By.ID, "submit-gpus").send_keys("2")
+    chrome.find_element(By.ID, "submit-command").send_keys("sh\n-c\nsleep 3600")
+    screens.take(chrome, "submit")
+    chrome.find_element(By.ID, "submit-button").click()
+    wait_for(chrome, lambda: heading(chrome) == "Job from-the-form", "the new job's page")
+    wait_for(chrome, lambda: text_of(chrome, ".heading-state .state") == "running", "it runs")
+    with cluster.api() as api:
+        job = api.get("/v1/jobs/from-the-form").json()
+    assert (job["project"], job["gpus"], job["gpus_held"]) == ("team-a", 2, 2)
+    go(chrome, "Submit", "Submit a job")
+    wait_for(chrome, lambda: chrome.find_elements(By.CSS_SELECTOR, "#submit-project option"),
+             "the projects to choose from")  # fmt: skip
+    chrome.find_element(By.ID, "submit-job").send_keys("from-the-form")
+    chrome.find_element(By.ID, "submit-button").click()
+    wait_for(chrome, lambda: text_of(chrome, ".outcome .error"), "the refusal of a name taken")
+    assert heading(chrome) == "Submit a job"
+
+    # the history: team-a's GPUs in use over time reached 2 (busy, then from-the-form)
+    go(chrome, "History", "History")
+    chart = 'figure.project-history[data-project="team-a"]'
+    wait_for(chrome, lambda: chrome.find_elements(By.CSS_SELECTOR, chart), "team-a's history")
+    assert int(str(chrome.find_element(By.CSS_SELECTOR, chart).get_attribute("data-peak"))) >= 2
+    label = chrome.find_element(By.CSS_SELECTOR, f"{chart} svg").get_attribute("aria-label")
+    assert "against a quota of 4" in str(label)
+    pool = chrome.find_element(By.CSS_SELECTOR, "figure.pool-history")
+    assert int(str(pool.get_attribute("data-peak"))) >= 2
+    screens.take(chrome, "history")
+    Select(chrome.find_element(By.ID, "history-window")).select_by_value("900")
+    wait_for(chrome, lambda: "window=900" in chrome.current_url, "the window in the address")
+    wait_for(chrome, lambda: chrome.find_elements(By.CSS_SELECTOR, chart), "the last 15 minutes")
+    with cluster.api() as api:
+        api.delete("/v1/jobs/from-the-form")
+    # the two refusals above are the errors expected (the browser logs a failed request)
+    assert console_errors(chrome, "status of 422") == []
+
+
+def test_history_through_the_api(cluster: Cluster) -> None:
+    with cluster.api() as api:
+        found = api.get("/v1/history", params={"points": 30}).json()
+    (pool,) = found["pools"]
+    assert pool["pool"] == "default" and pool["points"][-1][1] == 4  # the node's GPUs
+    team_a = next(s for s in found["projects"] if s["project"] == "team-a")
+    assert len(team_a["points"]) <= 30 and max(p[1] for p in team_a["points"]) >= 2
+    assert {p[2] for p in team_a["points"]} == {4}  # its quota, at every point
+    assert any(p[3] > 0 for p in team_a["points"])  # a fair share while it ran

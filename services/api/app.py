@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import dataclasses
 import re
+import time
 import typing
 from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
@@ -57,9 +58,10 @@ from events.commands import (
     SubmitJob,
     UncordonNode,
 )
+from events.versions import decode_event
 from policy.audit import Scope
 from services.api import audit as api_audit
-from services.api import gpus, logs, metrics, queries, tokens
+from services.api import gpus, history, logs, metrics, queries, tokens
 from services.api.tokens import Caller
 from services.api.types import (
     Accepted,
@@ -911,6 +913,40 @@ async def gpu_report(ctx: Ctx, caller: Who) -> gpus.GpuReport:
         )
 
 
+#: The most events the history route folds: it reads the whole timeline each time.
+HISTORY_EVENTS_MAX: Final = 200_000
+
+
+@get("/v1/history", responses=FOUND_ERRORS, tags=["projects"])
+async def usage_history(
+    ctx: Ctx,
+    caller: Who,
+    since: Since = None,
+    until: Until = None,
+    points: Annotated[int, QueryParameter(ge=2, le=history.POINTS_MAX)] = 60,
+) -> history.History:
+    """Each project's GPUs in use, quota and fair share per pool, and each pool's GPUs and
+    GPUs allocated, at `points` evenly spaced times from `since` (default: the first event)
+    to `until` (default: now), made again from the timeline."""
+    async with ctx.db.acquire() as conn:
+        rows = await conn.fetch(
+            "SELECT seq, data::text AS data FROM timeline ORDER BY seq LIMIT $1",
+            HISTORY_EVENTS_MAX + 1,
+        )
+    if len(rows) > HISTORY_EVENTS_MAX:
+        raise _fail(422, f"the log has more than {HISTORY_EVENTS_MAX} events: not yet drawn")
+    events = [(r["seq"], decode_event(r["data"].encode())) for r in rows]
+    first = events[0][1].time if events else time.time()
+    start, end = since if since is not None else first, until if until is not None else time.time()
+    if end <= start:
+        raise _fail(400, "until must be after since", "until")
+    visible = caller.visible
+    shows = None if visible is None else set(visible)
+    at = history.times(start, end, points)
+    async with ctx.audits:  # one whole-log fold at a time, in a worker thread
+        return await asyncio.to_thread(history.history, events, at, shows)
+
+
 # -- the app ----------------------------------------------------------------------------------
 
 
@@ -964,6 +1000,7 @@ def create_app(settings: Settings) -> Litestar:
             health,
             prometheus,
             gpu_report,
+            usage_history,
             *dashboard_routes(),
         ],
         dependencies={

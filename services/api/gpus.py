@@ -187,7 +187,7 @@ async def read(
     shows: Callable[[str], bool],
 ) -> GpuReport:
     """The report, from the bucket and the read models."""
-    samples = await read_all(js)
+    samples = await read_all(js, [n.node for n in nodes])
     named = sorted({g.job_id for s in samples for g in s.gpus if g.job_id is not None})
     named += sorted({u.job_id for s in samples for u in s.jobs})
     rows = await conn.fetch(

@@ -13,12 +13,13 @@ the GPU was seen idle.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Final, Literal
 
 import msgspec
 from nats.js import JetStreamContext
 from nats.js.api import KeyValueConfig
-from nats.js.errors import BadRequestError, BucketNotFoundError, NoKeysError, NotFoundError
+from nats.js.errors import BadRequestError, BucketNotFoundError, InvalidKeyError, NotFoundError
 from nats.js.kv import KeyValue
 
 BUCKET: Final = "fairlane-gpu-samples"
@@ -105,26 +106,23 @@ async def samples_bucket(js: JetStreamContext) -> KeyValue:
         return await js.key_value(BUCKET)
 
 
-async def read_all(js: JetStreamContext) -> list[NodeSamples]:
-    """Every node's latest value (nodes whose key lapsed are absent). Values that do not
-    decode (a newer writer's, say) are skipped rather than failing the reader."""
+async def read_all(js: JetStreamContext, nodes: Iterable[str]) -> list[NodeSamples]:
+    """The latest value of each of `nodes` that has one (a key that lapsed is absent). Read
+    key by key, by name: listing the bucket's keys makes a consumer each time. A value that
+    does not decode (a newer writer's, say) is skipped rather than failing the reader."""
     try:
         bucket = await js.key_value(BUCKET)
     except (BucketNotFoundError, NotFoundError):
         return []
     found: list[NodeSamples] = []
-    try:
-        keys = await bucket.keys()
-    except NoKeysError:  # an empty bucket
-        return []
-    for key in keys:
+    for node in sorted(set(nodes)):
         try:
-            entry = await bucket.get(key)
-        except NotFoundError:  # lapsed between the listing and the get
+            entry = await bucket.get(node)
+        except (NotFoundError, InvalidKeyError):  # no sample, or lapsed; a name no key can be
             continue
         if entry.value:
             try:
                 found.append(decode(entry.value))
             except msgspec.DecodeError:
                 continue
-    return sorted(found, key=lambda s: s.node)
+    return found

@@ -62,10 +62,17 @@ function render(found, ctx) {
 }
 
 const x = (t, found) => (found.until > found.since ? (W * (t - found.since)) / (found.until - found.since) : W);
-const y = (v, top) => H - (H * v) / top;
+// a margin above and below, so a line at the top or at 0 is not cut in half by the frame
+const PAD = 8;
+const y = (v, top) => H - PAD - ((H - 2 * PAD) * v) / top;
 
+// Steps, not slopes: a value holds from one point until the next (it changes at events).
 function line(points, cls, found, top, at) {
-  const d = points.map((p, i) => `${i ? "L" : "M"}${x(p[0], found).toFixed(1)},${y(p[at], top).toFixed(1)}`).join(" ");
+  const d = points.map((p, i) => {
+    const px = x(p[0], found).toFixed(1);
+    const py = y(p[at], top).toFixed(1);
+    return i ? `H${px} V${py}` : `M${px},${py}`;
+  }).join(" ");
   return s("path", { class: cls, d, "vector-effect": "non-scaling-stroke" });
 }
 
@@ -82,7 +89,8 @@ function poolChart(pool, found) {
   const last = pool.points[pool.points.length - 1];
   const peak = Math.max(...pool.points.map(([, , a]) => a));
   const label = `pool ${pool.pool}: ${last[2]} of ${last[1]} GPUs allocated now, at most ${peak} in this window`;
-  const area = `${line(pool.points, "", found, top, 2).getAttribute("d")} L${W},${H} L0,${H} Z`;
+  const start = x(pool.points[0][0], found).toFixed(1);
+  const area = `${line(pool.points, "", found, top, 2).getAttribute("d")} V${H - PAD} H${start} Z`;
   return h("figure", { class: "chart pool-history", "data-pool": pool.pool, "data-peak": peak },
     frame(label, top, found,
       s("path", { class: "allocated-area", d: area }),

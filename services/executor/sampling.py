@@ -1,10 +1,10 @@
 """Sampling this node's GPUs through NVML, at a bounded rate, into the GPU samples bucket.
 
 The imperative shell (`sample_gpus`, one task per executor) reads NVML in a worker thread
-every `gpu_sample_s` and puts the node's value (services/runtime/gpu_samples.py). The rest is
-pure: `read_gpus` turns NVML's answers into samples, a field at a time (a board without a
-power sensor still reports its utilization), and `UsageTracker` folds the samples into each
-job's utilization, its average over the attempt, and since when its GPUs have all been at 0%.
+every `gpu_sample_s` and puts the node's value (services/runtime/gpu_samples.py). `read_gpus`
+asks NVML a field at a time (a board without a power sensor still reports its utilization);
+`UsageTracker`, pure, folds the samples into each job's utilization, its average over the
+attempt, and since when its GPUs have all been at 0%.
 The average is what the executor puts on the event that ends the attempt
 (`attempt_utilization`), so the job's timeline keeps it after the samples are gone.
 
@@ -23,9 +23,9 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import msgspec
-import structlog
 
 from services.executor.gpus import _load_nvml, _text
+from services.executor.local import AttemptKey
 from services.runtime.gpu_samples import (
     GpuSample,
     JobGpuUsage,
@@ -36,10 +36,6 @@ from services.runtime.gpu_samples import (
 
 if TYPE_CHECKING:
     from services.executor.executor import Executor
-
-logger = structlog.get_logger("fairlane.executor.sampling")
-
-AttemptKey = tuple[str, int]
 
 
 def _field(nvml: ModuleType, read: Callable[[], Any]) -> Any:

@@ -4,6 +4,7 @@ from events.catalogue import (
     SCHEMA_VERSION,
     ClusterConfigured,
     Event,
+    EventSetAside,
     JobAdmitted,
     JobCancelled,
     JobCheckpointed,
@@ -32,6 +33,8 @@ from events.catalogue import (
     SchedulingHeld,
     WorkRelayed,
     encode_event,
+    set_aside_id,
+    set_aside_subject,
     subject_for,
     work_subject,
 )
@@ -54,6 +57,7 @@ __all__ = [
     "ClusterConfigured",
     "ClusterSettings",
     "Event",
+    "EventSetAside",
     "GpuDevice",
     "JobAdmitted",
     "JobCancelled",
@@ -92,6 +96,8 @@ __all__ = [
     "WorkRelayed",
     "decode_event",
     "encode_event",
+    "set_aside_id",
+    "set_aside_subject",
     "subject_for",
     "work_subject",
 ]

@@ -24,6 +24,7 @@ from events.model import (
     ProjectTerms,
     Replica,
     SchedulerSettings,
+    UsageFacts,
 )
 
 #: The catalogue's schema version. 2: `ClusterConfigured` carries its settings as one struct.
@@ -181,6 +182,8 @@ class JobNominated(Event, frozen=True, kw_only=True):
     basis_seq: int = 0
     #: the version of the policy that decided it ("": not stated)
     policy_version: str = ""
+    #: Rule 11: what the usage history did to the pool's fair shares (None: nothing)
+    history: UsageFacts | None = None
 
 
 class JobScheduled(Event, frozen=True, kw_only=True):
@@ -195,6 +198,8 @@ class JobScheduled(Event, frozen=True, kw_only=True):
     basis_seq: int = 0
     #: the version of the policy that decided it ("": not stated)
     policy_version: str = ""
+    #: Rule 11: what the usage history did to the pool's fair shares (None: nothing)
+    history: UsageFacts | None = None
 
 
 class JobStarted(Event, frozen=True, kw_only=True):
@@ -376,6 +381,31 @@ class WorkRelayed(Event, frozen=True, kw_only=True):
     jobs: tuple[JobWork, ...] = ()
 
 
+class EventSetAside(Event, frozen=True, kw_only=True):
+    """A service could not handle the event at `seq` (stored on `subject`) and went on without
+    it, so that one bad event does not stop it for good: `reason` says why (a relay larger than
+    the bus carries, text the read models refuse). It changes no cluster state: the fold
+    ignores it. The id names the service, the sequence and the subject, so a service that sets
+    the same event aside again (after a restart) writes a duplicate."""
+
+    service: str
+    #: the stream sequence of the event set aside
+    seq: int
+    #: the subject of the event set aside (the node watcher: the relay subject it could not
+    #: write, `fl.work.<node>`)
+    subject: str
+    reason: str
+
+
+def set_aside_id(service: str, seq: int, subject: str) -> str:
+    return f"aside/{service}/{seq}/{subject}"
+
+
+def set_aside_subject(service: str) -> str:
+    """Where a service records what it set aside (`fairlane status` reads `fl.aside.>`)."""
+    return f"fl.aside.{service}"
+
+
 def work_subject(node: str) -> str:
     """Where a node's work is relayed (also an executor's consumer filter)."""
     return f"fl.work.{node}"
@@ -410,6 +440,7 @@ AnyEvent = (
     | JobCancelled
     | JobPriorityChanged
     | WorkRelayed
+    | EventSetAside
 )
 
 _encoder = msgspec.json.Encoder()
@@ -444,6 +475,8 @@ def subject_for(event: Event) -> str:
             subject = f"fl.cluster.{name}"
         case WorkRelayed(node=node):
             subject = work_subject(node)
+        case EventSetAside(service=service):
+            subject = set_aside_subject(service)
         case _:
             job_id = getattr(event, "job_id", None)
             if job_id is None:

@@ -39,16 +39,30 @@ MAX_POOLS: Final = 64
 MAX_PRIORITY_CLASSES: Final = 256
 MAX_COMMAND_ARGS: Final = 1024
 MAX_TEXT: Final = 4096
+#: A job's spec, encoded: every event that carries it (the submission, each placement's relay
+#: to a node) must fit in one bus message (1 MiB by default) with room to spare; a spec just
+#: under that limit was stored, and its relay could then never be written.
+MAX_SPEC_BYTES: Final = 64 * 1024
 
-Name = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_NAME)]
-Text = Annotated[str, msgspec.Meta(max_length=MAX_TEXT)]
+#: Text holds anything but the NUL character: PostgreSQL's text refuses it (a NUL stored in
+#: the log froze the read models), and a process's arguments and environment cannot hold it.
+NO_NUL: Final = r"^[^\x00]*$"
+
+Name = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_NAME, pattern=NO_NUL)]
+Text = Annotated[str, msgspec.Meta(max_length=MAX_TEXT, pattern=NO_NUL)]
 MAX_ENV: Final = 256
 #: KEY=VALUE, the key a shell variable name
-EnvEntry = Annotated[
-    str, msgspec.Meta(max_length=MAX_TEXT, pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}=")
-]
+ENV_PATTERN: Final = r"^[A-Za-z_][A-Za-z0-9_]{0,127}=[^\x00]*$"
+EnvEntry = Annotated[str, msgspec.Meta(max_length=MAX_TEXT, pattern=ENV_PATTERN)]
+#: What msgspec says of a value that breaks a pattern, and what a person reads instead.
+_PATTERNS_SAID: Final = {
+    f"`str` matching regex {NO_NUL!r}": "text without the NUL character (\\u0000)",
+    f"`str` matching regex {ENV_PATTERN!r}": (
+        "KEY=VALUE, KEY a shell variable name, without the NUL character (\\u0000)"
+    ),
+}
 #: an absolute path (PATH_MAX long at most)
-WorkingDir = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_TEXT, pattern=r"^/")]
+WorkingDir = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_TEXT, pattern=r"^/[^\x00]*$")]
 Gpus = Annotated[int, msgspec.Meta(ge=0, le=MAX_GPUS)]
 Replicas = Annotated[int, msgspec.Meta(ge=1, le=MAX_REPLICAS)]
 GpuCount = Annotated[int, msgspec.Meta(ge=0, le=MAX_GPUS_TOTAL)]
@@ -67,7 +81,7 @@ class SubmitJob(Command, frozen=True, kw_only=True):
     job_id: Name
     spec: JobSpec
     #: The same key twice is one job: a retried submission is answered with the first verdict.
-    idempotency_key: Annotated[str, msgspec.Meta(max_length=256)] | None = None
+    idempotency_key: Annotated[str, msgspec.Meta(max_length=256, pattern=NO_NUL)] | None = None
 
 
 class CancelJob(Command, frozen=True, kw_only=True):
@@ -209,8 +223,11 @@ class _PriorityClassBounds(msgspec.Struct, frozen=True):
 def check_bounds(command: AnyCommand) -> None:
     """Raise msgspec.ValidationError, naming the field, for a value out of bounds: for a
     command built in Python (a decoded one had its own fields checked by the decoder)."""
-    msgspec.json.decode(msgspec.json.encode(command), type=type(command))
-    _check_values(command)
+    try:
+        msgspec.json.decode(msgspec.json.encode(command), type=type(command))
+        _check_values(command)
+    except msgspec.ValidationError as e:
+        raise clearer(e) from None
 
 
 def _check_values(command: AnyCommand) -> None:
@@ -218,11 +235,25 @@ def _check_values(command: AnyCommand) -> None:
     match command:
         case SubmitJob(spec=spec):  # (min_replicas <= replicas is admission's rule)
             _convert(spec, _JobSpecBounds, "$.spec")
+            _check_spec_size(spec)
         case ConfigureCluster(priority_classes=classes):
             for i, priority_class in enumerate(classes):
                 _convert(priority_class, _PriorityClassBounds, f"$.priority_classes[{i}]")
         case _:
             pass
+
+
+def _check_spec_size(spec: JobSpec) -> None:
+    size = len(msgspec.json.encode(spec))
+    if size <= MAX_SPEC_BYTES:
+        return
+    fields = msgspec.structs.asdict(spec)
+    largest = max(fields, key=lambda name: len(msgspec.json.encode(fields[name])))
+    raise msgspec.ValidationError(
+        f"Expected a job spec of at most {MAX_SPEC_BYTES} bytes encoded, got {size} bytes"
+        f" (its largest field, `{largest}`, is {len(msgspec.json.encode(fields[largest]))}"
+        f" bytes) - at `$.spec.{largest}`"
+    )
 
 
 def _convert(value: object, bounds: type[msgspec.Struct], at: str) -> None:
@@ -238,9 +269,25 @@ _reply_decoder: msgspec.json.Decoder[Reply] = msgspec.json.Decoder(Reply)
 
 def decode_command(data: bytes) -> AnyCommand:
     """Decode a command and check its bounds (msgspec.DecodeError / ValidationError)."""
-    command = _command_decoder.decode(data)
-    _check_values(command)
+    try:
+        command = _command_decoder.decode(data)
+        _check_values(command)
+    except msgspec.ValidationError as e:
+        raise clearer(e) from None
     return command
+
+
+def clearer(error: msgspec.ValidationError) -> msgspec.ValidationError:
+    """`error` in words a person reads (a NUL is named as such, not as a regex)."""
+    said = in_words(str(error))
+    return error if said == str(error) else msgspec.ValidationError(said)
+
+
+def in_words(message: str) -> str:
+    """A validation message with the text patterns said in words."""
+    for regex, meant in _PATTERNS_SAID.items():
+        message = message.replace(regex, meant)
+    return message
 
 
 def decode_reply(data: bytes) -> Reply:

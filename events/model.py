@@ -21,6 +21,10 @@ class SchedulerSettings(msgspec.Struct, frozen=True):
     type: SchedulerType = "fair_share"
     fitting: Fitting = "best"
     victim_order: VictimOrder = "newest"
+    #: Rule 11: the half-life of the usage history the fair share weighs (None: off).
+    usage_half_life_s: float | None = None
+    #: Rule 11: how strongly the history moves the shares (0: as if it were off).
+    usage_k: float = 1.0
 
 
 class PriorityClass(msgspec.Struct, frozen=True):
@@ -120,3 +124,19 @@ class PreemptionFacts(msgspec.Struct, frozen=True, omit_defaults=True):
     victim_gpus: int = 0
     cost_gpu_s: float | None = None
     note: str = ""
+    #: Rule 11: what the usage history did to the pool's fair shares (None: nothing)
+    history: UsageFacts | None = None
+
+
+class UsageFacts(msgspec.Struct, frozen=True, omit_defaults=True):
+    """Rule 11: the usage history a decision's fair shares weighed, per project of the pool
+    with a share or demand: its decayed usage U (a part of the pool's decayed GPU-seconds),
+    the part P of each round's GPUs above quota it was given, its fair share, and the fair
+    share the weights alone would give it."""
+
+    half_life_s: float
+    k: float
+    decayed_usage: dict[str, float] = {}
+    share_weight: dict[str, float] = {}
+    fair_share: dict[str, int] = {}
+    without_history: dict[str, int] = {}

@@ -218,6 +218,10 @@ def print_report(console: Console, report: AuditReport) -> None:
     head.add_row("made by another policy version or actor", f"{report.not_compared:,}")
     for reason, count in doc["refused"].items():
         head.add_row(f"refused by the fold: {reason}", f"{count:,}")
+    if report.usage_checked:
+        # rule 11: the decayed usage U (and P) those decisions weighed, re-derived from the log
+        head.add_row("weighed usage history (U, P)", f"{report.usage_checked:,}")
+        head.add_row("U and P re-derived exactly", f"{report.usage_matched:,}")
     console.print(head)
     for finding in report.findings:
         if finding.outcome != "matches":

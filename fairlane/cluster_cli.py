@@ -23,6 +23,7 @@ from fairlane.embedded import (
     supervisor_status,
     up,
 )
+from fairlane.log_health import LogHealth, describe, look_now
 from fairlane.supervisor import STABLE_S, ProgramStatus
 from services.runtime.main import configure_logging
 from services.runtime.processes import pid_exists
@@ -53,8 +54,11 @@ def up_command(
     runtime: Literal["process", "docker"] = "process",
     nats_port: int | None = None,
     api_port: int | None = None,
+    nodes: int = 1,
+    heartbeat_timeout: float | None = None,
 ) -> None:
-    """Start an embedded cluster: nats-server, PostgreSQL, the services and one node executor.
+    """Start an embedded cluster: nats-server, PostgreSQL, the services and one node executor
+    (or --nodes of them; `fairlane node start` adds more later).
 
     Parameters
     ----------
@@ -76,9 +80,25 @@ def up_command(
         The port of the nats-server it starts (default: 4222 where free, else any free one).
     api_port
         The HTTP API's port (default: 8080 where free, else any free one).
+    nodes
+        Node executors to run on this machine, each with --gpus GPUs of its own and a folder
+        of its own: the first is named after the host, the others HOST-2, HOST-3, ...
+        (needs --gpus above 1 node: NVML would give every node the same GPUs).
+    heartbeat_timeout
+        Seconds without a node's heartbeat before it is declared lost and its jobs are
+        queued again (default 10).
     """
-
+    if nodes < 1:
+        err.print(f"[red]error:[/] --nodes {nodes}: run at least 1 node")
+        sys.exit(2)
+    if nodes > 1 and gpus is None:
+        err.print(f"[red]error:[/] --nodes {nodes} needs --gpus N: each node declares its own")
+        sys.exit(2)
+    if heartbeat_timeout is not None and not 0 < heartbeat_timeout <= 86_400:
+        err.print(f"[red]error:[/] --heartbeat-timeout {heartbeat_timeout:g}: not in (0, 86400]")
+        sys.exit(2)
     configure_logging("warning")  # the table below says what started
+    extra: list[str] = []
 
     async def start() -> tuple[ClusterFile, list[ProgramStatus]]:
         info = await up(
@@ -89,7 +109,18 @@ def up_command(
             runtime=runtime,
             nats_port=nats_port,
             api_port=api_port,
+            heartbeat_timeout=heartbeat_timeout,
         )
+        if nodes > 1 and gpus is not None:
+            from fairlane.nodes import NodeError, start_node  # noqa: PLC0415  (only for --nodes)
+
+            for i in range(2, nodes + 1):
+                name = f"{info.node}-{i}"
+                try:
+                    await start_node(data_dir, name, gpus=gpus, runtime=runtime)
+                except NodeError as e:
+                    raise EmbeddedError(f"{e} (`fairlane down` stops what started)") from None
+                extra.append(name)
         return info, await started(data_dir)
 
     async def foreground() -> int:
@@ -113,7 +144,7 @@ def up_command(
         if stop.is_set():
             await _stop(data_dir)
             return 130
-        _print_started(info, failed, data_dir)
+        _print_started(info, failed, data_dir, extra)
         if detach:
             return 1 if failed else 0
         console.print("[dim]Ctrl-C stops everything.[/]")
@@ -132,7 +163,9 @@ async def _stop(data_dir: Path) -> None:
     console.print(f"stopped: {', '.join(stopped) or 'nothing'}")
 
 
-def _print_started(info: ClusterFile, failed: list[ProgramStatus], data_dir: Path) -> None:
+def _print_started(
+    info: ClusterFile, failed: list[ProgramStatus], data_dir: Path, extra: list[str]
+) -> None:
     title = "Fairlane is up" if not failed else "Fairlane started, but not everything is up"
     table = Table(title=title, title_justify="left")
     table.add_column("what")
@@ -142,6 +175,8 @@ def _print_started(info: ClusterFile, failed: list[ProgramStatus], data_dir: Pat
         table.add_row("NATS credentials", f"{info.credentials_dir} (one user per service)")
     table.add_row("PostgreSQL", info.postgres_uri)
     table.add_row("node executor", f"node {info.node}, pool default")
+    for node in extra:
+        table.add_row("node executor", f"node {node}, pool default (fairlane node stop {node})")
     if info.api_url:
         table.add_row("HTTP API", f"{info.api_url} (docs: {info.api_url}/docs)")
         table.add_row("admin token", f"in {info.admin_token_file} (mode 0600)")
@@ -191,8 +226,8 @@ def _tail(path: Path, lines: int = 5) -> list[str]:
 
 
 def status_command(*, data_dir: DataDir = DEFAULT_DATA_DIR) -> None:
-    """What the embedded cluster in --data-dir runs: each service, its restarts, and warnings
-    about the event log's limits."""
+    """What the embedded cluster in --data-dir runs: each service, its restarts, how far behind
+    the read models are, and warnings: the event log's limits, events a service set aside."""
     info = read_cluster(data_dir.resolve())
     if info is None:
         err.print(f"[red]error:[/] no cluster runs from {data_dir}")
@@ -207,7 +242,11 @@ def status_command(*, data_dir: DataDir = DEFAULT_DATA_DIR) -> None:
     for program in programs:
         table.add_row(program.name, _program_state(program, info.data_dir))
     console.print(table)
-    for warning in limit_warnings(data_dir):
+    health = look_now(info)
+    lines, warnings = describe(health) if isinstance(health, LogHealth) else ([], [health])
+    for line in lines:
+        console.print(line)
+    for warning in [*limit_warnings(data_dir), *warnings]:
         err.print(f"[yellow]warning:[/] {warning}")
     if dead or any(_troubled(p) for p in programs):
         sys.exit(1)

@@ -3,21 +3,28 @@ and the events, past or live."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
+import os
+import signal
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Annotated, Any, Final, Literal
 
 import cyclopts
 from rich.markup import escape
 from rich.table import Table
 
+from events.units import parse_duration
 from fairlane import gpus_cli
 from fairlane.api_options import Connection, connected
 from fairlane.client import Api
+from fairlane.cluster_file import DEFAULT_DATA_DIR
 from fairlane.output import USAGE, Output, clock, console, emit, errors_said, fail, to_yaml
 from fairlane.timeline import details, print_timeline
+from policy.decay import settings_problem
 
 EVENTS_MAX = 10_000
 
@@ -31,7 +38,12 @@ def register(app: cyclopts.App) -> None:
     pool.command(pool_set, name="set")
     app.command(pool)
     app.command(nodes)
-    node = cyclopts.App(name="node", help="Take a node out of service and back: cordon, drain.")
+    node = cyclopts.App(
+        name="node", help="Add nodes to a cluster and stop them; take them out of service and back."
+    )
+    node.command(node_start, name="start")
+    node.command(node_stop, name="stop")
+    node.command(node_credentials, name="credentials")
     node.command(node_cordon, name="cordon")
     node.command(node_drain, name="drain")
     node.command(node_uncordon, name="uncordon")
@@ -75,6 +87,7 @@ def projects_table(found: list[dict[str, Any]]) -> None:
     for column in ("QUOTA", "WEIGHT", "LIMIT", "PRIORITY", "FAIR SHARE", "IN USE"):
         table.add_column(column, justify="right")
     table.add_column("OVER QUOTA")
+    table.add_column("U", justify="right")  # rule 11: decayed usage, a part of the pool
     for project in found:
         for p in project["pools"]:
             over = "[yellow]yes[/]" if p["over_quota"] else "no"
@@ -88,8 +101,13 @@ def projects_table(found: list[dict[str, Any]]) -> None:
                 str(p["fair_share"]),
                 str(p["usage"]),
                 over,
+                _part(p.get("decayed_usage")),
             )
     console.print(table)
+
+
+def _part(u: float | None) -> str:
+    return "-" if u is None else f"{100 * u:.0f}%"
 
 
 def project_set(
@@ -141,6 +159,8 @@ def pool_set(
     scheduler: Literal["fair_share", "priority", "round_robin"] | None = None,
     fitting: Literal["best", "worst"] = "best",
     victim_order: Literal["newest", "cost"] = "newest",
+    usage_half_life: str | None = None,
+    usage_k: float = 1.0,
     connection: Connection | None = None,
     output: Output = "table",
 ) -> None:
@@ -149,6 +169,7 @@ def pool_set(
 
     ```
     fairlane pool set default --scheduler fair_share --fitting best --victim-order cost
+    fairlane pool set default --usage-half-life 2h --usage-k 1
     ```
 
     Parameters
@@ -159,11 +180,34 @@ def pool_set(
         best packs, worst spreads (with --scheduler).
     victim_order
         newest, or cost (least lost work) (with --scheduler).
+    usage_half_life
+        Time-aware fairness (rule 11): the half-life of the usage history the fair share
+        weighs (2h, 1d, ...); a project that used much of the pool lately gets a smaller share.
+    usage_k
+        How strongly the history moves the shares (0: not at all; default 1).
     """
-    body = {"scheduler": scheduler, "fitting": fitting, "victim_order": victim_order}
+    body: dict[str, Any] = {"scheduler": scheduler, "fitting": fitting}
+    body["victim_order"] = victim_order
+    if usage_half_life is not None or usage_k != 1.0:
+        body.update(_usage_settings(usage_half_life, usage_k))
     with errors_said(), connected(connection) as api:
         answer = api.put(f"/v1/pools/{name}", body)
         emit(answer, output, lambda a: _configured(f"pool {name}", a))
+
+
+def _usage_settings(half_life: str | None, k: float) -> dict[str, Any]:
+    """Rule 11's settings as the API takes them, checked here first so that a bad value is
+    named as it was typed."""
+    seconds = None
+    if half_life is not None:
+        try:
+            seconds = parse_duration(half_life)
+        except ValueError as e:
+            fail(f"--usage-half-life: {e}", USAGE)
+    problem = settings_problem(seconds, k)
+    if problem is not None:
+        fail(f"--usage-half-life {half_life}, --usage-k {k}: {problem}", USAGE)
+    return {"usage_half_life_s": seconds, "usage_k": k}
 
 
 def _configured(what: str, answer: dict[str, Any]) -> None:
@@ -195,6 +239,189 @@ def nodes(*, connection: Connection | None = None, output: Output = "table") -> 
     with errors_said(), connected(connection) as api:
         found = gpus_cli.with_gpus(api.get("/v1/nodes"), gpus_cli.report(api))
         emit(found, output, _nodes_table)
+
+
+DataDir = Annotated[Path, cyclopts.Parameter(name="--data-dir")]
+
+
+def node_start(
+    name: str,
+    /,
+    *,
+    gpus: int | None = None,
+    pool: str = "default",
+    data_dir: DataDir = DEFAULT_DATA_DIR,
+    nats: str | None = None,
+    credentials: Path | None = None,
+    runtime: Literal["process", "docker"] = "process",
+    address: str | None = None,
+    foreground: bool = False,
+) -> None:
+    """Start a node executor on this machine and return once its node has registered.
+
+    For the embedded cluster in --data-dir (`fairlane up`), the node is supervised with the
+    cluster's services (restarted if it exits, stopped by `fairlane down`); its NATS user is
+    added to the cluster's nats-server. For a cluster elsewhere, give its --nats URL and the
+    node's --credentials file (`fairlane node credentials NAME` on the cluster's machine, or
+    `fairlane deploy secrets DIR --node NAME`); a supervisor of the node's own runs it from
+    --data-dir. Each node has its own folder (`DIR/nodes/NAME`) and its own declared GPUs.
+
+    ```
+    fairlane node start gpu-2 --gpus 2
+    fairlane node start gpu-3 --gpus 1 --pool a100
+    fairlane node start gpu-4 --gpus 8 --nats nats://head:4222 --credentials executor-gpu-4.json
+    ```
+
+    Parameters
+    ----------
+    name
+        The node's name: letters, digits, '-' and '_' (1 to 128); not one that runs already.
+    gpus
+        GPUs the node declares: its GPU indexes 0..N-1, its own whichever other nodes run on
+        this machine (default: what NVML finds, for a node with a machine to itself).
+    pool
+        The pool the node belongs to.
+    data_dir
+        The embedded cluster's folder; with --nats, where the node keeps its files.
+    nats
+        Join the cluster at this NATS URL instead of the embedded one (needs --credentials).
+    credentials
+        With --nats: the node's NATS credentials file (its user is `executor-NAME`).
+    runtime
+        How the node runs jobs: local processes, or Docker containers of each job's image.
+    address
+        Where other nodes reach this one (a gang's MASTER_ADDR; default 127.0.0.1).
+    foreground
+        Stay attached after it registered; Ctrl-C stops the node.
+    """
+    if (nats is None) != (credentials is None):
+        fail(
+            "--nats URL and --credentials FILE go together (for a cluster elsewhere); "
+            "without both, the node joins the embedded cluster in --data-dir",
+            USAGE,
+        )
+    from fairlane import nodes  # noqa: PLC0415  (NATS and the supervisor: only when run)
+
+    async def start() -> nodes.StartedNode:
+        if nats is not None and credentials is not None:
+            return await nodes.start_remote_node(
+                data_dir,
+                name,
+                nats_url=nats,
+                credentials=credentials,
+                gpus=gpus,
+                pool=pool,
+                runtime=runtime,
+                address=address,
+            )
+        return await nodes.start_node(
+            data_dir, name, gpus=gpus, pool=pool, runtime=runtime, address=address
+        )
+
+    try:
+        started = asyncio.run(start())
+    except nodes.NodeError as e:
+        fail(str(e), e.code)
+    offers = "GPUs from NVML" if gpus is None else f"{gpus} GPU(s)"
+    console.print(
+        f"node {escape(name)} registered: pool {escape(pool)}, {offers}, cluster "
+        f"{escape(started.nats_url)}; files {escape(str(started.data_dir))}, log "
+        f"{escape(str(started.log))}"
+    )
+    if not foreground:
+        console.print(f"[dim]`fairlane node stop {escape(name)}` stops it.[/]")
+        return
+    console.print("[dim]Ctrl-C stops the node.[/]")
+    asyncio.run(_until_interrupted())
+    node_stop(name, data_dir=data_dir)
+
+
+async def _until_interrupted() -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+
+
+def node_stop(name: str, /, *, data_dir: DataDir = DEFAULT_DATA_DIR) -> None:
+    """Stop a node started from --data-dir (the embedded cluster's own node too).
+
+    Its executor stops its workloads (SIGTERM, then SIGKILL after the jobs' grace) and exits;
+    the node watcher declares the node lost once its heartbeat timeout passes (`fairlane up
+    --heartbeat-timeout`, default 10 s), and its jobs are queued again and resume elsewhere
+    from their last stored checkpoint. `fairlane node drain NAME` first stops them with a
+    fresh checkpoint.
+
+    ```
+    fairlane node stop gpu-2
+    ```
+
+    Parameters
+    ----------
+    name
+        The node's name.
+    data_dir
+        The folder the node was started from.
+    """
+    from fairlane import nodes  # noqa: PLC0415  (NATS and the supervisor: only when run)
+
+    try:
+        where = asyncio.run(nodes.stop_node(data_dir, name))
+    except nodes.NodeError as e:
+        fail(str(e), e.code)
+    console.print(
+        f"node {escape(name)} stopped (it ran in {escape(where)}); it is declared lost once "
+        "its heartbeat timeout passes, and its jobs are queued again"
+    )
+
+
+def node_credentials(
+    name: str,
+    /,
+    *,
+    data_dir: DataDir = DEFAULT_DATA_DIR,
+    output_file: Annotated[Path | None, cyclopts.Parameter(name=["--output-file", "-O"])] = None,
+) -> None:
+    """Add a node's NATS user to the embedded cluster and say where its credentials are.
+
+    The cluster in --data-dir gets the user `executor-NAME` (kept if it has one) and its
+    nats-server reads its users again; the credentials file is for `fairlane node start NAME
+    --nats URL --credentials FILE` on another machine.
+
+    ```
+    fairlane node credentials gpu-4 -O executor-gpu-4.json
+    ```
+
+    Parameters
+    ----------
+    name
+        The node's name.
+    data_dir
+        The embedded cluster's folder.
+    output_file
+        Also write the credentials to this file (mode 0600); keep it secret.
+    """
+    from fairlane import nodes  # noqa: PLC0415  (NATS: only when run)
+
+    try:
+        path, url = asyncio.run(nodes.node_credentials(data_dir, name))
+    except nodes.NodeError as e:
+        fail(str(e), e.code)
+    if output_file is not None:
+        try:
+            fd = os.open(output_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "wb") as out:
+                out.write(path.read_bytes())
+            os.chmod(output_file, 0o600)
+        except OSError as e:
+            fail(f"--output-file {output_file}: {e.strerror or e}")
+        path = output_file
+    console.print(
+        f"NATS user executor-{escape(name)} may connect to {escape(url)}; its credentials: "
+        f"{escape(str(path))} (mode 0600, keep it secret). On the node's machine:\n"
+        f"  fairlane node start {escape(name)} --gpus N --nats {escape(url)} --credentials FILE"
+    )
 
 
 def node_cordon(

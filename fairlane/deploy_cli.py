@@ -61,9 +61,11 @@ def secrets_command(
     folder
         Where to write them (made with mode 0700).
     node
-        A node executor's node name (one NATS user each); repeat for several. Default: node-1.
+        A node executor's node name (one NATS user each); repeat for several. Default:
+        node-1 and node-2, the executors of compose.yaml. Nodes added before keep their
+        users: run it again with only the new node's name to add one.
     """
-    nodes = node or ["node-1"]
+    nodes = node or ["node-1", "node-2"]
     written = write_secrets(folder, nodes)
     for path in written:
         console.print(str(path))

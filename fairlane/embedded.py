@@ -3,6 +3,7 @@
 `fairlane up` starts nats-server (JetStream) and PostgreSQL under a data folder, the services
 and one node executor for this machine under a supervisor that restarts whatever exits
 (fairlane/supervisor.py); `fairlane down` (or Ctrl-C on a foreground `up`) stops them all.
+`fairlane node start` adds more nodes to the supervisor's plan (fairlane/nodes.py).
 What runs where is written to `<data>/cluster.json`, so `down`, the job commands and the demo
 find a running cluster.
 
@@ -35,6 +36,7 @@ from fairlane.cluster_file import (
 )
 from fairlane.supervisor import STARTUP_S, Plan, Program, ProgramStatus, read_status
 from services.api.tokens import admin_token_file
+from services.nodewatch.service import TIMEOUT_ENV
 from services.runtime.auth import (
     ADMIN,
     CREDENTIALS_ENV,
@@ -70,9 +72,11 @@ async def up(  # noqa: PLR0913 (the `fairlane up` options)
     runtime: str = "process",
     nats_port: int | None = None,
     api_port: int | None = None,
+    heartbeat_timeout: float | None = None,
 ) -> ClusterFile:
     """Start what is missing and return where everything listens (nats-server and the API
-    on their default ports where free, else on free ones, unless told which)."""
+    on their default ports where free, else on free ones, unless told which). A node whose
+    heartbeat lapses for `heartbeat_timeout` seconds is lost (default: the node watcher's)."""
     data_dir = data_dir.resolve()
     running = read_cluster(data_dir)
     if running is not None:
@@ -107,7 +111,9 @@ async def up(  # noqa: PLR0913 (the `fairlane up` options)
 
     programs = [
         Program(
-            name, ["-m", f"services.{name}", "--nats", nats_url, "--instance", INSTANCE], env(name)
+            name,
+            ["-m", f"services.{name}", "--nats", nats_url, "--instance", INSTANCE],
+            {**env(name), **_settings(name, heartbeat_timeout)},
         )
         for name in SERVICES
     ]
@@ -148,6 +154,13 @@ async def up(  # noqa: PLR0913 (the `fairlane up` options)
     return info
 
 
+def _settings(service: str, heartbeat_timeout: float | None) -> dict[str, str]:
+    """A service's own settings from `up`'s options: the node watcher's heartbeat timeout."""
+    if service == "nodewatch" and heartbeat_timeout is not None:
+        return {TIMEOUT_ENV: f"{heartbeat_timeout:g}"}
+    return {}
+
+
 def _read_side(  # noqa: PLR0913 (where each part of the read side runs)
     data_dir: Path,
     nats_url: str,
@@ -162,7 +175,8 @@ def _read_side(  # noqa: PLR0913 (where each part of the read side runs)
     token_file = data_dir / "admin-token"
     admin_token_file(token_file)
     common = ["--nats", nats_url, "--postgres", postgres_dsn]
-    programs.append(Program("projector", ["-m", "services.projector", *common], env("projector")))
+    projector = ["-m", "services.projector", *common, "--instance", "embedded"]
+    programs.append(Program("projector", projector, env("projector")))
     port = api_port or (DEFAULT_API_PORT if _port_free(DEFAULT_API_PORT) else free_port())
     api = ["-m", "services.api", *common, "--port", str(port)]
     api += ["--admin-token-file", str(token_file)]

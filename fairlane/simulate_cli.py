@@ -17,6 +17,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from events import CheckpointModel
 from events.model import VictimOrder
+from policy.decay import settings_problem
 from simulation.trace.cluster import ClusterSpec, load_cluster, uniform_cluster
 from simulation.trace.errors import SimulationError
 from simulation.trace.policies import PolicyName, make_policy
@@ -46,7 +47,10 @@ def simulation_errors(err: Console) -> Iterator[None]:
 
 def simulate(
     *,
-    trace: Annotated[str, cyclopts.Parameter(name=["--trace", "-t"])],
+    trace: Annotated[str | None, cyclopts.Parameter(name=["--trace", "-t"])] = None,
+    scenario: Path | None = None,
+    usage_half_life: str | None = None,
+    usage_k: float = 1.0,
     traces_dir: Path | None = None,
     from_: Annotated[str | None, cyclopts.Parameter(name="--from")] = None,
     to: str | None = None,
@@ -80,6 +84,11 @@ def simulate(
     lost, per-project fairness) as tables and writes PNG plots, or one JSON object with -o json.
     Exits 2 on bad input, 1 if the policy fails to settle. See docs/simulator.md.
 
+    With --scenario FILE the workload is a scenario file's steps instead (scenarios/FORMAT.md,
+    run on the core engine; its expectations are not checked), and the report gives each
+    project's GPU-hours up to the last step and plots each project's GPUs over time
+    (allocation.png).
+
     Parameters
     ----------
     trace
@@ -87,6 +96,13 @@ def simulate(
         itp:clusterNN (01-10), muri (the 400-job Muri testbed trace), or a file: .csv with
         columns job_id,submit_s,duration_s,gpus[,project][,priority], or .yaml with
         jobs: [{id, submit, duration, gpus, project, priority}].
+    scenario
+        A scenario file whose steps are the workload (instead of --trace).
+    usage_half_life
+        Time-aware fairness (rule 11) with this half-life (2h, 1d); with --scenario in the
+        cluster's scheduler and every pool's own, whatever the file says ("off" turns it off).
+    usage_k
+        With --usage-half-life: how strongly the usage history moves the shares (default 1).
     traces_dir
         Folder holding the published traces. Default: $FAIRLANE_TRACES, else the first
         shared/traces found walking up from the repository.
@@ -152,6 +168,12 @@ def simulate(
         Show a progress bar on stderr (only when stderr is a terminal).
     """
     err = Console(stderr=True, highlight=False, soft_wrap=True)
+    if scenario is not None or trace is None:
+        with simulation_errors(err):
+            if trace is not None or scenario is None:
+                raise SimulationError("give either --trace or --scenario")
+            _simulate_scenario(scenario, _usage(usage_half_life, usage_k), output, out)
+        return
     with simulation_errors(err):
         setup, sim = _prepare(
             trace=trace,
@@ -170,6 +192,7 @@ def simulate(
                 save=save,
                 restore=restore,
                 cycle_on_checkpoint=cycle_on_checkpoint,
+                usage=_usage(usage_half_life, usage_k),
             ),
         )
         outcome = _run(sim, err, show=progress and err.is_terminal)
@@ -190,6 +213,55 @@ def simulate(
     if not console.is_terminal:  # a file or a pipe: do not squeeze the tables into 80 columns
         console = Console(highlight=False, width=120)
     print_report(console, outcome, setup)
+    if plots:
+        console.print("plots: " + ", ".join(str(p) for p in plots))
+
+
+def _usage(half_life: str | None, k: float) -> tuple[float | None, float] | None:
+    """Rule 11's settings to simulate with (None: the file's, or off for a trace); a bad value
+    is named."""
+    if half_life is None:
+        return None
+    seconds = None if half_life == "off" else parse_duration(half_life, "--usage-half-life")
+    problem = settings_problem(seconds, k)
+    if problem is not None:
+        raise SimulationError(f"--usage-half-life {half_life}, --usage-k {k}: {problem}")
+    return seconds, k
+
+
+def _simulate_scenario(
+    path: Path, usage: tuple[float | None, float] | None, output: str, out: Path | None
+) -> None:
+    from simulation.trace import scenario as run  # noqa: PLC0415 (the scenario engines)
+
+    outcome = run.run_scenario(path, usage)
+    setup: dict[str, Any] = {"scenario": str(path), "name": outcome.scenario.name}
+    settings = outcome.scenario.config.scheduler
+    setup["usage_half_life_s"] = settings.usage_half_life_s
+    setup["usage_k"] = settings.usage_k
+    plots_to = out if out is not None or output == "json" else DEFAULT_OUT
+    plots: list[Path] = []
+    if plots_to is not None:
+        from simulation.trace.plots import Curves, write_allocation, write_plots  # noqa: PLC0415
+
+        title = f"{outcome.scenario.name}"
+        if settings.usage_half_life_s is not None:
+            title += (
+                f" (usage half-life {settings.usage_half_life_s / 3600:g}h, k {settings.usage_k:g})"
+            )
+        curves = Curves(outcome.series, outcome.jct_s, outcome.capacity, outcome.end_s)
+        plots = write_plots(curves, plots_to, title)
+        a = outcome.allocation
+        plots.append(
+            write_allocation(a.time, a.gpus, outcome.end_s, plots_to / "allocation.png", title)
+        )
+    if output == "json":
+        sys.stdout.write(json.dumps(run.result_dict(outcome, setup), indent=2) + "\n")
+        return
+    console = Console(highlight=False)
+    if not console.is_terminal:
+        console = Console(highlight=False, width=120)
+    run.print_report(console, outcome, setup)
     if plots:
         console.print("plots: " + ", ".join(str(p) for p in plots))
 
@@ -284,6 +356,7 @@ def _options(
     save: str,
     restore: str,
     cycle_on_checkpoint: bool,
+    usage: tuple[float | None, float] | None = None,
 ) -> Options:
     try:
         thresholds = tuple(float(t) for t in _names(las_thresholds))
@@ -308,6 +381,8 @@ def _options(
         round_s=parse_duration(round_, "--round"),
         cycles=cycles,
         cycle_on_checkpoint=cycle_on_checkpoint,
+        usage_half_life_s=None if usage is None else usage[0],
+        usage_k=1.0 if usage is None else usage[1],
     )
 
 

@@ -10,7 +10,10 @@ up` reads to report a service that failed to start and `fairlane status` shows. 
 supervisor also checks the event log's limits every LIMITS_EVERY_S and records a warning
 from 80% full (services/runtime/provision.py).
 
-SIGTERM stops it: every program gets SIGTERM, and SIGKILL after STOP_GRACE_S.
+SIGTERM stops it: every program gets SIGTERM, and SIGKILL after STOP_GRACE_S. SIGHUP makes it
+read the plan again: it starts the programs the plan gained and stops (as SIGTERM does) those
+it lost, leaving the others running; `fairlane node start` and `node stop` add and remove a
+node's executor so (fairlane/nodes.py).
 """
 
 from __future__ import annotations
@@ -87,27 +90,87 @@ def read_status(path: Path) -> SupervisorStatus | None:
         return None
 
 
+def read_plan(path: Path) -> Plan:
+    return msgspec.json.decode(path.read_bytes(), type=Plan)
+
+
 class Supervisor:
-    def __init__(self, plan: Plan) -> None:
+    def __init__(self, plan: Plan, plan_file: Path | None = None) -> None:
         self.plan = plan
+        #: where SIGHUP reads the plan again from (None: the plan never changes)
+        self.plan_file = plan_file
         self.status = SupervisorStatus(
             pid=os.getpid(), programs={p.name: ProgramStatus(p.name) for p in plan.programs}
         )
         self.stopping = asyncio.Event()
         self.processes: dict[str, asyncio.subprocess.Process] = {}
+        self.keepers: dict[str, asyncio.Task[None]] = {}
+        #: programs being stopped because the plan dropped them: not to be started again
+        self.retired: set[str] = set()
+        self._reloading = asyncio.Lock()
+        self._reloads: set[asyncio.Task[None]] = set()
 
     async def run(self) -> None:
         self._save()
-        keepers = [asyncio.create_task(self._keep(p)) for p in self.plan.programs]
+        for program in self.plan.programs:
+            self.keepers[program.name] = asyncio.create_task(self._keep(program))
         watching = asyncio.create_task(self._watch_limits())
         await self.stopping.wait()
-        await self._stop_all()
-        for task in [*keepers, watching]:
+        async with self._reloading:  # a reload half done would start what is being stopped
+            await self._stop_all()
+        keepers = list(self.keepers.values())
+        for task in [*keepers, watching, *self._reloads]:
             task.cancel()
-        await asyncio.gather(*keepers, watching, return_exceptions=True)
+        await asyncio.gather(*keepers, watching, *self._reloads, return_exceptions=True)
         for status in self.status.programs.values():
             status.state, status.pid = "stopped", None
         self._save()
+
+    def request_reload(self) -> None:
+        """SIGHUP: read the plan file again, in a task (a signal handler cannot wait)."""
+        task = asyncio.create_task(self._reload_from_file())
+        self._reloads.add(task)
+        task.add_done_callback(self._reloads.discard)
+
+    async def _reload_from_file(self) -> None:
+        if self.plan_file is None:
+            return
+        try:
+            plan = read_plan(self.plan_file)
+        except (OSError, msgspec.DecodeError, msgspec.ValidationError) as e:
+            log.error("could not read the plan again: kept the one running", error=str(e))
+            return
+        await self.reload(plan)
+
+    async def reload(self, plan: Plan) -> None:
+        """Take a changed plan: start the programs it adds, stop those it drops (SIGTERM, then
+        SIGKILL after STOP_GRACE_S), and leave the rest running as they are."""
+        async with self._reloading:
+            if self.stopping.is_set():
+                return
+            wanted = {p.name: p for p in plan.programs}
+            dropped = [name for name in self.keepers if name not in wanted]
+            added = [p for name, p in wanted.items() if name not in self.keepers]
+            self.plan = plan
+            for name in dropped:
+                await self._retire(name)
+            for program in added:
+                self.status.programs[program.name] = ProgramStatus(program.name)
+                self.keepers[program.name] = asyncio.create_task(self._keep(program))
+            self._save()
+            log.info("plan read again", started=[p.name for p in added], stopped=dropped)
+
+    async def _retire(self, name: str) -> None:
+        self.retired.add(name)
+        keeper = self.keepers.pop(name)
+        process = self.processes.pop(name, None)
+        if process is not None and process.returncode is None:
+            await self._terminate([process])
+        keeper.cancel()  # waiting to restart it, or about to note its exit: either way, done
+        await asyncio.gather(keeper, return_exceptions=True)
+        self.retired.discard(name)
+        self.status.programs.pop(name, None)
+        log.info("stopped: no longer in the plan", program=name)
 
     async def _keep(self, program: Program) -> None:
         status = self.status.programs[program.name]
@@ -115,6 +178,9 @@ class Supervisor:
         while not self.stopping.is_set():
             process = await self._spawn(program)
             self.processes[program.name] = process
+            if program.name in self.retired:  # dropped from the plan while it was starting
+                await self._terminate([process])
+                return
             status.state, status.pid, status.started_at = "running", process.pid, time.time()
             status.next_start_at = None
             self._save()
@@ -126,7 +192,7 @@ class Supervisor:
                 status.failed_to_start = False  # this time it started
                 self._save()
             code = await process.wait()
-            if self.stopping.is_set():
+            if self.stopping.is_set() or program.name in self.retired:
                 return
             ran_s = time.time() - status.started_at
             if ran_s >= STABLE_S:
@@ -163,7 +229,11 @@ class Supervisor:
             )
 
     async def _stop_all(self) -> None:
-        running = [p for p in self.processes.values() if p.returncode is None]
+        await self._terminate(list(self.processes.values()))
+
+    async def _terminate(self, processes: list[asyncio.subprocess.Process]) -> None:
+        """SIGTERM, and SIGKILL after STOP_GRACE_S, to those still running."""
+        running = [p for p in processes if p.returncode is None]
         for process in running:
             with contextlib.suppress(ProcessLookupError):
                 process.send_signal(signal.SIGTERM)
@@ -206,13 +276,14 @@ def main() -> None:
     parser.add_argument("--plan", required=True, type=Path)
     args = parser.parse_args()
     configure_logging()
-    plan = msgspec.json.decode(args.plan.read_bytes(), type=Plan)
+    plan = read_plan(args.plan)
 
     async def go() -> None:
-        supervisor = Supervisor(plan)
+        supervisor = Supervisor(plan, args.plan)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, supervisor.stopping.set)
+        loop.add_signal_handler(signal.SIGHUP, supervisor.request_reload)
         await supervisor.run()
 
     asyncio.run(go())

@@ -11,6 +11,7 @@ from rich.table import Table
 
 from events.catalogue import AnyEvent
 from fairlane.output import clock, console
+from policy.decay import in_words
 
 #: Fields every event has, or that a timeline entry already shows in its own columns.
 _COMMON: Final = {
@@ -46,7 +47,7 @@ def _whole(kind: str, event: dict[str, Any]) -> dict[str, Any]:
 def _scheduled(entry: dict[str, Any], event: dict[str, Any]) -> str:
     where = ", ".join(f"{r[0]}:{','.join(map(str, r[1]))}" for r in event.get("replicas", []))
     text = f"attempt {event.get('attempt')} on {where}"
-    return text + (f" ({event['note']})" if event.get("note") else "")
+    return text + (f" ({event['note']})" if event.get("note") else "") + _history(event)
 
 
 def _preemption_requested(entry: dict[str, Any], event: dict[str, Any]) -> str:
@@ -58,7 +59,7 @@ def _preemption_requested(entry: dict[str, Any], event: dict[str, Any]) -> str:
         text += f"; fair shares {_pairs(facts['fair_share'])}"
     if facts.get("usage"):
         text += f", usage {_pairs(facts['usage'])}"
-    return text
+    return text + _history(facts)
 
 
 def _preempted(entry: dict[str, Any], event: dict[str, Any]) -> str:
@@ -89,8 +90,14 @@ def _submitted(entry: dict[str, Any], event: dict[str, Any]) -> str:
 def _nominated(entry: dict[str, Any], event: dict[str, Any]) -> str:
     victims = event.get("victims") or []
     if victims:
-        return f"GPUs held for it while {', '.join(victims)} stop"
-    return "GPUs held for it while they are given back"
+        return f"GPUs held for it while {', '.join(victims)} stop" + _history(event)
+    return "GPUs held for it while they are given back" + _history(event)
+
+
+def _history(holder: dict[str, Any]) -> str:
+    """Rule 11: how the usage history moved the fair shares the decision weighed, in words."""
+    history = holder.get("history")
+    return f"; {in_words(history)}" if history else ""
 
 
 def _admitted(entry: dict[str, Any], event: dict[str, Any]) -> str:

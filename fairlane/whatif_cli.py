@@ -24,10 +24,12 @@ from fairlane.audit_cli import Log, read_log
 from fairlane.cluster_cli import DataDir, NatsUrl, Output
 from fairlane.cluster_file import DEFAULT_DATA_DIR
 from fairlane.simulate_cli import simulation_errors
+from policy.decay import settings_problem
 from simulation.trace.errors import SimulationError
 from simulation.trace.policies import PolicyName, make_policy
 from simulation.trace.recorded import RecordedRun, project_entry, recorded_run
 from simulation.trace.run import Options, Outcome, Simulation
+from simulation.trace.units import parse_duration
 
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 DEFAULT_OUT = Path("fairlane-whatif")
@@ -51,6 +53,8 @@ def whatif(
     policy: PolicyName | None = None,
     victim_order: VictimOrder | None = None,
     quota: Annotated[tuple[str, ...], cyclopts.Parameter(consume_multiple=True)] = (),
+    usage_half_life: str | None = None,
+    usage_k: float | None = None,
     file: Path | None = None,
     data_dir: DataDir = DEFAULT_DATA_DIR,
     nats: NatsUrl = None,
@@ -69,6 +73,11 @@ def whatif(
         newest or cost; default: the recorded one.
     quota
         PROJECT=GPUS: that project's quota in the compute pool (repeat for more projects).
+    usage_half_life
+        Time-aware fairness (rule 11) with this half-life (2h, 1d), or "off"; default: the
+        recorded setting.
+    usage_k
+        How strongly the usage history moves the shares; default: the recorded one.
     file
         Read an export (`fairlane log export`) instead of a running cluster's log.
     out
@@ -76,7 +85,8 @@ def whatif(
     """
     log = read_log(file, data_dir, nats)
     with simulation_errors(err):
-        runs = compare(log, policy, victim_order, parse_quotas(quota))
+        usage = parse_usage(usage_half_life, usage_k)
+        runs = compare(log, policy, victim_order, parse_quotas(quota), usage)
     plots_to = out if out is not None or output == "json" else DEFAULT_OUT
     plot = None
     if plots_to is not None:
@@ -104,18 +114,27 @@ def compare(
     policy: PolicyName | None,
     victim_order: VictimOrder | None,
     quotas: dict[str, int],
+    usage: dict[str, Any] | None = None,
 ) -> Runs:
-    """The recorded workload under the recorded settings and under the changed ones."""
+    """The recorded workload under the recorded settings and under the changed ones
+    (`usage`: rule 11's `usage_half_life_s` and `usage_k`, those given)."""
     run = recorded_run(log)
     if not run.jobs:
         raise SimulationError("the log records no job that ran: nothing to replay")
     recorded = run.settings.scheduler
     if recorded.type == "round_robin":
         raise SimulationError("the simulator has no round_robin scheduler to replay it with")
-    base: dict[str, Any] = {"policy": recorded.type, "victim_order": recorded.victim_order}
+    base: dict[str, Any] = {
+        "policy": recorded.type,
+        "victim_order": recorded.victim_order,
+        "usage_half_life_s": recorded.usage_half_life_s,
+        "usage_k": recorded.usage_k,
+    }
     other: dict[str, Any] = {
+        **base,
         "policy": policy or recorded.type,
         "victim_order": victim_order or recorded.victim_order,
+        **(usage or {}),
     }
     if quotas:
         other["quotas"] = quotas
@@ -135,9 +154,27 @@ def _simulate(run: RecordedRun, setup: dict[str, Any], quotas: dict[str, int]) -
             own[pool] = msgspec.structs.replace(own.get(pool, ProjectTerms()), quota=gpus)
         cluster = replace(cluster, projects=tuple(project_entry(n, t) for n, t in terms.items()))
     options = Options(
-        policy=make_policy(setup["policy"]), victim_order=setup["victim_order"], cycles="event"
+        policy=make_policy(setup["policy"]),
+        victim_order=setup["victim_order"],
+        cycles="event",
+        usage_half_life_s=setup.get("usage_half_life_s"),
+        usage_k=setup.get("usage_k", 1.0),
     )
     return Simulation(run.jobs, cluster, options).run()
+
+
+def parse_usage(half_life: str | None, k: float | None) -> dict[str, Any]:
+    """Rule 11's settings to try, those given (a bad value is named)."""
+    usage: dict[str, Any] = {}
+    if half_life is not None:
+        off = half_life == "off"
+        usage["usage_half_life_s"] = None if off else parse_duration(half_life, "--usage-half-life")
+    if k is not None:
+        usage["usage_k"] = k
+    problem = settings_problem(usage.get("usage_half_life_s"), usage.get("usage_k", 1.0))
+    if problem is not None:
+        raise SimulationError(problem)
+    return usage
 
 
 def parse_quotas(given: tuple[str, ...]) -> dict[str, int]:
@@ -171,6 +208,8 @@ def print_comparison(console: Console, runs: Runs) -> None:
             str(base.get(key, "as recorded")),
             str(other.get(key, "as recorded")),
         )
+    for key in ("usage_half_life_s", "usage_k"):  # rule 11
+        table.add_row(key.replace("_", " "), _show(base.get(key)), _show(other.get(key)))
     a, b = figures(base_out), figures(other_out)
     table.add_row("jobs replayed", f"{a['jobs']:,}", f"{b['jobs']:,}")
     for label, attr, lower_better in FIGURES:

@@ -23,6 +23,7 @@ from typing import Any, Final, Literal
 import msgspec
 
 from events import Event, JobNominated, JobPreemptionRequested, JobScheduled
+from events.model import UsageFacts
 from policy.cycle import decide
 from policy.pool_cycle import ACTOR, PREEMPTOR
 from policy.state import ClusterState, Verdict
@@ -88,6 +89,10 @@ class AuditReport:
     #: plans re-derived (one `decide` each)
     plans: int = 0
     refused: int = 0
+    #: rule 11: decisions whose fair shares weighed the usage history (the recorded one or
+    #: the policy's carries U and P), and those whose U and P are exactly the policy's
+    usage_checked: int = 0
+    usage_matched: int = 0
     #: every finding that is not a plain match applied by the fold: mismatches, other versions
     #: and actors, and decisions the fold refused
     findings: list[Finding] = field(default_factory=list)
@@ -208,8 +213,27 @@ def _judge(
         report.not_compared += 1
     if not verdict.applied:
         report.refused += 1
+    _check_usage(report, decision, derived)
     if outcome != "matches" or not verdict.applied:
         report.findings.append(Finding(seq, decision, outcome, verdict, derived, instead))
+
+
+def _check_usage(report: AuditReport, decision: Decision, derived: Decision | None) -> None:
+    """Rule 11: the U (and P) a decision carries are re-derived with it, from the log folded
+    up to its basis; counted on their own so the report can say so."""
+    recorded = _history(decision)
+    policy = _history(derived) if derived is not None else None
+    if recorded is None and policy is None:
+        return
+    report.usage_checked += 1
+    if derived is not None and recorded == policy:
+        report.usage_matched += 1
+
+
+def _history(decision: Decision) -> UsageFacts | None:
+    if isinstance(decision, JobPreemptionRequested):
+        return decision.facts.history if decision.facts is not None else None
+    return decision.history
 
 
 def _not_ours(decision: Decision) -> Outcome | None:
@@ -263,6 +287,8 @@ def as_document(report: AuditReport) -> dict[str, Any]:
         "mismatched": len(report.mismatches),
         "not_compared": report.not_compared,
         "plans": report.plans,
+        "usage_checked": report.usage_checked,
+        "usage_matched": report.usage_matched,
         "refused": refused,
         "findings": [_finding_document(f) for f in report.findings],
     }

@@ -150,10 +150,20 @@ def fair_shares(state: ClusterState, now: float) -> dict[str, dict[str, int]]:
     return result
 
 
+#: Rule 11: with a usage half-life the shares move with time alone; while a job waits in such
+#: a pool, the policy looks again every this part of the half-life.
+USAGE_TICKS_PER_HALF_LIFE: Final = 64
+
+
 def next_wakeup(state: ClusterState, now: float) -> float | None:
     """The next moment a decision could change with no new event: a pending job's
-    preemption_delay or a running job's min_runtime runs out."""
+    preemption_delay or a running job's min_runtime runs out, or (rule 11) the next look at
+    a pool whose shares move with time while a job waits there."""
     due: list[float] = []
+    if state.usage:
+        tick = _usage_tick(state)
+        if tick is not None:
+            due.append(now + tick)
     for job in state.live.values():
         if job.phase == "pending" and not job.nomination and job.preemption_delay_s > 0:
             due.append(job.pending_since + job.preemption_delay_s)
@@ -163,6 +173,20 @@ def next_wakeup(state: ClusterState, now: float) -> float | None:
             due.append(job.pending_since + job.preemption_delay_s)  # its extras may preempt
     later = [t for t in due if t > now]
     return min(later) if later else None
+
+
+def _usage_tick(state: ClusterState) -> float | None:
+    """Rule 11: the interval to look again at, for the pools with a half-life in which a job
+    (or an elastic job's extra replica) waits: a share that moves changes nothing while
+    nobody waits."""
+    waiting: set[str] = set()
+    for job in state.live.values():
+        if job.phase == "pending" and not job.nomination and job.pools:
+            waiting.add(job.pools[0])
+        elif job.pool and job.elastic and job.active_replicas < job.replicas:
+            waiting.add(job.pool)  # an elastic job's extras wait too
+    lives = [u.half_life_s for pool, u in state.usage.items() if pool in waiting]
+    return min(lives) / USAGE_TICKS_PER_HALF_LIFE if lives else None
 
 
 # -- the steps ---------------------------------------------------------------------------------
@@ -251,7 +275,7 @@ def _pool_cycles(  # noqa: PLR0913 (the cycle's parts, handed to each pool)
     cycles: dict[str, PoolCycle] = {}
     for pool, nodes in by_pool.items():
         capacity = Capacity(nodes)
-        ledger = Ledger(state, pool, capacity.total_gpus + cordoned_gpus.get(pool, 0))
+        ledger = Ledger(state, pool, capacity.total_gpus + cordoned_gpus.get(pool, 0), now)
         settings = state.pool_settings(pool)
         cycles[pool] = PoolCycle(
             state,

@@ -6,12 +6,18 @@ are on their way back), GPUs held by a nomination do (they are as good as the no
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from fractions import Fraction
+from typing import TypeVar
 
-from policy.fair_share import Claim, divide
+from events.model import UsageFacts
+from policy.decay import U_DIGITS
+from policy.fair_share import Claim, History, divide
 from policy.state import ClusterState, Job
 
 UNLIMITED = 1 << 40
+V = TypeVar("V")
 
 
 @dataclass(slots=True)
@@ -46,8 +52,22 @@ class Account:
 class Ledger:
     """Every project's account in one pool."""
 
-    def __init__(self, state: ClusterState, pool: str, capacity: int) -> None:
+    def __init__(
+        self, state: ClusterState, pool: str, capacity: int, now: float | None = None
+    ) -> None:
         self.pool = pool
+        #: Rule 11: the decayed usage the division weighs (a fair-share pool with a half-life,
+        #: evaluated at `now`), and what it did to the shares when it changed any of them
+        self.history: History | None = None
+        self.half_life_s = 0.0
+        #: every project's, when the history moved any share (None: it moved none)
+        self.usage_facts: UsageFacts | None = None
+        self._facts_of: dict[frozenset[str], UsageFacts] = {}
+        usage = state.usage.get(pool) if now is not None else None
+        settings = state.pool_settings(pool)
+        if usage is not None and now is not None and settings.type == "fair_share":
+            self.history = History(usage.shares(max(now, state.last_time)), settings.usage_k)
+            self.half_life_s = usage.half_life_s
         self.accounts: dict[str, Account] = {}
         for project in state.projects.values():
             terms = project.in_pool(pool)
@@ -87,8 +107,55 @@ class Ledger:
             Claim(a.project, a.order, a.quota, a.weight, a.priority, min(a.demand, a.limit))
             for a in self.accounts.values()
         ]
+        if self.history is not None:
+            self._divide_with_history(claims, self.history)
+            return
         for name, share in divide(self.capacity, claims).items():
             self.accounts[name].fair_share = share
+
+    def _divide_with_history(self, claims: list[Claim], history: History) -> None:
+        """Rule 11's division; where it gives any project another share than the weights
+        alone would, the facts of what it weighed are kept for the decisions to carry."""
+        weights: dict[str, Fraction] = {}
+        shares = divide(self.capacity, claims, history, weights)
+        plain = divide(self.capacity, claims)
+        for name, share in shares.items():
+            self.accounts[name].fair_share = share
+        if shares == plain:
+            return
+        shown = [a.project for a in self.accounts.values() if a.demand or a.usage or a.quota]
+        self.usage_facts = UsageFacts(
+            half_life_s=self.half_life_s,
+            k=history.k,
+            decayed_usage={p: history.usage.get(p, 0.0) for p in shown},
+            share_weight={p: round(float(weights[p]), U_DIGITS) for p in shown if p in weights},
+            fair_share={p: shares[p] for p in shown},
+            without_history={p: plain[p] for p in shown},
+        )
+
+    def history_of(self, projects: Iterable[str]) -> UsageFacts | None:
+        """Rule 11's facts for a decision involving these projects (its own, its victims'),
+        when the history moved any share of the pool: only theirs, so that a decision in a
+        pool of many projects does not carry all of them."""
+        if self.usage_facts is None:
+            return None
+        key = frozenset(projects)
+        found = self._facts_of.get(key)
+        if found is None:
+            f = self.usage_facts
+
+            def only(values: dict[str, V]) -> dict[str, V]:
+                return {p: v for p, v in values.items() if p in key}
+
+            found = self._facts_of[key] = UsageFacts(
+                half_life_s=f.half_life_s,
+                k=f.k,
+                decayed_usage=only(f.decayed_usage),
+                share_weight=only(f.share_weight),
+                fair_share=only(f.fair_share),
+                without_history=only(f.without_history),
+            )
+        return found
 
     def facts(
         self, only: set[str] | None = None

@@ -261,6 +261,7 @@ class PoolCycle:
                     scale_up=True,
                     note=note,
                     basis_seq=self.basis_seq,
+                    history=self.ledger.history_of((job.project,)),
                 )
             )
             # what this cycle gives a job, it does not take back in the same breath: a job
@@ -280,6 +281,7 @@ class PoolCycle:
                 replicas=tuple(replicas),
                 note=note,
                 basis_seq=self.basis_seq,
+                history=self.ledger.history_of((job.project,)),
             )
         )
         self.generation += 1
@@ -523,6 +525,7 @@ class PoolCycle:
                 victim_gpus=gpus,
                 cost_gpu_s=round(lost_work_gpu_s(victim, self.now, count), 3),
                 note=note,
+                history=self.ledger.history_of(involved),
             )
             remaining = len(victim.held) - (replicas or len(victim.held))
             if replicas:
@@ -573,6 +576,7 @@ class PoolCycle:
             victims=victims,
             reason=reason,
             basis_seq=self.basis_seq,
+            history=self.ledger.history_of(self._involved(job, victims)),
         )
         self.out.append(nomination)
         self.nominated.add(job.id)
@@ -580,6 +584,10 @@ class PoolCycle:
         self._forget_units([job])
         self.generation += 1
         return nomination
+
+    def _involved(self, job: Job, victims: tuple[str, ...]) -> set[str]:
+        """The projects a nomination involves: the nominee's and its victims'."""
+        return {job.project, *(self.state.jobs[v].project for v in victims if v in self.state.jobs)}
 
     def try_releasing(self, cand: Candidate) -> bool:
         """Rule 7: a job that fits in idle plus releasing GPUs waits for them, nominated, and

@@ -21,15 +21,16 @@ from typing import Final
 import msgspec
 
 from events import ClusterSettings, ProjectTerms, SchedulerSettings
+from policy.decay import PoolUsage
 from policy.state import ClusterState, Job, Node, Pool, Project
 
 #: The meaning of the fold (bump with any change to `policy/state.py` that changes results).
 #: 5: a placement or nomination of more replicas than a pending job has is refused.
 #: 6: cordoned and drained nodes (NodeCordoned, NodeUncordoned): a node's cordon and a job's
-#: drain are kept.
+#: drain are kept; rule 11's decayed usage per pool with a half-life.
 FOLD_VERSION: Final = 6
 #: The layout of this file's structs. 2: the settings as `events.ClusterSettings`.
-#: 3: a node's cordon.
+#: 3: a node's cordon; `usage` (rule 11).
 FORMAT_VERSION: Final = 3
 
 
@@ -79,6 +80,7 @@ class _Snapshot(msgspec.Struct):
     held: bool
     node_seq: int
     job_seq: int
+    usage: dict[str, PoolUsage] = {}
 
 
 _encoder: Final = msgspec.msgpack.Encoder()
@@ -108,6 +110,7 @@ def encode_snapshot(state: ClusterState, seq: int) -> bytes:
             held=state.held,
             node_seq=state._node_seq,
             job_seq=state._job_seq,
+            usage=state.usage,
         )
     )
     return len(header).to_bytes(_LENGTH_BYTES, "big") + header + body
@@ -139,6 +142,7 @@ def decode_snapshot(data: bytes) -> tuple[ClusterState, int]:
         events_applied=snap.events_applied,
         position=snap.position,
         held=snap.held,
+        usage=snap.usage,
     )
     state._node_seq, state._job_seq = snap.node_seq, snap.job_seq
     for job in state.live.values():

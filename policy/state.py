@@ -47,6 +47,7 @@ from events import (
 )
 from events.catalogue import MAKES_ROOM
 from events.model import ClusterSettings, JobSpec
+from policy.decay import Decayed, PoolUsage
 
 JobPhase = Literal[
     "submitted",  # waiting for admission
@@ -190,6 +191,8 @@ class ClusterState:
     position: int = 0
     #: Scheduling held by an operator: no placements, no preemptions (see SchedulingHeld).
     held: bool = False
+    #: Rule 11: each pool with a usage half-life, its decayed usage (see policy/decay.py)
+    usage: dict[str, PoolUsage] = field(default_factory=dict)
     _node_seq: int = 0
     _job_seq: int = 0
     #: One object for each distinct pool list of the jobs (see `share_values`): made again
@@ -261,7 +264,39 @@ class ClusterState:
         pool = self.pools.get(name)
         if pool is None:
             pool = self.pools[name] = Pool(name=name, order=len(self.pools))
+            self._retune_usage(name)
         return pool
+
+    # -- rule 11: decayed usage ----------------------------------------------------------------
+
+    def _retune_usage(self, pool: str) -> None:
+        """Follow the pool's half-life setting from now (`last_time`) on: counting starts from
+        zero when it is turned on (usage before is not known to the rule), carries on with the
+        new half-life when it changes, and is dropped when it is turned off."""
+        half_life = self.pool_settings(pool).usage_half_life_s
+        kept = self.usage.get(pool)
+        now = self.last_time
+        if half_life is None:
+            self.usage.pop(pool, None)
+        elif kept is None:
+            gpus = sum(n.gpus for n in self.nodes.values() if n.pool == pool)
+            usage = self.usage[pool] = PoolUsage(half_life, Decayed(0.0, now, gpus))
+            for job in self.live.values():
+                if job.pool == pool and job.held:
+                    usage.held(job.project, now, _gpus_in(job.held))
+        elif kept.half_life_s != half_life:
+            kept.retune(now, half_life)
+
+    def _count_held(self, job: Job, gpus: int) -> None:
+        """The job's project holds `gpus` more (or fewer) GPUs in the job's pool from now."""
+        usage = self.usage.get(job.pool or "") if self.usage else None
+        if usage is not None and gpus:
+            usage.held(job.project, self.last_time, gpus)
+
+    def _count_capacity(self, pool: str, gpus: int) -> None:
+        usage = self.usage.get(pool) if self.usage else None
+        if usage is not None and gpus:
+            usage.capacity.move(self.last_time, usage.half_life_s, gpus)
 
     def _take(self, job: Job, replicas: list[Replica] | tuple[Replica, ...]) -> bool:
         """Record that `job` holds these GPUs, if they exist and nobody else holds them."""
@@ -321,6 +356,7 @@ class ClusterState:
         job.nomination, job.nomination_pool, job.nomination_id = (), None, ""
 
     def _give_back(self, job: Job, replicas: list[Replica]) -> None:
+        freed = 0
         for r in replicas:
             owners = self.owners.get(r.node)
             if owners is None:
@@ -328,6 +364,8 @@ class ClusterState:
             for g in r.gpus:
                 if owners.get(g) == job.id:
                     del owners[g]
+                    freed += 1
+        self._count_held(job, -freed)
 
     def _settle(self, job: Job) -> None:
         """Keep `live` exact: final jobs that hold nothing leave it."""
@@ -346,6 +384,8 @@ def _cluster_configured(state: ClusterState, e: ClusterConfigured) -> Refusal:
     for name in (e.settings.default_compute_pool, e.settings.default_aux_pool):
         if name is not None:
             state._ensure_pool(name)
+    for name in state.pools:
+        state._retune_usage(name)
     return None
 
 
@@ -356,6 +396,7 @@ def _scheduling_held(state: ClusterState, e: SchedulingHeld) -> Refusal:
 
 def _pool_configured(state: ClusterState, e: PoolConfigured) -> Refusal:
     state._ensure_pool(e.pool).scheduler = e.scheduler
+    state._retune_usage(e.pool)
     return None
 
 
@@ -363,16 +404,21 @@ def _node_registered(state: ClusterState, e: NodeRegistered) -> Refusal:
     state._ensure_pool(e.pool)
     known = state.nodes.get(e.node)
     if known is not None:
+        state._count_capacity(known.pool, -known.gpus)
+        state._count_capacity(e.pool, e.gpus)
         known.pool, known.gpus = e.pool, e.gpus
         return None
+    state._count_capacity(e.pool, e.gpus)
     state.nodes[e.node] = Node(name=e.node, pool=e.pool, gpus=e.gpus, order=state._node_seq)
     state._node_seq += 1
     return None
 
 
 def _node_lost(state: ClusterState, e: NodeLost) -> Refusal:
-    if state.nodes.pop(e.node, None) is None:
+    lost = state.nodes.pop(e.node, None)
+    if lost is None:
         return "unknown node"
+    state._count_capacity(lost.pool, -lost.gpus)
     state.owners.pop(e.node, None)
     state.reserved.pop(e.node, None)
     for job in list(state.live.values()):
@@ -381,6 +427,7 @@ def _node_lost(state: ClusterState, e: NodeLost) -> Refusal:
         if not any(r.node == e.node for r in job.held):
             continue
         kept = [r for r in job.held if r.node != e.node]
+        state._count_held(job, -_gpus_in([r for r in job.held if r.node == e.node]))
         job.stop_replicas = min(job.stop_replicas, len(kept))
         job.held = kept
         if not kept:
@@ -518,6 +565,7 @@ def _job_scheduled(state: ClusterState, e: JobScheduled) -> Refusal:
     if not state._take(job, e.replicas):
         return _GPUS_TAKEN  # decided on a state the log has since moved past: no effect
     job.attempt, job.pool, job.held = e.attempt, sys.intern(e.pool), list(e.replicas)
+    state._count_held(job, _gpus_in(e.replicas))
     job.phase, job.started_at = "starting", None
     state._drop_nomination(job)
     job.stop_replicas, job.stop_reason, job.lost_node, job.drained = 0, "", False, False
@@ -546,6 +594,7 @@ def _job_scaled_up(state: ClusterState, job: Job, e: JobScheduled) -> Refusal:
     taken = state._take(job, e.replicas)
     if taken:
         job.held.extend(e.replicas)
+        state._count_held(job, _gpus_in(e.replicas))
     state._drop_nomination(job)
     return None if taken else _GPUS_TAKEN
 
@@ -688,6 +737,10 @@ def _job_priority_changed(state: ClusterState, e: JobPriorityChanged) -> Refusal
         return f"job is {job.phase}"
     job.priority = e.priority
     return None
+
+
+def _gpus_in(replicas: list[Replica] | tuple[Replica, ...]) -> int:
+    return sum(len(r.gpus) for r in replicas)
 
 
 _UNKNOWN_JOB: Final = "unknown job"

@@ -126,6 +126,8 @@ class Projection:
     _usage: dict[ProjectPool, int] = field(default_factory=dict)
     _usage_parts: dict[str, tuple[str, str, int]] = field(default_factory=dict)
     _fair: dict[ProjectPool, int] = field(default_factory=dict)
+    #: rule 11: each project's decayed usage U in the pools with a half-life
+    _decayed: dict[ProjectPool, float] = field(default_factory=dict)
     _project_pools: dict[ProjectPool, int] = field(default_factory=dict)  # key -> last seq
     _nodes: dict[str, NodeRow] = field(default_factory=dict)
     _over_open: dict[ProjectPool, OverQuotaRow] = field(default_factory=dict)
@@ -379,6 +381,8 @@ class Projection:
             self._refresh_fair_shares()
         if self._waiting_stale:
             self._refresh_waiting()
+        if self.state.usage or self._decayed:
+            self._refresh_decayed_usage()
         batch = Batch(
             last_seq=self.last_seq,
             timeline=self._timeline,
@@ -414,6 +418,26 @@ class Projection:
                     self._dirty_pp.add(key)
         for key in [k for k in self._fair if k not in seen]:
             del self._fair[key]
+            self._dirty_pp.add(key)
+
+    def _refresh_decayed_usage(self) -> None:
+        """Rule 11: U moves with time; read at the end of each batch, a row is written again
+        when its U moved by a tenth of a percent or more."""
+        now = self.state.last_time
+        seen: set[ProjectPool] = set()
+        for pool, usage in self.state.usage.items():
+            shares = usage.shares(now)
+            projects = shares.keys() | {p for p, in_pool in self._project_pools if in_pool == pool}
+            for project in sorted(projects):
+                u = shares.get(project, 0.0)  # a project that never held GPUs there: 0
+                key = (project, pool)
+                seen.add(key)
+                if abs(self._decayed.get(key, -1.0) - u) >= 0.001:
+                    self._decayed[key] = u
+                    self._project_pools.setdefault(key, 0)
+                    self._dirty_pp.add(key)
+        for key in [k for k in self._decayed if k not in seen]:
+            del self._decayed[key]
             self._dirty_pp.add(key)
 
     def _refresh_waiting(self) -> None:
@@ -490,4 +514,5 @@ class Projection:
             fair_share=self._fair.get(key, 0),
             over_quota=key in self._over_open,
             last_seq=self._project_pools.get(key, 0),
+            decayed_usage=self._decayed.get(key),
         )

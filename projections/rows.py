@@ -87,6 +87,8 @@ class ProjectPoolRow(msgspec.Struct, frozen=True):
     fair_share: int
     over_quota: bool
     last_seq: int
+    #: rule 11: its decayed usage U of the pool (None: the pool has no half-life)
+    decayed_usage: float | None = None
 
 
 class OverQuotaRow(msgspec.Struct, frozen=True):

@@ -23,8 +23,10 @@ from ruamel.yaml.error import YAMLError
 
 from events import CheckpointModel, JobSpec, PriorityClass, ProjectTerms, SchedulerSettings
 from events.commands import ConfigureCluster
+from events.model import Fitting, SchedulerType, VictimOrder
 from events.units import parse_duration
 from policy.commands.names import NAME
+from policy.decay import settings_problem
 
 
 class ScenarioError(ValueError):
@@ -197,10 +199,8 @@ def _strict_twin(cls: type[msgspec.Struct]) -> Any:
 
 
 if TYPE_CHECKING:  # to the type checker they are the structs they copy
-    _Scheduler = SchedulerSettings
     _PriorityClass = PriorityClass
 else:
-    _Scheduler = _strict_twin(SchedulerSettings)
     _PriorityClass = _strict_twin(PriorityClass)
 
 
@@ -214,6 +214,16 @@ class _Strict(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
 class _Node(_Strict, frozen=True):
     name: Name
     gpus: Count
+
+
+class _Scheduler(_Strict, frozen=True):
+    """`SchedulerSettings` as a file writes them: rule 11's half-life as a duration."""
+
+    type: SchedulerType = "fair_share"
+    fitting: Fitting = "best"
+    victim_order: VictimOrder = "newest"
+    usage_half_life: Seconds | None = None
+    usage_k: float = 1.0
 
 
 class _Pool(_Strict, frozen=True):
@@ -478,6 +488,7 @@ class _Reader:
         classes = tuple(_copy(c, PriorityClass) for c in raw.priority_classes)
         self.unique([c.name for c in classes], "config priority_classes", "priority class")
         compute_pool = raw.default_compute_pool or pools[0]
+        self.usage_settings(raw.scheduler, "config scheduler")
         return ConfigureCluster(
             scheduler=_settings(raw.scheduler) or SchedulerSettings(),
             preemption_grace_s=float(raw.preemption_grace),
@@ -489,6 +500,8 @@ class _Reader:
     def pools(self, raw: tuple[_Pool, ...] | None) -> tuple[PoolEntry, ...]:
         if raw is None:
             return (PoolEntry("default", None, ()),)
+        for p in raw:
+            self.usage_settings(p.scheduler, f"pool {p.name} scheduler")
         pools = tuple(
             PoolEntry(
                 p.name,
@@ -501,6 +514,15 @@ class _Reader:
         self.unique([n.name for p in pools for n in p.nodes], "pools", "node")
         self.nodes = {n.name for p in pools for n in p.nodes}
         return pools
+
+    def usage_settings(self, raw: _Scheduler | None, where: str) -> None:
+        """Rule 11's bounds: the error names the key and the value as written."""
+        if raw is None:
+            return
+        half_life = None if raw.usage_half_life is None else float(raw.usage_half_life)
+        problem = settings_problem(half_life, raw.usage_k)
+        if problem is not None:
+            raise self.error(where, problem)
 
     def step(self, number: int, raw: _Step) -> Step:
         kind = next(k for k in STEP_KINDS if getattr(raw, k) is not None)
@@ -611,7 +633,16 @@ def _copy(twin: Any, cls: type[_T]) -> _T:
 
 
 def _settings(raw: _Scheduler | None) -> SchedulerSettings | None:
-    return None if raw is None else _copy(raw, SchedulerSettings)
+    if raw is None:
+        return None
+    half_life = None if raw.usage_half_life is None else float(raw.usage_half_life)
+    return SchedulerSettings(
+        type=raw.type,
+        fitting=raw.fitting,
+        victim_order=raw.victim_order,
+        usage_half_life_s=half_life,
+        usage_k=raw.usage_k,
+    )
 
 
 def _per_pool(value: int | dict[str, int] | None) -> dict[str | None, int] | None:

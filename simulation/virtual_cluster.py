@@ -331,7 +331,9 @@ class VirtualCluster:
         return min(times) if times else None
 
     def _next_wakeup(self) -> float | None:
-        return next_wakeup(self.state, self.now) if self._timers else None
+        # rule 11: a pool with a usage half-life has shares that move with time alone
+        timers = self._timers or bool(self.state.usage)
+        return next_wakeup(self.state, self.now) if timers else None
 
     # -- simulated executors ---------------------------------------------------------------------
 

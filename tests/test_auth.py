@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import json
 import os
 import stat
 from collections.abc import AsyncIterator
@@ -22,6 +23,7 @@ import pytest
 from nats.aio.client import Client
 
 from events import (
+    EventSetAside,
     JobCompleted,
     JobScheduled,
     JobSpec,
@@ -43,7 +45,9 @@ from services.runtime.auth import (
     credentials_dir,
     executor_consumer,
     executor_user,
+    known_nodes,
     load_credentials,
+    node_of,
     write_auth,
 )
 from services.runtime.checkpoint_bucket import BUCKET as CHECKPOINTS
@@ -139,6 +143,16 @@ LOST = NodeLost(id="forged-lost", time=0.0, actor=NODE, node=NODE, reason="lost"
 WORK = WorkRelayed(
     id="forged-work", time=0.0, actor="nodewatch", node=NODE, source_seq=1, event=PLACEMENT
 )
+ASIDE = EventSetAside(
+    id="forged-aside",
+    time=0.0,
+    actor="nodewatch",
+    service="nodewatch",
+    seq=1,
+    subject=f"fl.work.{NODE}",
+    reason="forged",
+)
+PROJECTOR_ASIDE = msgspec.structs.replace(ASIDE, id="forged-projector-aside", service="projector")
 
 #: forgery: (subject, payload, stream it would land in, the one user allowed to write there)
 FORGERIES = {
@@ -146,6 +160,14 @@ FORGERIES = {
     "completion": ("fl.job.victim.job_completed", encode_event(COMPLETION), STREAM, "executor"),
     "node_lost": (f"fl.node.{NODE}.node_lost", encode_event(LOST), STREAM, "executor"),
     "work": (f"fl.work.{NODE}", encode_event(WORK), STREAM, "nodewatch"),
+    # a forged set-aside would make the node watcher drop a relay
+    "set_aside": ("fl.aside.nodewatch", encode_event(ASIDE), STREAM, "nodewatch"),
+    "projector_set_aside": (
+        "fl.aside.projector",
+        encode_event(PROJECTOR_ASIDE),
+        STREAM,
+        "projector",
+    ),
     "lease": ("$KV.fairlane-leases.scheduler", b"squatter", "KV_fairlane-leases", "scheduler"),
     "snapshot": (
         "$O.fairlane-snapshots.M." + base64.urlsafe_b64encode(b"cluster-state").decode(),
@@ -302,6 +324,22 @@ async def test_executors_store_and_fetch_checkpoints_and_clients_cannot(
 def test_the_permissions_name_the_stream_the_log_uses() -> None:
     assert auth.STREAM == STREAM
     assert (auth.LOG_STREAM, auth.LOG_PREFIX) == (logstream.LOG_STREAM, logstream.LOG_PREFIX)
+
+
+def test_a_node_added_later_keeps_every_other_nodes_user(tmp_path: Path) -> None:
+    """`fairlane node credentials` and `deploy secrets --node` name only the new node: the
+    config written again still has the nodes made before, with their passwords."""
+    config = tmp_path / "auth.conf"
+    first = load_credentials(write_auth(tmp_path, config, [NODE])[executor_user(NODE)])
+    files = write_auth(tmp_path, config, ["n1"])
+    assert known_nodes(tmp_path) == [NODE, "n1"]
+    assert load_credentials(files[executor_user(NODE)]) == first
+    users = {u["user"]: u for u in json.loads(config.read_text())["authorization"]["users"]}
+    for node in (NODE, "n1"):
+        entry = users[executor_user(node)]
+        assert entry["password"] == load_credentials(files[executor_user(node)]).password
+        assert f"fl.node.{node}.>" in entry["permissions"]["publish"]
+    assert node_of(first) == NODE and node_of(load_credentials(files[ADMIN])) is None
 
 
 def test_credentials_are_private_and_kept(tmp_path: Path) -> None:

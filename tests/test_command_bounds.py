@@ -23,12 +23,14 @@ from events import (
 from events.commands import (
     ADMISSION_SUBJECT,
     LEDGER_SUBJECT,
+    MAX_SPEC_BYTES,
     SetProject,
     SubmitJob,
     check_bounds,
     decode_command,
     decode_reply,
 )
+from policy.commands.names import name_problem
 from services.admission.service import Admission
 from services.ledger.service import Ledger
 from services.runtime.client import send
@@ -84,6 +86,14 @@ BAD = [
         },
         "$.priority_classes[0].priority",
     ),
+    # NUL in any text: PostgreSQL (the read models) and a process's arguments refuse it
+    (submit(command=["ok", "a\u0000b"]), "$.spec.command[1]"),
+    (submit(env=["A=\u0000"]), "$.spec.env[0]"),
+    (submit(image="img\u0000"), "$.spec.image"),
+    ({**submit(), "idempotency_key": "k\u0000"}, "$.idempotency_key"),
+    ({"type": "HoldScheduling", "held": True, "reason": "\u0000"}, "$.reason"),
+    # a spec as large as the bus carries: its relay to a node could never be written
+    (submit(command=["x" * 4000] * 250), "$.spec.command"),
 ]
 
 
@@ -93,6 +103,22 @@ def test_a_value_out_of_bounds_is_refused_naming_its_field(
 ) -> None:
     with pytest.raises(msgspec.ValidationError, match=re.escape(f"`{field}`")):
         decode_command(msgspec.json.encode(command))
+
+
+def test_refusals_say_what_is_wrong_in_words() -> None:
+    with pytest.raises(msgspec.ValidationError, match=r"without the NUL character"):
+        decode_command(msgspec.json.encode(submit(command=["a\u0000"])))
+    big = submit(command=["x" * 4000] * 250)
+    with pytest.raises(msgspec.ValidationError) as refused:
+        decode_command(msgspec.json.encode(big))
+    said = str(refused.value)
+    assert f"at most {MAX_SPEC_BYTES} bytes" in said and "got 1000" in said, said
+    assert "its largest field, `command`" in said
+
+
+def test_names_are_matched_whole() -> None:
+    assert name_problem("job id", "j1") is None
+    assert name_problem("job id", "j1\n") is not None  # Python's `$` matched before it
 
 
 def test_values_within_bounds_pass() -> None:

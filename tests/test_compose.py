@@ -75,6 +75,7 @@ def test_every_service_connects_as_its_own_nats_user() -> None:
         "projector": "nats_projector",
         "api": "nats_api",
         "executor": "nats_executor",
+        "executor-2": "nats_executor_2",
     }
     for name, secret in expected.items():
         service = base["services"].get(name) or cluster["services"][name]

@@ -117,8 +117,11 @@ class Driver:
             )
 
 
-def random_case(seed: int) -> Iterator[list[Event]]:  # noqa: PLR0912, PLR0915 (one random run, step by step)
-    """Every decide() output along one seeded random run."""
+def random_case(  # noqa: PLR0912, PLR0915 (one random run, step by step)
+    seed: int, usage: tuple[float, float] | None = None
+) -> Iterator[list[Event]]:
+    """Every decide() output along one seeded random run; `usage` (half-life, k) gives every
+    scheduler setting rule 11's history (tests/test_time_aware.py), drawing nothing more."""
     rng = random.Random(seed)
     d = Driver(rng)
     pools = [f"p{i}" for i in range(rng.randint(1, 3))]
@@ -129,6 +132,8 @@ def random_case(seed: int) -> Iterator[list[Event]]:  # noqa: PLR0912, PLR0915 (
             type=rng.choice(SCHEDULERS),
             fitting=rng.choice(FITTINGS),
             victim_order=rng.choice(ORDERS),
+            usage_half_life_s=None if usage is None else usage[0],
+            usage_k=1.0 if usage is None else usage[1],
         )
 
     d.record(

@@ -16,7 +16,7 @@ import pytest
 
 from bench.projector import synthetic_log
 from services.projector.service import Projector
-from services.runtime.eventlog import JetStreamLog, connect
+from services.runtime.eventlog import STREAM, JetStreamLog, connect
 from services.runtime.servers import NatsServer, Postgres
 from services.runtime.tasks import cancel_and_wait
 from tests.read_side import dump, publish_all, wait_position
@@ -53,11 +53,13 @@ async def test_incremental_equals_rebuild(
     await log.nc.close()
 
 
-async def _start_projector(nats_url: str, dsn: str, logs: Path) -> asyncio.subprocess.Process:
+async def _start_projector(
+    nats_url: str, dsn: str, logs: Path, *extra: str
+) -> asyncio.subprocess.Process:
     out = (logs / "projector.log").open("ab")
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "services.projector", "--nats", nats_url, "--postgres", dsn,
-        stdout=out, stderr=out, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        *extra, stdout=out, stderr=out, env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )  # fmt: skip
     out.close()
     return process
@@ -133,4 +135,38 @@ async def test_postgres_restart_is_caught_up(
     assert projector.restarts >= 1  # it did lose PostgreSQL on the way
     assert len(incremental["timeline"]) == 8000
     assert incremental == await rebuilt(log, postgres.uri)
+    await log.nc.close()
+
+
+async def _projector_consumers(log: JetStreamLog) -> list[str]:
+    return [
+        c.name
+        for c in await log.js.consumers_info(STREAM)
+        if c.name is not None and c.name.startswith("projector-")
+    ]
+
+
+async def test_restarts_leave_no_consumer_behind(
+    nats_server: NatsServer, postgres_server: Postgres, tmp_path: Path
+) -> None:
+    log = JetStreamLog(await connect(nats_server.url, "test"))
+    await log.ensure_stream()
+    dsn = postgres_server.uri
+    events = list(synthetic_log(400, nodes=2))
+    await publish_all(log, events[:200])
+    # killed three times, as the supervisor would restart it: its one consumer, taken back
+    for round_ in range(3):
+        process = await _start_projector(nats_server.url, dsn, tmp_path, "--instance", "one")
+        start = 200 + 50 * round_
+        await wait_position(dsn, await publish_all(log, events[start : start + 50]))
+        process.send_signal(signal.SIGKILL)
+        await process.wait()
+    assert len(await _projector_consumers(log)) == 1
+    # stopped (SIGTERM), with no instance named: its consumer goes with it
+    process = await _start_projector(nats_server.url, dsn, tmp_path)
+    await wait_position(dsn, await publish_all(log, events[350:]))
+    assert len(await _projector_consumers(log)) == 2
+    process.send_signal(signal.SIGTERM)
+    await process.wait()
+    assert len(await _projector_consumers(log)) == 1
     await log.nc.close()

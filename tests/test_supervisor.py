@@ -7,11 +7,15 @@ import asyncio
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
+import msgspec
 import pytest
 
+from fairlane.supervisor import Plan, Program, read_status
 from services.runtime.auth import ADMIN, credentials_file, load_credentials
 from services.runtime.connection import connect
 from services.runtime.eventlog import STREAM
@@ -85,3 +89,50 @@ def test_up_reports_a_service_that_failed_to_start(tmp_path: Path) -> None:
     finally:
         down = fairlane("down", data_dir=data)
     assert "supervisor" in down.stdout
+
+
+def test_sighup_starts_what_the_plan_gained_and_stops_what_it_lost(tmp_path: Path) -> None:
+    """`fairlane node start` and `node stop` change the plan and send SIGHUP: the programs
+    the plan kept run on untouched."""
+    sleep = ["-c", "import time; time.sleep(600)"]
+    status_file = tmp_path / "status.json"
+
+    def plan(*names: str) -> bytes:
+        programs = [Program(name, sleep) for name in names]
+        return msgspec.json.encode(Plan(programs, str(tmp_path), str(status_file)))
+
+    def running(*names: str) -> dict[str, int]:
+        deadline = time.monotonic() + 20
+        while True:
+            status = read_status(status_file)
+            now = status.programs if status is not None else {}
+            pids = {n: p.pid for n, p in now.items() if p.state == "running" and p.pid}
+            if set(now) == set(names) and set(pids) == set(names):
+                return pids
+            assert time.monotonic() < deadline, now
+            time.sleep(0.1)
+
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_bytes(plan("a", "b"))
+    supervisor = subprocess.Popen(
+        [sys.executable, "-m", "fairlane.supervisor", "--plan", str(plan_file)],
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        before = running("a", "b")
+        plan_file.write_bytes(plan("b", "c"))
+        supervisor.send_signal(signal.SIGHUP)
+        after = running("b", "c")
+        assert after["b"] == before["b"]
+        with pytest.raises(ProcessLookupError):
+            os.kill(before["a"], 0)
+        plan_file.write_bytes(b"not a plan")  # a broken plan is refused: the old one runs on
+        supervisor.send_signal(signal.SIGHUP)
+        time.sleep(0.5)
+        assert running("b", "c") == after and supervisor.poll() is None
+    finally:
+        supervisor.terminate()
+        supervisor.wait(30)
+    for pid in after.values():
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)

@@ -22,7 +22,7 @@ from events import (
 )
 from policy.state import ClusterState
 from services.executor.nodework import NodeWork
-from services.nodewatch.work import RelayQueue, WorkBook, relay_id
+from services.nodewatch.work import RelayQueue, WorkBook, oversized, relay_id
 from simulation.virtual_cluster import VirtualCluster
 
 NODES = ("n0", "n1", "n2")
@@ -251,3 +251,17 @@ def test_a_relay_written_again_is_noted_once() -> None:
     assert all(work.note(r) for r in mine)
     assert not any(work.note(r) for r in mine)  # past the stream's duplicate window, say
     assert work.relays == len(mine)
+
+
+def test_a_relay_larger_than_the_bus_carries_is_named_and_dropped_once_set_aside() -> None:
+    assert oversized(1000, 1024 * 1024) is None
+    said = oversized(1024 * 1024, 1024 * 1024)
+    assert said is not None and "1048576 bytes" in said and "max_payload" in said
+    vc = cluster()
+    vc.submit("j0", JobSpec(project="a"))
+    vc.settle()
+    relays, _ = relay_all(vc.log, check_each=False)
+    queue = RelayQueue()
+    queue.add(relays)
+    queue.drop(relays[0].id)  # its EventSetAside read back: never to be written
+    assert queue.after(None, 10_000) == relays[1:]

@@ -17,6 +17,7 @@ from events import (
     PoolConfigured,
     ProjectConfigured,
     ProjectTerms,
+    SchedulerSettings,
     SchedulingHeld,
 )
 from events.commands import (
@@ -30,6 +31,7 @@ from events.commands import (
 from policy.commands import ids
 from policy.commands.names import name_problem
 from policy.commands.outcome import Accepted, Outcome, Refused
+from policy.decay import settings_problem
 from policy.state import ClusterState
 
 
@@ -51,6 +53,9 @@ def configure_cluster(
         problem = name and name_problem("pool name", name)
         if problem:
             return Refused(problem)
+    problem = scheduler_problem(command.scheduler)
+    if problem is not None:
+        return Refused(problem)
     # the command's fields are the settings' own: said once, in the structs
     fields = msgspec.structs.asdict(command)
     del fields["actor"]
@@ -66,7 +71,7 @@ def configure_cluster(
 
 
 def set_pool(state: ClusterState, command: SetPool, now: float, at: int) -> Outcome:
-    problem = name_problem("pool name", command.pool)
+    problem = name_problem("pool name", command.pool) or scheduler_problem(command.scheduler)
     if problem is not None:
         return Refused(problem)
     event = PoolConfigured(
@@ -155,3 +160,10 @@ def _unknown_node(state: ClusterState, node: str) -> Refused | None:
         return None
     known = ", ".join(sorted(state.nodes)) or "none"
     return Refused(f"unknown node {node!r} (known: {known})")
+
+
+def scheduler_problem(settings: SchedulerSettings | None) -> str | None:
+    """Rule 11's bounds on a pool's (or the cluster's) scheduler settings, naming the value."""
+    if settings is None:
+        return None
+    return settings_problem(settings.usage_half_life_s, settings.usage_k)

@@ -6,8 +6,11 @@ import re
 from typing import Final
 
 #: 1-128 letters, digits, '-' or '_', starting with a letter or digit: no '.', '*' or '>',
-#: which would change the subject an event is stored under.
-NAME: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
+#: which would change the subject an event is stored under. `$(?!\n)`, not `$`: a Python `$`
+#: also matches before a trailing newline, and "job\n" passed here and then failed as a
+#: subject (the same pattern serves JSON Schema, which has no `\Z`).
+PATTERN: Final = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$(?!\n)"
+NAME: Final = re.compile(PATTERN)
 RULE: Final = "use 1-128 letters, digits, '-' or '_', starting with a letter or digit"
 
 

@@ -21,7 +21,7 @@ import typing
 from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Final, Literal
+from typing import Annotated, Any, Final, Literal, TypeVar
 
 import asyncpg
 import msgspec
@@ -34,6 +34,7 @@ from litestar.exceptions import (
     HTTPException,
     NotAuthorizedException,
     PermissionDeniedException,
+    SerializationException,
     ServiceUnavailableException,
     ValidationException,
 )
@@ -57,9 +58,12 @@ from events.commands import (
     SetProject,
     SubmitJob,
     UncordonNode,
+    in_words,
 )
 from events.versions import decode_event
 from policy.audit import Scope
+from policy.commands.config import scheduler_problem
+from policy.commands.names import PATTERN as NAME_PATTERN
 from services.api import audit as api_audit
 from services.api import gpus, history, logs, metrics, queries, tokens
 from services.api.tokens import Caller
@@ -93,7 +97,6 @@ from services.runtime.postgres import PG_TRANSIENT, connect_pool, migrate
 from services.runtime.tasks import cancel_and_wait
 
 log = structlog.get_logger("fairlane.api")
-NAME_PATTERN: Final = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$"
 PAGE_MAX: Final = 500
 #: A live stream quiet this long gets a comment line.
 KEEP_ALIVE_S: Final = 15.0
@@ -129,12 +132,49 @@ class Settings:
 class Context:
     db: asyncpg.Pool
     nc: Client
-    streams: asyncio.Semaphore
+    streams: StreamPlaces
     #: one audit at a time: each folds the whole log in a worker thread
     audits: asyncio.Semaphore = dataclasses.field(default_factory=lambda: asyncio.Semaphore(1))
 
 
 Ctx = NamedDependency[Context]
+
+
+class StreamPlaces:
+    """The live streams served at once, counted exactly. A place is taken as the request is
+    answered, with no await between the check and the taking (a semaphore checked there and
+    taken once the stream started let 75 streams in under a cap of 64, the rest waiting
+    rather than refused), and given back when the stream ends."""
+
+    def __init__(self, most: int) -> None:
+        self.most = most
+        self.taken = 0
+
+    def take(self) -> Place:
+        if self.taken >= self.most:
+            raise ServiceUnavailableException(
+                detail=f"too many live streams open (at most {self.most}); try again later"
+            )
+        self.taken += 1
+        return Place(self)
+
+
+class Place:
+    """One live stream's place, given back once: when its stream ends, or, for a stream
+    never sent (the client went before it started), when the stream is collected."""
+
+    def __init__(self, places: StreamPlaces) -> None:
+        self.places: StreamPlaces | None = places
+
+    def give_back(self) -> None:
+        if self.places is not None:
+            self.places.taken -= 1
+            self.places = None
+
+    def __del__(self) -> None:
+        self.give_back()
+
+
 Who = NamedDependency[Caller]
 
 
@@ -161,7 +201,8 @@ def on_http_error(_: Request[Any, Any, Any], exc: HTTPException) -> Response[Err
         first = exc.extra[0]
         if isinstance(first, dict):
             field = _ALIASES.get(first.get("key", ""), first.get("key"))
-            message = f"{first.get('message', exc.detail)} (in {_source(first.get('source'))})"
+            said = in_words(str(first.get("message", exc.detail)))
+            message = f"{said} (in {_source(first.get('source'))})"
     elif isinstance(exc.extra, dict):
         field = exc.extra.get("field")
     return _error(exc.status_code, message, field)
@@ -179,6 +220,9 @@ _AT_FIELD: Final = re.compile(r" - at `\$\.(\w+)")
 
 
 def on_other_error(request: Request[Any, Any, Any], exc: Exception) -> Response[Error]:
+    if isinstance(exc, SerializationException | RecursionError | UnicodeDecodeError):
+        said = str(exc) or type(exc).__name__
+        return _error(400, f"the body is not JSON this API reads: {said}", "body")
     if isinstance(exc, msgspec.ValidationError):  # a request's values broke a command's bounds
         at = _AT_FIELD.search(str(exc))
         return _error(400, str(exc), at.group(1) if at else None)
@@ -186,6 +230,19 @@ def on_other_error(request: Request[Any, Any, Any], exc: Exception) -> Response[
         return _error(503, f"the read models are unavailable just now: {exc}")
     log.exception("request failed", path=request.url.path)
     return _error(500, f"internal error: {type(exc).__name__}")
+
+
+Body = TypeVar("Body", bound=msgspec.Struct)
+
+
+async def _strictly(request: Request[Any, Any, Any], body_type: type[Body]) -> Body:
+    """The body decoded again with msgspec's strict rules: Litestar converts a body loosely,
+    taking `"gpus": "1"` for 1, and a command's types are exact (JSON says what it means)."""
+    try:
+        return msgspec.json.decode(await request.body(), type=body_type)
+    except msgspec.ValidationError as e:
+        at = _AT_FIELD.search(str(e))
+        raise _fail(400, f"{in_words(str(e))} (in body)", at.group(1) if at else None) from None
 
 
 def _fail(status: int, message: str, field: str | None = None) -> HTTPException:
@@ -311,8 +368,11 @@ async def _command(ctx: Context, command: AnyCommand) -> Accepted:
 
 
 @post("/v1/jobs", status_code=201, responses=ACT_ERRORS, tags=["jobs"])
-async def submit_job(ctx: Ctx, caller: Who, data: JSONBody[SubmitRequest]) -> Accepted:
+async def submit_job(
+    ctx: Ctx, caller: Who, request: Request[Any, Any, Any], data: JSONBody[SubmitRequest]
+) -> Accepted:
     """Submit a job; answers with the event admission recorded (`JobAdmitted`)."""
+    data = await _strictly(request, SubmitRequest)
     _may_act(caller, data.project)
     spec = JobSpec(
         project=data.project,
@@ -381,9 +441,14 @@ async def resume_job(ctx: Ctx, caller: Who, job_id: PathName) -> Accepted:
 
 @put("/v1/projects/{name:str}", responses=ADMIN_ERRORS, tags=["projects"])
 async def set_project(
-    ctx: Ctx, caller: Who, name: PathName, data: JSONBody[ProjectRequest]
+    ctx: Ctx,
+    caller: Who,
+    request: Request[Any, Any, Any],
+    name: PathName,
+    data: JSONBody[ProjectRequest],
 ) -> Accepted:
     """Create or change a project's terms in one pool (admin)."""
+    data = await _strictly(request, ProjectRequest)
     _admin(caller, "change projects")
     command = SetProject(
         actor=caller.name,
@@ -399,14 +464,26 @@ async def set_project(
 
 
 @put("/v1/pools/{name:str}", responses=ADMIN_ERRORS, tags=["pools"])
-async def set_pool(ctx: Ctx, caller: Who, name: PathName, data: JSONBody[PoolRequest]) -> Accepted:
+async def set_pool(
+    ctx: Ctx,
+    caller: Who,
+    request: Request[Any, Any, Any],
+    name: PathName,
+    data: JSONBody[PoolRequest],
+) -> Accepted:
     """Create a pool or set its own scheduler settings (admin)."""
+    data = await _strictly(request, PoolRequest)
     _admin(caller, "change pools")
     settings = (
         SchedulerSettings(type=data.scheduler, fitting=data.fitting, victim_order=data.victim_order)
         if data.scheduler is not None
         else None
     )
+    settings = _with_usage(settings, data)
+    problem = scheduler_problem(settings)  # rule 11's bounds: said before anything is sent
+    if problem is not None:
+        field = "usage_k" if problem.startswith("usage_k") else "usage_half_life_s"
+        raise _fail(400, problem, field)
     return await _command(ctx, SetPool(actor=caller.name, pool=name, scheduler=settings))
 
 
@@ -440,6 +517,17 @@ async def uncordon_node(
     _admin(caller, "uncordon nodes")
     reason = data.reason if data is not None else ""
     return await _command(ctx, UncordonNode(actor=caller.name, node=name, reason=reason))
+
+
+def _with_usage(settings: SchedulerSettings | None, data: PoolRequest) -> SchedulerSettings | None:
+    """Rule 11's settings on the pool's own (a half-life alone gives it the default scheduler)."""
+    if data.usage_half_life_s is None and data.usage_k == 1.0:
+        return settings
+    return msgspec.structs.replace(
+        settings or SchedulerSettings(),
+        usage_half_life_s=data.usage_half_life_s,
+        usage_k=data.usage_k,
+    )
 
 
 # -- queries ----------------------------------------------------------------------------------
@@ -522,24 +610,22 @@ async def job_logs(
     output = logs.read_output(js, job_id, wanted, lines, follow=follow, attempt_over=over)
     if not follow:
         return Response(await logs.tail(output, max_bytes), media_type="text/plain")
-    if ctx.streams.locked():
-        raise ServiceUnavailableException(detail="too many live streams open; try again later")
-    return Stream(_held(ctx, output), media_type="text/plain")
+    return Stream(_held(ctx.streams.take(), output), media_type="text/plain")
 
 
 #: The states in which an attempt may still write output.
 LIVE_STATES: Final = frozenset({"starting", "running", "stopping"})
 
 
-async def _held(ctx: Context, source: AsyncGenerator[bytes, None]) -> AsyncIterator[bytes]:
-    """The stream, holding a place among the live streams; its consumer is closed as soon as
-    the client goes."""
-    async with ctx.streams:
-        try:
-            async for chunk in source:
-                yield chunk
-        finally:
-            await source.aclose()
+async def _held(place: Place, source: AsyncGenerator[bytes, None]) -> AsyncIterator[bytes]:
+    """The stream, holding its place among the live streams; its consumer is closed as soon
+    as the client goes."""
+    try:
+        async for chunk in source:
+            yield chunk
+    finally:
+        place.give_back()
+        await source.aclose()
 
 
 @get("/v1/jobs/{job_id:str}/as-of/{seq:int}", responses=FOUND_ERRORS, tags=["timeline"])
@@ -759,8 +845,11 @@ async def list_preemptions(
     responses={**ADMIN_ERRORS, 409: ResponseSpec(Error, description="the name is taken")},
     tags=["access"],
 )
-async def create_token(ctx: Ctx, caller: Who, data: JSONBody[TokenRequest]) -> TokenCreated:
+async def create_token(
+    ctx: Ctx, caller: Who, request: Request[Any, Any, Any], data: JSONBody[TokenRequest]
+) -> TokenCreated:
     """A new API token for some projects (admin). The token is shown only here."""
+    data = await _strictly(request, TokenRequest)
     _admin(caller, "create tokens")
     async with ctx.db.acquire() as conn:
         try:
@@ -791,19 +880,19 @@ async def event_stream(
     """The live log as server-sent events (id: the stream sequence; event: the type). Resumes
     after `Last-Event-ID` (or `after`); without either, starts at the next event."""
     if last_event_id is not None:
-        if not last_event_id.isdigit():
-            raise _fail(400, f"Last-Event-ID must be a sequence number, got {last_event_id!r}",
-                        "Last-Event-ID")  # fmt: skip
+        # ASCII digits and no more than a sequence can be (`isdigit` took "²", and a number
+        # past the stream's 64-bit sequences had the reader retry five times a second)
+        if re.fullmatch(r"[0-9]{1,19}", last_event_id) is None or int(last_event_id) > 1 << 62:
+            raise _fail(400, "Last-Event-ID must be a sequence number from 0 to 2^62, got "
+                        f"{last_event_id!r}", "Last-Event-ID")  # fmt: skip
         after = int(last_event_id)
-    if ctx.streams.locked():
-        raise ServiceUnavailableException(detail="too many live streams open; try again later")
     if job is not None:
         await _readable_job(ctx, caller, job)
     log_ = JetStreamLog(ctx.nc)
     start = (after + 1) if after is not None else (await log_.last_seq()) + 1
     subject = f"fl.job.{job}.*" if job is not None else None
     seen = _Visibility(ctx, caller.visible)
-    return ServerSentEvent(_stream(ctx, log_, start, subject, seen))
+    return ServerSentEvent(_stream(ctx.streams.take(), log_, start, subject, seen))
 
 
 class _Visibility:
@@ -839,7 +928,7 @@ class _Visibility:
 
 
 async def _stream(
-    ctx: Context,
+    place: Place,
     log_: JetStreamLog,
     start: int,
     subject: str | None,
@@ -850,26 +939,26 @@ async def _stream(
     fails) and its consumer closed, quiet log or not."""
     queue: asyncio.Queue[Stored] = asyncio.Queue(1000)
     reader = asyncio.create_task(_read_into(log_.follow(start, batch=500, subject=subject), queue))
-    async with ctx.streams:  # held only while the stream is being sent
-        try:
-            while True:
-                try:
-                    async with asyncio.timeout(KEEP_ALIVE_S):
-                        stored = await queue.get()
-                except TimeoutError:
-                    if reader.done():
-                        reader.result()  # its failure ends the stream
-                    yield ServerSentEventMessage(comment="keep-alive")
-                    continue
-                if not await seen.shows(stored.event):
-                    continue
-                yield ServerSentEventMessage(
-                    data=encode_event(stored.event).decode(),
-                    event=type(stored.event).__name__,
-                    id=stored.seq,
-                )
-        finally:
-            await cancel_and_wait(reader)
+    try:
+        while True:
+            try:
+                async with asyncio.timeout(KEEP_ALIVE_S):
+                    stored = await queue.get()
+            except TimeoutError:
+                if reader.done():
+                    reader.result()  # its failure ends the stream
+                yield ServerSentEventMessage(comment="keep-alive")
+                continue
+            if not await seen.shows(stored.event):
+                continue
+            yield ServerSentEventMessage(
+                data=encode_event(stored.event).decode(),
+                event=type(stored.event).__name__,
+                id=stored.seq,
+            )
+    finally:
+        place.give_back()
+        await cancel_and_wait(reader)
 
 
 async def _read_into(source: AsyncIterator[Stored], queue: asyncio.Queue[Stored]) -> None:
@@ -893,9 +982,10 @@ async def health(ctx: Ctx) -> Health:
 
 @get("/metrics", media_type="text/plain; version=0.0.4", include_in_schema=False)
 async def prometheus(ctx: Ctx) -> bytes:
+    log_seq = await JetStreamLog(ctx.nc).last_seq()
     async with ctx.db.acquire() as conn:
         gpu = await gpus.read(conn, ctx.nc.jetstream(), await queries.nodes(conn), lambda _: True)
-        return await metrics.render(conn, gpus.families(gpu))
+        return await metrics.render(conn, log_seq, gpus.families(gpu))
 
 
 # -- GPU samples ------------------------------------------------------------------------------
@@ -960,7 +1050,7 @@ def create_app(settings: Settings) -> Litestar:
                 token = tokens.admin_token_file(settings.admin_token_file)
                 await tokens.install_admin(conn, token)
         nc = await connect(settings.nats_url, "api")
-        app.state.ctx = Context(db=db, nc=nc, streams=asyncio.Semaphore(settings.max_streams))
+        app.state.ctx = Context(db=db, nc=nc, streams=StreamPlaces(settings.max_streams))
         try:
             yield
         finally:

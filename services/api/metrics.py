@@ -29,9 +29,29 @@ class _Snapshot:
         yield from self.families
 
 
-async def render(conn: asyncpg.Connection, extra: list[Metric] | None = None) -> bytes:
-    """The read models' families, then `extra` (the GPUs', read elsewhere)."""
+async def render(
+    conn: asyncpg.Connection, log_seq: int, extra: list[Metric] | None = None
+) -> bytes:
+    """Every metric, read from the tables now; `log_seq` is the log's last sequence (the
+    read models' lag is measured against it); then `extra` (the GPUs', read elsewhere)."""
     families: list[Metric] = []
+    projected = await conn.fetchval("SELECT max(seq) FROM projector_position")
+    lag = GaugeMetricFamily(
+        "fairlane_projector_lag_events",
+        "Events on the log that the read models do not hold yet",
+    )
+    lag.add_metric([], float(max(0, log_seq - int(projected or 0))))
+    aside = CounterMetricFamily(
+        "fairlane_events_set_aside",
+        "Events a service could not handle and set aside (EventSetAside), by service",
+        labels=["service"],
+    )
+    for r in await conn.fetch(
+        "SELECT data ->> 'service' AS service, count(*) AS n FROM timeline"
+        " WHERE type = 'EventSetAside' GROUP BY 1 ORDER BY 1"
+    ):
+        aside.add_metric([r["service"] or ""], float(r["n"]))
+    families += [lag, aside]
     allocated = GaugeMetricFamily(
         "fairlane_pool_gpus_allocated", "GPUs held by jobs, per pool", labels=["pool"]
     )

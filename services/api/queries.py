@@ -225,6 +225,7 @@ def _project_pool(r: asyncpg.Record) -> ProjectPool:
         usage=r["usage"],
         fair_share=r["fair_share"],
         over_quota=r["over_quota"],
+        decayed_usage=r["decayed_usage"],
     )
 
 

@@ -10,12 +10,15 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-Name = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")]
+from events.commands import NO_NUL
+from policy.commands.names import PATTERN as NAME_PATTERN
+
+Name = Annotated[str, msgspec.Meta(pattern=NAME_PATTERN)]
 Count = Annotated[int, msgspec.Meta(ge=0, le=100_000)]
-Arg = Annotated[str, msgspec.Meta(max_length=4096)]
-EnvKey = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")]
+Arg = Annotated[str, msgspec.Meta(max_length=4096, pattern=NO_NUL)]
+EnvKey = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$(?!\n)")]
 #: an absolute path on the node (PATH_MAX long at most)
-WorkingDir = Annotated[str, msgspec.Meta(min_length=1, max_length=4096, pattern=r"^/")]
+WorkingDir = Annotated[str, msgspec.Meta(min_length=1, max_length=4096, pattern=r"^/[^\x00]*$")]
 
 
 class Error(msgspec.Struct):
@@ -46,7 +49,7 @@ class SubmitRequest(msgspec.Struct, forbid_unknown_fields=True):
     grace_s: Annotated[float, msgspec.Meta(ge=0, le=86400)] | None = None
     #: where the workload runs on its node: an absolute path
     working_dir: WorkingDir | None = None
-    idempotency_key: Annotated[str, msgspec.Meta(max_length=256)] | None = None
+    idempotency_key: Annotated[str, msgspec.Meta(max_length=256, pattern=NO_NUL)] | None = None
 
 
 class ProjectRequest(msgspec.Struct, forbid_unknown_fields=True):
@@ -66,6 +69,10 @@ class PoolRequest(msgspec.Struct, forbid_unknown_fields=True):
     scheduler: Literal["fair_share", "priority", "round_robin"] | None = None
     fitting: Literal["best", "worst"] = "best"
     victim_order: Literal["newest", "cost"] = "newest"
+    #: Rule 11: the half-life of the usage history the fair share weighs, in seconds (None: off;
+    #: the bounds are the command's, whose error names the value)
+    usage_half_life_s: float | None = None
+    usage_k: float = 1.0
 
 
 class NodeServiceRequest(msgspec.Struct, forbid_unknown_fields=True):
@@ -178,6 +185,9 @@ class ProjectPool(msgspec.Struct):
     usage: int
     fair_share: int
     over_quota: bool
+    #: rule 11: its decayed usage U, a part of the pool's decayed GPU-seconds (None: the pool
+    #: has no usage half-life)
+    decayed_usage: float | None = None
 
 
 class ProjectThen(msgspec.Struct):

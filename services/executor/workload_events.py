@@ -14,12 +14,14 @@ from typing import Annotated, Final, Literal
 import msgspec
 
 from events import Event, JobCheckpointed, JobMessage, JobProgress
+from events.commands import NO_NUL, clearer
 
 MAX_BODY: Final = 16 * 1024
 MAX_METRICS: Final = 64
-ID_PATTERN: Final = r"^[A-Za-z0-9_-]{1,64}$"
+ID_PATTERN: Final = r"^[A-Za-z0-9_-]{1,64}$(?!\n)"
 
-Name = Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
+# no NUL: the read models store every text of the log, and PostgreSQL refuses it
+Name = Annotated[str, msgspec.Meta(min_length=1, max_length=64, pattern=NO_NUL)]
 Count = Annotated[int, msgspec.Meta(ge=0)]
 
 
@@ -32,7 +34,7 @@ class WorkloadEvent(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     epoch: Count | None = None
     metrics: Annotated[dict[Name, float], msgspec.Meta(max_length=MAX_METRICS)] = {}
     size_bytes: Count | None = None
-    text: Annotated[str, msgspec.Meta(max_length=4000)] = ""
+    text: Annotated[str, msgspec.Meta(max_length=4000, pattern=NO_NUL)] = ""
 
 
 _decoder = msgspec.json.Decoder(WorkloadEvent)
@@ -52,7 +54,9 @@ def parse(body: bytes) -> WorkloadEvent:
         raise Refused(413, f"an event is at most {MAX_BODY} bytes, this one {len(body)}")
     try:
         event = _decoder.decode(body)
-    except (msgspec.DecodeError, msgspec.ValidationError) as e:
+    except msgspec.ValidationError as e:
+        raise Refused(400, f"not a workload event: {clearer(e)}") from None
+    except msgspec.DecodeError as e:
         raise Refused(400, f"not a workload event: {e}") from None
     if event.kind == "message" and not event.text:
         raise Refused(400, "a message needs its `text`")

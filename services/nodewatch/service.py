@@ -28,18 +28,36 @@ import asyncio
 import os
 import uuid
 
+import nats.errors
 import structlog
-from nats.js.errors import KeyNotFoundError, NotFoundError
+from nats.js.errors import APIError, KeyNotFoundError, NotFoundError
 from nats.js.kv import KeyValue
 
-from events import LeaderElected, NodeLost, NodeRegistered, WorkRelayed
+from events import (
+    EventSetAside,
+    LeaderElected,
+    NodeLost,
+    NodeRegistered,
+    WorkRelayed,
+    encode_event,
+    set_aside_id,
+    work_subject,
+)
 from services.nodewatch.rule import lapsed
-from services.nodewatch.work import RelayKey, RelayQueue, WorkBook, relay_key
+from services.nodewatch.work import (
+    RelayKey,
+    RelayQueue,
+    WorkBook,
+    oversized,
+    relay_id,
+    relay_key,
+)
 from services.runtime.clock import WALL_CLOCK, Clock
 from services.runtime.eventlog import TRANSIENT, Conflict, JetStreamLog, Stored
 from services.runtime.follower import Follower
 from services.runtime.heartbeats import TIMEOUT_S, heartbeat_bucket
 from services.runtime.lease import Lease
+from services.runtime.retry import is_transient
 from services.runtime.tasks import cancel_and_wait
 
 log = structlog.get_logger("fairlane.nodewatch")
@@ -75,6 +93,7 @@ class NodeWatch:
         self.queue = RelayQueue()
         self._queued = asyncio.Event()
         self.relayed = 0  # relays this watcher wrote
+        self.set_aside = 0  # relays this watcher set aside
 
     async def run(self) -> None:
         await self.log.ensure_stream()
@@ -96,6 +115,10 @@ class NodeWatch:
         event = stored.event
         if isinstance(event, WorkRelayed):
             self.queue.seen(event)
+            return
+        if isinstance(event, EventSetAside):
+            if event.service == KIND:  # that relay will never be written: drop it
+                self.queue.drop(relay_id(event.subject.removeprefix(work_subject("")), event.seq))
             return
         relays = self.book.relays(
             self.follower.state, stored.seq, event, self.follower.last_verdict
@@ -175,8 +198,41 @@ class NodeWatch:
 
     async def _write(self, chain: list[WorkRelayed], fence: tuple[str, int]) -> None:
         for relay in chain:
-            await self.log.publish_durably(relay, fence=fence)
+            # the server counts headers too, and closes the connection of a client that sends
+            # more than max_payload (which reads as a transient error, retried for ever): so
+            # the size is checked here, before sending
+            too_big = oversized(len(encode_event(relay)), self.log.nc.max_payload)
+            if too_big is not None:
+                await self._set_aside(relay, too_big, fence)
+                continue
+            try:
+                await self.log.publish_durably(relay, fence=fence)
+            except (nats.errors.MaxPayloadError, APIError) as e:
+                if isinstance(e, APIError) and is_transient(e):
+                    raise
+                await self._set_aside(relay, f"the stream refused the relay: {e!r}", fence)
+                continue
             self.relayed += 1
+
+    async def _set_aside(self, relay: WorkRelayed, reason: str, fence: tuple[str, int]) -> None:
+        """Record that `relay` will not be written, and go on without it."""
+        subject = work_subject(relay.node)
+        log.error(
+            "relay set aside", seq=relay.source_seq, node=relay.node, id=relay.id, reason=reason
+        )
+        aside = EventSetAside(
+            id=set_aside_id(KIND, relay.source_seq, subject),
+            time=relay.time,
+            actor=self.holder,
+            causation=relay.causation,
+            service=KIND,
+            seq=relay.source_seq,
+            subject=subject,
+            reason=reason,
+        )
+        await self.log.publish_durably(aside, fence=fence)
+        self.queue.seen(relay)
+        self.set_aside += 1
 
     async def _look(self, bucket: KeyValue) -> None:
         for node in list(self.follower.state.nodes):

@@ -46,6 +46,20 @@ def rendezvous_port(job_id: str, attempt: int, taken: Collection[int]) -> int:
     return PORT_BASE + start  # every port taken at one address: none better to give
 
 
+#: Room kept under the server's max_payload for a relay's headers (its id and the fence).
+HEADER_ROOM: Final = 4096
+
+
+def oversized(size: int, max_payload: int) -> str | None:
+    """Why a relay of `size` bytes cannot go on the bus, or None if it can."""
+    if size <= max_payload - HEADER_ROOM:
+        return None
+    return (
+        f"the relay is {size} bytes, more than the bus carries "
+        f"({max_payload} bytes max_payload, less {HEADER_ROOM} for headers)"
+    )
+
+
 def relay_id(node: str, source_seq: int) -> str:
     """A relay's id: a leader that relays the same event to the same node again writes a
     duplicate, which the stream drops."""
@@ -200,6 +214,10 @@ class RelayQueue:
     def seen(self, relay: WorkRelayed) -> None:
         """A relay read back from the log: written, by this leader or an earlier one."""
         self.pending.pop(relay.id, None)
+
+    def drop(self, relay_id: str) -> None:
+        """A relay some leader set aside (`EventSetAside`): it will never be written."""
+        self.pending.pop(relay_id, None)
 
     def after(self, key: RelayKey | None, limit: int) -> list[WorkRelayed]:
         """Up to `limit` pending relays after `key` (all of them from None), in order."""

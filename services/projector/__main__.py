@@ -15,8 +15,10 @@ from services.runtime.main import configure_logging
 from services.runtime.tasks import cancel_and_wait
 
 
-async def main(nats_url: str, dsn: str, name: str) -> None:
-    durable = durable_name("projector", name, socket.gethostname(), str(os.getpid()))
+async def main(nats_url: str, dsn: str, name: str, instance: str) -> None:
+    # named by its instance, not its process: a restarted projector takes its consumer back
+    # instead of leaving one behind per process (each kept for an hour by the server)
+    durable = durable_name("projector", name, socket.gethostname(), instance)
     log = JetStreamLog(await connect(nats_url, "projector"), durable=durable)
     task = asyncio.create_task(Projector(log, dsn, name=name).run())
     stop = asyncio.Event()
@@ -27,6 +29,8 @@ async def main(nats_url: str, dsn: str, name: str) -> None:
     await asyncio.wait({task, stopping}, return_when=asyncio.FIRST_COMPLETED)
     await cancel_and_wait(task)
     stopping.cancel()
+    with contextlib.suppress(Exception):  # stopped for good (or for a while): nobody reads it
+        await log.js.delete_consumer(log.stream, durable)
     with contextlib.suppress(Exception):
         await log.nc.drain()
     if not task.cancelled() and task.exception() is not None:
@@ -39,6 +43,12 @@ if __name__ == "__main__":
     parser.add_argument("--postgres", required=True, help="PostgreSQL DSN")
     parser.add_argument("--name", default=DEFAULT_NAME, help="the read models' position name")
     parser.add_argument("--log-level", default="info")
+    parser.add_argument(
+        "--instance",
+        default=None,
+        help="this instance's name, the same across its restarts, so that its durable "
+        "consumer is reused (default: the process id, a consumer per process)",
+    )
     args = parser.parse_args()
     configure_logging(args.log_level)
-    asyncio.run(main(args.nats, args.postgres, args.name))
+    asyncio.run(main(args.nats, args.postgres, args.name, args.instance or str(os.getpid())))

@@ -7,6 +7,13 @@ transaction. Busy, the batches grow; quiet, each event is written as it comes.
 On start, and after any failure (PostgreSQL gone, a write refused), it starts over from what
 PostgreSQL holds: the stored position says how far the rows go; the events up to it are folded
 again without writing (the projection needs the fold's state), and writing resumes after it.
+
+Any text the log holds is stored (`projections.storable`: a NUL becomes U+FFFD). An event
+whose rows PostgreSQL still refuses for good (a data error: a number out of a column's range, a
+value too large to index) is set aside rather than retried for ever, which froze every read
+model: the writer starts over once, writing the failed batch one event at a time, records the
+event that fails alone as `EventSetAside` on `fl.aside.projector`, moves the position past it
+and goes on. Its rows are not written; later events about the same job write them again.
 """
 
 from __future__ import annotations
@@ -19,13 +26,16 @@ from typing import Final
 import asyncpg
 import structlog
 
-from projections import Projection
+from events import EventSetAside, set_aside_id, subject_for
+from projections import Batch, Projection
+from projections.storable import storable
 from services.projector import store
 from services.runtime.eventlog import JetStreamLog, Stored
 from services.runtime.postgres import PG_TRANSIENT, connect_pool, migrate
 from services.runtime.tasks import cancel_and_wait
 
 DEFAULT_NAME: Final = "main"
+SERVICE: Final = "projector"
 BATCH_MAX: Final = 2000
 QUEUE_MAX: Final = 20_000
 log = structlog.get_logger("fairlane.projector")
@@ -42,6 +52,10 @@ class Projector:
         self.position = 0  # the last sequence written (as far as this process knows)
         self.written = asyncio.Event()  # set after each write
         self.restarts = 0  # times it started over after a failure
+        #: after a batch PostgreSQL refused for good: write the events up to here one by one,
+        #: to find the one to set aside
+        self.one_by_one_until = 0
+        self.set_aside = 0  # events set aside by this process
 
     async def run(self) -> None:
         """Follow the log forever, starting over after any failure."""
@@ -67,8 +81,15 @@ class Projector:
                 await store.reset(conn, self.name)
         finally:
             await _close(pool)
-        await self._project(until=await self.log.last_seq())
-        return self.position
+        until = await self.log.last_seq()
+        while True:
+            try:
+                await self._project(until=until)
+                return self.position
+            except asyncpg.PostgresError as e:
+                if not store.permanent(e) or self.one_by_one_until <= self.position:
+                    raise
+                # a batch refused for good: again, one event at a time up to its end
 
     async def _project(self, until: int | None) -> None:
         pool = await connect_pool(self.dsn, retry_for=3600.0)
@@ -100,18 +121,66 @@ class Projector:
                     projection.discard()
                 if len(stored_already) == len(batch):
                     continue
-                for stored in batch[len(stored_already) :]:
-                    projection.apply(stored.seq, stored.event)
-                rows = projection.take()
-                async with pool.acquire() as conn:
-                    await store.write(conn, self.name, self.position, rows)
-                self.position = rows.last_seq
+                for chunk in self._chunks(batch[len(stored_already) :]):
+                    for stored in chunk:
+                        projection.apply(stored.seq, stored.event)
+                    await self._write(pool, storable(projection.take()), chunk)
                 self.written.set()
                 self.written.clear()
         finally:
             if reader is not None:
                 await cancel_and_wait(reader)
             await _close(pool)
+
+    def _chunks(self, fresh: list[Stored]) -> list[list[Stored]]:
+        """The events to write, each alone up to `one_by_one_until`, the rest together."""
+        alone = [[s] for s in fresh if s.seq <= self.one_by_one_until]
+        rest = fresh[len(alone) :]
+        return [*alone, rest] if rest else alone
+
+    async def _write(self, pool: asyncpg.Pool, rows: Batch, chunk: list[Stored]) -> None:
+        try:
+            async with pool.acquire() as conn:
+                await store.write(conn, self.name, self.position, rows)
+        except asyncpg.PostgresError as e:
+            if not store.permanent(e):
+                raise
+            if len(chunk) > 1:  # which of them: start over, writing these one by one
+                self.one_by_one_until = rows.last_seq
+                log.warning(
+                    "PostgreSQL refused a batch: writing it one event at a time",
+                    from_seq=chunk[0].seq,
+                    to_seq=rows.last_seq,
+                    error=str(e),
+                )
+                raise
+            await self._set_aside(chunk[0], e)
+            async with pool.acquire() as conn:
+                await store.write(conn, self.name, self.position, _nothing(rows.last_seq))
+        self.position = rows.last_seq
+
+    async def _set_aside(self, stored: Stored, error: asyncpg.PostgresError) -> None:
+        subject = subject_for(stored.event)
+        reason = f"PostgreSQL refused its rows: {type(error).__name__}: {error}"
+        log.error("event set aside", seq=stored.seq, subject=subject, reason=reason)
+        await self.log.publish_durably(
+            EventSetAside(
+                id=set_aside_id(SERVICE, stored.seq, subject),
+                time=stored.event.time,
+                actor=SERVICE,
+                causation=stored.event.id,
+                service=SERVICE,
+                seq=stored.seq,
+                subject=subject,
+                reason=reason,
+            )
+        )
+        self.set_aside += 1
+
+
+def _nothing(last_seq: int) -> Batch:
+    """No rows, only the position: past an event set aside."""
+    return Batch(last_seq, [], [], [], [], [], [])
 
 
 async def _close(pool: asyncpg.Pool) -> None:

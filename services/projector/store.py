@@ -35,6 +35,18 @@ TABLES: Final[dict[str, tuple[type[msgspec.Struct], tuple[str, ...]]]] = {
 WRITE_TIMEOUT_S: Final = 60.0
 
 
+#: SQLSTATE classes that the same rows meet again however often they are written: data
+#: exceptions (22: a number out of range, bad text), integrity violations (23) and program
+#: limits (54: a value too large to index). Anything else (a connection lost, a server
+#: shutting down, a lock) may pass, and the projector starts over.
+PERMANENT_CLASSES: Final = frozenset({"22", "23", "54"})
+
+
+def permanent(error: asyncpg.PostgresError) -> bool:
+    """Whether writing the same rows again would fail the same way."""
+    return str(getattr(error, "sqlstate", "") or "")[:2] in PERMANENT_CLASSES
+
+
 class PositionMoved(Exception):
     """The read models are not where this projector left them: someone else wrote (a rebuild,
     or a second projector). The writer starts again from what is stored."""

@@ -37,6 +37,7 @@ from typing import Final
 
 import msgspec
 
+from events.catalogue import set_aside_subject
 from events.commands import ADMISSION_SUBJECT, LEDGER_SUBJECT
 from services.runtime.checkpoint_bucket import BUCKET as CHECKPOINTS
 from services.runtime.gpu_samples import BUCKET as GPU_SAMPLES
@@ -192,13 +193,15 @@ def _decider(user: str, inbox: list[str]) -> Permissions:
 
 def _nodewatch(user: str, inbox: list[str]) -> Permissions:
     publish = [*_log_reader(), "fl.node.*.node_lost", f"fl.leader.{user}", "fl.work.*"]
+    publish.append(set_aside_subject(user))  # a relay it cannot write, set aside
     publish += [*_reading(f"KV_{LEASES}"), f"$KV.{LEASES}.{user}"]
     publish += _reading(f"KV_{HEARTBEATS}")
     return Permissions(publish, inbox)
 
 
 def _projector(user: str, inbox: list[str]) -> Permissions:
-    return Permissions(_log_reader(), inbox)
+    # an event the read models cannot hold, set aside
+    return Permissions([*_log_reader(), set_aside_subject(user)], inbox)
 
 
 def _api(user: str, inbox: list[str]) -> Permissions:
@@ -261,6 +264,24 @@ def users(nodes: list[str]) -> list[str]:
     return [ADMIN, CLIENT, *SERVICES, *(executor_user(n) for n in nodes)]
 
 
+def node_of(creds: Credentials) -> str | None:
+    """The node whose executor these credentials are for (None: not an executor's)."""
+    prefix = executor_user("")
+    return creds.user.removeprefix(prefix) if creds.user.startswith(prefix) else None
+
+
+def known_nodes(data_dir: Path) -> list[str]:
+    """The nodes whose executor users were made before (their credentials files are in
+    `data_dir`), in name order."""
+    found: list[str] = []
+    for path in sorted(credentials_dir(data_dir).glob(f"{executor_user('')}*.json")):
+        creds = _existing(path, path.stem)
+        node = node_of(creds) if creds is not None else None
+        if node:
+            found.append(node)
+    return found
+
+
 def credentials_dir(data_dir: Path) -> Path:
     return data_dir / "credentials"
 
@@ -272,8 +293,13 @@ def credentials_file(data_dir: Path, user: str) -> Path:
 def write_auth(data_dir: Path, config: Path, nodes: list[str]) -> dict[str, Path]:
     """Generate a password for every user (kept if already generated: a restarted cluster's
     clients keep working), write each to its own 0600 file and the server's authorization
-    block to `config` (0600). Returns each user's credentials file."""
+    block to `config` (0600). Returns each user's credentials file.
+
+    The nodes made before stay in the config beside `nodes`: adding a node that joins later
+    (`fairlane node credentials`, `fairlane deploy secrets --node`) never takes another
+    node's user away; a node's user goes only with its credentials file."""
     folder = credentials_dir(data_dir)
+    nodes = list(dict.fromkeys([*nodes, *known_nodes(data_dir)]))
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     os.chmod(folder, 0o700)
     files: dict[str, Path] = {}

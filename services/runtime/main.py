@@ -26,6 +26,9 @@ def configure_logging(level: str = "info") -> None:
         processors=[
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso"),
+            # `log.exception` (or exc_info=True) writes the traceback: without this the
+            # renderer dropped it, and an error log said what failed but never where
+            structlog.processors.format_exc_info,
             structlog.processors.JSONRenderer(),
         ],
         wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, level.upper())),

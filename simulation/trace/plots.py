@@ -87,3 +87,20 @@ def _figure(title: str, xlabel: str, ylabel: str) -> tuple[Figure, Axes]:
 
 def _save(fig: Figure, path: Path) -> None:
     fig.savefig(path, dpi=120)
+
+
+def write_allocation(
+    times: list[float], gpus: dict[str, list[int]], end_s: float, path: Path, title: str
+) -> Path:
+    """Each project's GPUs over time (a step function per project) as one PNG."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    unit, scale = ("days", 86400.0) if end_s > 2 * 86400 else ("hours", 3600.0)
+    fig, ax = _figure(title, f"time ({unit})", "GPUs held")
+    for project, values in gpus.items():
+        t = np.append(np.asarray(times, dtype=float), max(end_s, times[-1] if times else 0.0))
+        v = np.append(np.asarray(values, dtype=float), values[-1] if values else 0.0)
+        ax.step(t / scale, v, where="post", linewidth=1.0, label=project)
+    if gpus:
+        ax.legend(loc="upper right", fontsize=8)
+    _save(fig, path)
+    return path

@@ -66,6 +66,9 @@ class Options:
     cycles: CycleMode = "event"
     #: Event cycles only: also cycle when a checkpoint is saved (see VirtualCluster).
     cycle_on_checkpoint: bool = False
+    #: Rule 11: the usage half-life (seconds) and k of the run's scheduler (None: off)
+    usage_half_life_s: float | None = None
+    usage_k: float = 1.0
 
 
 @dataclass
@@ -102,6 +105,8 @@ class Simulation:
                     type=self.policy.scheduler,
                     fitting=cluster.fitting,
                     victim_order=options.victim_order,
+                    usage_half_life_s=options.usage_half_life_s,
+                    usage_k=options.usage_k,
                 ),
                 default_compute_pool=pool,
             )

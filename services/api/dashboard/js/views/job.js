@@ -295,6 +295,7 @@ function entry(e, open) {
     h("p", { class: "event-text" }, describe(e, jobLink)),
     h("details", { open }, h("summary", { id: `facts-${e.seq}` }, "Facts and the whole event"),
       e.event.facts ? factsTable(e.event.facts) : null,
+      historyTable(e.event.history ?? e.event.facts?.history),
       h("pre", {}, JSON.stringify(e.event, null, 2))));
 }
 
@@ -304,6 +305,19 @@ function factsTable(facts) {
     projects.map((p) => h("tr", {}, h("th", { scope: "row" }, p),
       h("td", { class: "num" }, facts.usage?.[p] ?? 0), h("td", { class: "num" }, facts.quota?.[p] ?? 0),
       h("td", { class: "num" }, facts.fair_share?.[p] ?? 0))));
+}
+
+// Rule 11: what the usage history did to the fair shares this decision weighed.
+function historyTable(history) {
+  if (!history) return null;
+  const projects = Object.keys(history.fair_share ?? {}).sort();
+  return table(`Usage history (rule 11, half-life ${history.half_life_s} s, k ${history.k})`,
+    ["Project", ["Used lately (U)", "num"], ["P", "num"], ["Fair share", "num"], ["Without history", "num"]],
+    projects.map((p) => h("tr", {}, h("th", { scope: "row" }, p),
+      h("td", { class: "num" }, `${Math.round(100 * (history.decayed_usage?.[p] ?? 0))}%`),
+      h("td", { class: "num" }, history.share_weight?.[p] ?? "-"),
+      h("td", { class: "num" }, history.fair_share[p]),
+      h("td", { class: "num" }, history.without_history?.[p] ?? "-"))));
 }
 
 function logsSection(path) {

@@ -56,13 +56,16 @@ function poolSection(pool, releasing, rows, ctx) {
 
 function projectTable(pool, rows) {
   return table(`Projects in pool ${pool}`,
-    ["Project", ["In use", "num"], ["Quota", "num"], ["Fair share", "num"], ["Limit", "num wide"], ["Over quota", "wide"]],
+    ["Project", ["In use", "num"], ["Quota", "num"], ["Fair share", "num"], ["Limit", "num wide"], ["Over quota", "wide"],
+      ["Used lately (U)", "num wide"]],
     rows.map((r) => h("tr", {},
       h("th", { scope: "row" }, h("a", { href: `#/jobs?project=${encodeURIComponent(r.project)}` }, r.project)),
       h("td", { class: "num" }, r.usage),
       h("td", { class: "num" }, r.quota),
       h("td", { class: "num" }, r.fair_share),
       h("td", { class: "num wide" }, r.limit ?? "none"),
-      h("td", { class: "wide" }, r.over_quota ? "yes" : "no"))),
+      h("td", { class: "wide" }, r.over_quota ? "yes" : "no"),
+      // rule 11: the project's decayed usage, a part of the pool's (none without a half-life)
+      h("td", { class: "num wide" }, r.decayed_usage == null ? "-" : `${Math.round(100 * r.decayed_usage)}%`))),
     { class: "projects" });
 }

@@ -1,0 +1,105 @@
+"""Malformed requests get a 400 naming what is wrong, never a 500, and the live streams are
+capped exactly (real nats-server and PostgreSQL, the API served in process)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from services.api.app import Settings, create_app
+from services.runtime.eventlog import JetStreamLog, connect
+from services.runtime.servers import NatsServer, Postgres
+from tests.read_side import serve
+
+pytestmark = [pytest.mark.nats]
+STREAMS = 8
+
+
+@pytest.fixture
+async def api(
+    nats_server: NatsServer, postgres_server: Postgres, tmp_path: Path
+) -> AsyncIterator[tuple[httpx.AsyncClient, dict[str, str]]]:
+    nc = await connect(nats_server.url, "test")
+    await JetStreamLog(nc).ensure_stream()
+    token_file = tmp_path / "admin-token"
+    settings = Settings(nats_server.url, postgres_server.uri, token_file, max_streams=STREAMS)
+    async with (
+        serve(create_app(settings)) as base_url,
+        httpx.AsyncClient(base_url=base_url, timeout=30) as client,
+    ):
+        yield client, {"Authorization": f"Bearer {token_file.read_text().strip()}"}
+    await nc.close()
+
+
+async def test_a_malformed_body_is_a_400(api: tuple[httpx.AsyncClient, dict[str, str]]) -> None:
+    c, admin = api
+    json_headers = {**admin, "Content-Type": "application/json"}
+    bad_utf8 = await c.post("/v1/jobs", content=b'{"job_id": "\xff\xfe", "project": "p"}',
+                            headers=json_headers)  # fmt: skip
+    assert bad_utf8.status_code == 400, bad_utf8.text
+    assert bad_utf8.json()["field"] == "body"
+    deep = await c.post("/v1/jobs", content=b"[" * 100_000 + b"]" * 100_000,
+                        headers=json_headers)  # fmt: skip
+    assert deep.status_code == 400, deep.text
+    not_json = await c.put("/v1/projects/p", content=b"{", headers=json_headers)
+    assert not_json.status_code == 400, not_json.text
+
+
+async def test_types_are_strict(api: tuple[httpx.AsyncClient, dict[str, str]]) -> None:
+    c, admin = api
+    gpus = await c.post("/v1/jobs", json={"job_id": "j", "project": "p", "gpus": "1"},
+                        headers=admin)  # fmt: skip
+    assert gpus.status_code == 400, gpus.text
+    assert gpus.json()["field"] == "gpus" and "`int`" in gpus.json()["error"]
+    quota = await c.put("/v1/projects/p", json={"quota": "4"}, headers=admin)
+    assert quota.status_code == 400 and quota.json()["field"] == "quota", quota.text
+
+
+async def test_names_with_a_trailing_newline_are_refused(
+    api: tuple[httpx.AsyncClient, dict[str, str]],
+) -> None:
+    c, admin = api
+    job = await c.post("/v1/jobs", json={"job_id": "j\n", "project": "p"}, headers=admin)
+    assert job.status_code == 400 and job.json()["field"] == "job_id", job.text
+    project = await c.post("/v1/jobs", json={"job_id": "j", "project": "p\n"}, headers=admin)
+    assert project.status_code == 400 and project.json()["field"] == "project", project.text
+    token = await c.post("/v1/tokens", json={"name": "t\n"}, headers=admin)
+    assert token.status_code == 400 and token.json()["field"] == "name", token.text
+
+
+async def test_an_oversized_last_event_id_is_refused(
+    api: tuple[httpx.AsyncClient, dict[str, str]],
+) -> None:
+    c, admin = api
+    # past 64 bits (the reader retried five times a second), past 2^62, a digit not ASCII
+    for said in ("9" * 24, "18446744073709551616", str((1 << 62) + 1), "\u00b2"):
+        headers = {**admin, "Last-Event-ID": said}
+        async with asyncio.timeout(10):  # (taken, it is a stream that never ends)
+            answer = await c.get("/v1/events", headers={k: v.encode() for k, v in headers.items()})
+        assert answer.status_code == 400, (said, answer.text)
+        assert answer.json()["field"] == "Last-Event-ID"
+    huge = await c.get("/v1/events", params={"after": str(1 << 63)}, headers=admin)
+    assert huge.status_code == 400 and huge.json()["field"] == "after", huge.text
+
+
+async def test_the_live_stream_cap_is_exact(
+    api: tuple[httpx.AsyncClient, dict[str, str]],
+) -> None:
+    c, admin = api
+
+    async def open_one() -> int:
+        async with c.stream("GET", "/v1/events", headers=admin) as response:
+            if response.status_code == 200:
+                await asyncio.sleep(2.0)  # hold it while the others try
+            return response.status_code
+
+    statuses = await asyncio.gather(*(open_one() for _ in range(3 * STREAMS)))
+    assert statuses.count(200) == STREAMS, statuses
+    assert statuses.count(503) == 2 * STREAMS, statuses
+    # and every place is given back once they close
+    statuses = await asyncio.gather(*(open_one() for _ in range(STREAMS)))
+    assert statuses.count(200) == STREAMS, statuses

@@ -1,0 +1,236 @@
+"""Several nodes on one machine, as a newcomer runs them: `fairlane up`, `fairlane node start`,
+a training job drained off its node and resumed on the other from its step, the same after
+the node it moved to is stopped and declared lost, a node joining with a credentials file as
+from another machine, and the bad input refused with nothing half-applied."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Callable
+from pathlib import Path
+from subprocess import CompletedProcess
+from typing import Any, TypeVar
+
+import pytest
+
+from fairlane.client import Api, resolve
+from fairlane.nodes import (
+    NodeError,
+    credentials_for,
+    executor_args,
+    program_of,
+    with_program,
+    without_program,
+)
+from fairlane.supervisor import Plan, Program
+from services.runtime.auth import Credentials, executor_user
+from services.runtime.servers import free_port
+from tests import test_embedded
+
+TRAIN = str(Path(__file__).resolve().parent.parent / "examples" / "train.py")
+T = TypeVar("T")
+
+
+def fairlane(*args: str, data_dir: Path, check: bool = True) -> CompletedProcess[str]:
+    """The command as a person runs it; a failure shows what it said."""
+    done = test_embedded.fairlane(*args, data_dir=data_dir, check=False)
+    assert not check or done.returncode == 0, f"fairlane {' '.join(args)}: {done.stderr}"
+    return done
+
+
+def eventually(probe: Callable[[], T | None], what: str, within: float = 60.0) -> T:
+    deadline = time.monotonic() + within
+    while True:
+        found = probe()
+        if found is not None:
+            return found
+        assert time.monotonic() < deadline, f"not within {within}s: {what}"
+        time.sleep(0.3)
+
+
+def job(api: Api, attempt: int) -> dict[str, Any] | None:
+    """The job, once `attempt` of it runs."""
+    found: dict[str, Any] = api.get("/v1/jobs/train-1")
+    return found if found["state"] == "running" and found["attempt"] == attempt else None
+
+
+def timeline(api: Api, **kinds: str) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = api.get("/v1/jobs/train-1/timeline", limit=500, **kinds)["items"]
+    return items
+
+
+def checkpointed(api: Api, attempt: int) -> list[int]:
+    """The steps `attempt` reported saving (examples/train.py, through fairlane.workload)."""
+    return [
+        e["event"]["step"]
+        for e in timeline(api, type="JobCheckpointed")
+        if e["event"]["attempt"] == attempt and e["event"].get("step")
+    ]
+
+
+def described(data: Path) -> tuple[list[list[str]], set[str]]:
+    """What `fairlane describe --events` says: the nodes of each placement, and why the job
+    was stopped."""
+    out = fairlane("describe", "train-1", "--events", "-o", "json", data_dir=data).stdout
+    events = json.loads(out)["events"]
+    placed = [e["nodes"] for e in events if e["type"] == "JobScheduled"]
+    return placed, {e["reason"] for e in events if e["type"] == "JobPreempted"}
+
+
+def said(output: str, what: str) -> int | None:
+    """The step examples/train.py printed after `what` ("stopping at step", ...)."""
+    found = re.findall(rf"{what} (\d+)", output)
+    return int(found[-1]) if found else None
+
+
+@pytest.mark.nats
+def test_a_job_moves_between_two_nodes_on_one_machine_drained_then_lost(tmp_path: Path) -> None:
+    data = tmp_path / "fl"
+    ports = ("--nats-port", str(free_port()), "--api-port", str(free_port()))
+    try:
+        fairlane("up", "--detach", "--gpus", "1", "--heartbeat-timeout", "3", *ports, data_dir=data)
+        info = json.loads((data / "cluster.json").read_text())
+        host = info["node"]
+        started = fairlane("node", "start", "gpu-b", "--gpus", "1", data_dir=data)
+        assert "node gpu-b registered: pool default, 1 GPU(s)" in started.stdout
+        status = json.loads((data / "supervisor-status.json").read_text())["programs"]
+        assert status["executor-gpu-b"]["state"] == "running"
+        refuses_taken_names(data, host)
+        api = Api(resolve(None, None, data))
+        nodes = {n["node"]: (n["gpus"], n["lost"]) for n in api.get("/v1/nodes")}
+        assert nodes == {host: (1, False), "gpu-b": (1, False)}  # each its own declared GPU
+
+        fairlane("project", "set", "team", "--quota", "2", data_dir=data)
+        train = [f"--command={arg}" for arg in ("python3", TRAIN, "--steps=100000")]
+        fairlane(
+            "submit", "train-1", "--project", "team", "--class", "train", *train, data_dir=data
+        )
+        first = eventually(lambda: job(api, 1), "attempt 1 runs")
+        [a] = first["nodes"]
+        [b] = {host, "gpu-b"} - {a}
+        stopped = drained(api, data, a, b)
+        lost(api, data, (a, b), stopped, program_of_node(b, host))
+        joins_from_elsewhere(api, data, tmp_path / "remote", info["nats_url"], a)
+    finally:
+        fairlane("down", data_dir=data)
+
+
+def refuses_taken_names(data: Path, host: str) -> None:
+    """This machine's own node, or the one just started: refused, the plan as it was."""
+    plan = (data / "supervisor-plan.json").read_bytes()
+    for taken, program in ((host, "executor"), ("gpu-b", "executor-gpu-b")):
+        again = fairlane("node", "start", taken, "--gpus", "1", data_dir=data, check=False)
+        assert again.returncode == 1, again.stderr
+        assert f"node name '{taken}' is taken" in again.stderr
+        assert f"supervised as {program}" in again.stderr
+    assert (data / "supervisor-plan.json").read_bytes() == plan
+
+
+def drained(api: Api, data: Path, a: str, b: str) -> int:
+    """Node a drained: the job stops with a checkpoint and resumes on b from its step."""
+    eventually(lambda: checkpointed(api, 1) or None, "attempt 1 saved a checkpoint")
+    fairlane("node", "drain", a, "--reason", "driver upgrade", data_dir=data)
+    second = eventually(lambda: job(api, 2), "attempt 2 runs")
+    assert second["nodes"] == [b]
+    stopped = eventually(  # its output is shipped a moment after it is written
+        lambda: said(api.get_text("/v1/jobs/train-1/logs", attempt=1), "stopping at step"),
+        "attempt 1 says where it stopped",
+    )
+    assert stopped > 0
+    resumed = eventually(
+        lambda: said(api.get_text("/v1/jobs/train-1/logs", attempt=2), "resumed from step"),
+        "attempt 2 says where it resumed",
+    )
+    assert resumed == stopped
+    logs = fairlane("logs", "train-1", "--attempt", "2", data_dir=data).stdout
+    assert f"attempt 2: resumed from step {stopped}" in logs
+    assert described(data) == ([[a], [b]], {"drain"})
+    return stopped
+
+
+def lost(api: Api, data: Path, moves: tuple[str, str], stopped: int, program: str) -> None:
+    """Node b's executor stopped: its heartbeats stop, the watcher declares it lost (3 s
+    here) and the job resumes on a, back in service, from b's last stored save."""
+    a, b = moves
+    fairlane("node", "uncordon", a, data_dir=data)
+    eventually(lambda: len(checkpointed(api, 2)) > 1 or None, "attempt 2 saved twice")
+    time.sleep(1.5)  # the executor stores a save at its next checkpoint poll (every 1 s)
+    stop = fairlane("node", "stop", b, data_dir=data)
+    assert f"node {b} stopped" in stop.stdout
+    assert program not in json.loads((data / "supervisor-status.json").read_text())["programs"]
+    third = eventually(lambda: job(api, 3), "attempt 3 runs", within=30)
+    assert third["nodes"] == [a]
+    assert {n["node"]: n["lost"] for n in api.get("/v1/nodes")} == {a: False, b: True}
+    from_step = eventually(
+        lambda: said(api.get_text("/v1/jobs/train-1/logs", attempt=3), "resumed from step"),
+        "attempt 3 says where it resumed",
+    )
+    assert from_step > stopped and from_step in checkpointed(api, 2)
+    assert described(data) == ([[a], [b], [a]], {"drain"})
+    assert "lost" in fairlane("nodes", data_dir=data).stdout
+
+
+def joins_from_elsewhere(api: Api, data: Path, remote: Path, url: str, a: str) -> None:
+    """A node joining as from another machine: its own credentials file (another node's is
+    refused before anything starts), its own supervisor; its name is then taken."""
+    mine = remote.parent / "gpu-c.json"
+    fairlane("node", "credentials", "gpu-c", "-O", str(mine), data_dir=data)
+    joining = ("--gpus", "1", "--nats", url, "--credentials", str(mine))
+    wrong = fairlane("node", "start", "gpu-d", *joining, data_dir=remote, check=False)
+    assert wrong.returncode == 2
+    assert f"--credentials {mine} holds the NATS user 'executor-gpu-c'" in wrong.stderr
+    assert "not node gpu-d's 'executor-gpu-d'" in wrong.stderr
+    assert not (remote / "nodes" / "gpu-d").exists()
+    fairlane("node", "start", "gpu-c", *joining, data_dir=remote)
+    assert {n["node"] for n in api.get("/v1/nodes") if not n["lost"]} == {a, "gpu-c"}
+    clash = fairlane("node", "start", "gpu-c", "--gpus", "1", data_dir=data, check=False)
+    assert clash.returncode == 1 and "a node of that name is running" in clash.stderr
+    fairlane("node", "stop", "gpu-c", data_dir=remote)
+    gone = fairlane("node", "stop", "gpu-c", data_dir=remote, check=False)
+    assert gone.returncode == 1 and "no node named 'gpu-c' runs from" in gone.stderr
+
+
+def program_of_node(node: str, host: str) -> str:
+    return "executor" if node == host else f"executor-{node}"
+
+
+def test_a_plan_gains_and_loses_a_nodes_executor() -> None:
+    args = ["-m", "services.executor", "--nats", "nats://x", "--node", "vm", "--pool", "default"]
+    plan = Plan(
+        programs=[Program("ledger", ["-m", "services.ledger"]), Program("executor", args)],
+        log_dir="logs",
+        status_file="status.json",
+    )
+    program = Program(
+        "executor-gpu-2",
+        executor_args(
+            nats_url="nats://x",
+            node="gpu-2",
+            pool="a100",
+            gpus=2,
+            data_dir=Path("/d/nodes/gpu-2/executor"),
+            runtime="process",
+        ),
+    )
+    grown = with_program(plan, program)
+    assert program_of(grown, "gpu-2") == program
+    assert program_of(grown, "vm") == plan.programs[1]
+    assert program_of(grown, "ledger") is None
+    assert "--gpus" in program.args and program.args[program.args.index("--gpus") + 1] == "2"
+    assert without_program(grown, "executor-gpu-2") == plan
+
+
+def test_a_credentials_file_of_another_node_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "c.json"
+    for user in (executor_user("gpu-3"), "admin"):
+        path.write_text(json.dumps({"user": user, "password": "p", "inbox_prefix": "_INBOX_x"}))
+        with pytest.raises(NodeError) as refused:
+            credentials_for(path, "gpu-4")
+        assert refused.value.code == 2
+        assert f"--credentials {path} holds the NATS user {user!r}" in str(refused.value)
+    path.write_text(json.dumps({"user": "executor-gpu-4", "password": "p", "inbox_prefix": "i"}))
+    assert credentials_for(path, "gpu-4") == Credentials("executor-gpu-4", "p", "i")
+    with pytest.raises(NodeError, match=r"--credentials .*missing\.json: No such file"):
+        credentials_for(tmp_path / "missing.json", "gpu-4")

@@ -479,8 +479,9 @@ def test_history_through_the_api(cluster: Cluster) -> None:
     with cluster.api() as api:
         found = api.get("/v1/history", params={"points": 30}).json()
     (pool,) = found["pools"]
-    assert pool["pool"] == "default" and pool["points"][-1][1] == 4  # the node's GPUs
+    assert pool["pool"] == "default" and pool["points"][-1]["gpus"] == 4  # the node's GPUs
     team_a = next(s for s in found["projects"] if s["project"] == "team-a")
-    assert len(team_a["points"]) <= 30 and max(p[1] for p in team_a["points"]) >= 2
-    assert {p[2] for p in team_a["points"]} == {4}  # its quota, at every point
-    assert any(p[3] > 0 for p in team_a["points"])  # a fair share while it ran
+    points = team_a["points"]
+    assert len(points) <= 30 and max(p["usage"] for p in points) >= 2
+    assert {p["quota"] for p in points} == {4}  # its quota, at every point
+    assert any(p["fair_share"] > 0 for p in points)  # a fair share while it ran

@@ -22,8 +22,8 @@ from projections.projection import Projection
 POINTS_MAX = 500
 
 
-class ProjectPoint(msgspec.Struct, array_like=True):
-    """[time, in use, quota, fair share]"""
+class ProjectPoint(msgspec.Struct):
+    """A project's GPUs in use, quota and fair share in one pool at a time."""
 
     time: float
     usage: int
@@ -37,8 +37,8 @@ class ProjectSeries(msgspec.Struct):
     points: list[ProjectPoint]
 
 
-class PoolPoint(msgspec.Struct, array_like=True):
-    """[time, GPUs, allocated]"""
+class PoolPoint(msgspec.Struct):
+    """A pool's GPUs (on nodes not lost) and those allocated, at a time."""
 
     time: float
     gpus: int

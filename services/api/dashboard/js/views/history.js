@@ -43,7 +43,18 @@ export function mount(main, ctx, params) {
   };
 }
 
-function render(found, ctx) {
+// Points as rows: [time, GPUs, allocated] for a pool, [time, in use, quota, fair share] for a
+// project (the API sends them as objects).
+function rows(found) {
+  return {
+    ...found,
+    pools: found.pools.map((p) => ({ ...p, points: p.points.map((x) => [x.time, x.gpus, x.allocated]) })),
+    projects: found.projects.map((p) => ({ ...p, points: p.points.map((x) => [x.time, x.usage, x.quota, x.fair_share]) })),
+  };
+}
+
+function render(given, ctx) {
+  const found = rows(given);
   if (found.pools.length === 0) return h("p", { class: "empty" }, "Nothing has happened yet in this window.");
   return found.pools.map((pool) => {
     const rows = found.projects.filter((p) => p.pool === pool.pool && ctx.visible(p.project));

@@ -233,6 +233,10 @@ class JobPreempted(Event, frozen=True, kw_only=True):
     #: Bytes of checkpoint the reporting executor stored in the cluster's checkpoint store
     #: as its replicas stopped (None: nothing stored). Optional: no upcast needed.
     stored_bytes: int | None = None
+    #: The mean GPU utilization (percent) of the attempt's GPUs on the reporting node, over
+    #: the samples its executor took during the attempt (None: not known, no NVML there).
+    #: Optional: no upcast needed.
+    gpu_utilization: float | None = None
 
 
 class JobCheckpointed(Event, frozen=True, kw_only=True):
@@ -273,6 +277,10 @@ class JobResumed(Event, frozen=True, kw_only=True):
 class JobCompleted(Event, frozen=True, kw_only=True):
     job_id: str
     attempt: int
+    #: The mean GPU utilization (percent) of the attempt's GPUs on the reporting node, over
+    #: the samples its executor took during the attempt (None: not known, no NVML there).
+    #: Optional: no upcast needed.
+    gpu_utilization: float | None = None
 
 
 class JobFailed(Event, frozen=True, kw_only=True):
@@ -280,6 +288,10 @@ class JobFailed(Event, frozen=True, kw_only=True):
     attempt: int
     exit_code: int = 1
     reason: str = ""
+    #: The mean GPU utilization (percent) of the attempt's GPUs on the reporting node, over
+    #: the samples its executor took during the attempt (None: not known, no NVML there).
+    #: Optional: no upcast needed.
+    gpu_utilization: float | None = None
 
 
 class JobCancelled(Event, frozen=True, kw_only=True):

@@ -18,6 +18,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from events.units import parse_duration
+from fairlane import gpus_cli
 from fairlane.api_options import Connection, connected
 from fairlane.client import Api
 from fairlane.cluster_file import DEFAULT_DATA_DIR
@@ -224,12 +225,15 @@ def _pairs(values: dict[str, Any]) -> str:
 
 
 def nodes(*, connection: Connection | None = None, output: Output = "table") -> None:
-    """Nodes: pool, GPUs, free GPUs, and their state (ready, cordoned, drained or lost).
+    """Nodes: pool, GPUs, free GPUs, their state (ready, cordoned, drained or lost) and GPU
+    utilization; then each GPU: utilization, memory, temperature, power and the job holding it
+    (as the node's executor last sampled them through NVML; "unknown" where it could not).
 
     fairlane nodes
     """
     with errors_said(), connected(connection) as api:
-        emit(api.get("/v1/nodes"), output, _nodes_table)
+        found = gpus_cli.with_gpus(api.get("/v1/nodes"), gpus_cli.report(api))
+        emit(found, output, _nodes_table)
 
 
 DataDir = Annotated[Path, cyclopts.Parameter(name="--data-dir")]
@@ -511,12 +515,17 @@ def _nodes_table(found: list[dict[str, Any]]) -> None:
     table.add_column("GPUS", justify="right")
     table.add_column("FREE", justify="right")
     table.add_column("STATE")
+    table.add_column("GPU UTIL", justify="right")
     for n in found:
         state = _NODE_STATES.get(n.get("cordon", ""), "[green]ready[/]")
         if n["lost"]:
             state = "[red]lost[/]"
-        table.add_row(escape(n["node"]), escape(n["pool"]), str(n["gpus"]), str(n["free"]), state)
+        util = gpus_cli.percent(gpus_cli.node_utilization(n)) if "devices" in n else "unknown"
+        table.add_row(
+            escape(n["node"]), escape(n["pool"]), str(n["gpus"]), str(n["free"]), state, util
+        )
     console.print(table)
+    gpus_cli.print_gpus([n for n in found if "devices" in n])
 
 
 def cluster_info(*, connection: Connection | None = None, output: Output = "table") -> None:

@@ -14,6 +14,7 @@ import cyclopts
 from rich.markup import escape
 from rich.table import Table
 
+from fairlane import gpus_cli
 from fairlane.api_options import Connection, connected
 from fairlane.client import (
     PROJECT_ENV,
@@ -317,6 +318,7 @@ def list_jobs(
     sent = {"project": project, "state": job_state, "pool": pool, "limit": limit}
     with errors_said(), connected(connection) as api, flags_named(sent):
         jobs = _all_jobs(api, limit, project=project, state=job_state, pool=pool)
+        jobs = gpus_cli.jobs_with_gpus(jobs, gpus_cli.report(api))  # utilization, idle flag
         emit(jobs, output, _jobs_table)
 
 
@@ -345,6 +347,7 @@ def _jobs_table(jobs: list[dict[str, Any]]) -> None:
     for column in ("GPUS", "REPLICAS", "POOL", "NODES", "ATTEMPT"):
         table.add_column(column)
     table.add_column("PREEMPTED", justify="right")
+    table.add_column("GPU UTIL", justify="right", no_wrap=True)
     now = time.time()
     for j in jobs:
         replicas = str(j["replicas"])
@@ -361,6 +364,7 @@ def _jobs_table(jobs: list[dict[str, Any]]) -> None:
             escape(",".join(j["nodes"]) or "-"),
             str(j["attempt"]),
             str(j["preemptions"]),
+            gpus_cli.job_utilization(j),
         )
     console.print(table)
 

@@ -70,7 +70,14 @@ def _preempted(entry: dict[str, Any], event: dict[str, Any]) -> str:
     text += ", checkpoint saved" if event.get("checkpointed") else ""
     if event.get("stored_bytes"):  # in the cluster's checkpoint store, for any node
         text += f" and stored ({event['stored_bytes']} bytes)"
-    return text + (", killed after its grace" if event.get("killed") else "")
+    text += ", killed after its grace" if event.get("killed") else ""
+    return text + _utilization(event)
+
+
+def _utilization(event: dict[str, Any]) -> str:
+    """The attempt's mean GPU utilization, as its executor sampled it (where it could)."""
+    value = event.get("gpu_utilization")
+    return f"; GPU utilization {value:.0f}% on average" if value is not None else ""
 
 
 def _submitted(entry: dict[str, Any], event: dict[str, Any]) -> str:
@@ -210,10 +217,10 @@ _TELLERS: Final[dict[str, Callable[[dict[str, Any], dict[str, Any]], str]]] = {
     "JobMessage": lambda _, e: f"attempt {e.get('attempt')} says: {e.get('text', '')}",
     "JobPaused": lambda entry, _: "paused" + _by(entry),
     "JobResumed": lambda entry, _: "resumed" + _by(entry),
-    "JobCompleted": lambda _, e: f"attempt {e.get('attempt')} completed",
+    "JobCompleted": lambda _, e: f"attempt {e.get('attempt')} completed" + _utilization(e),
     "JobFailed": lambda _, e: (
         f"exit code {e.get('exit_code')}: {e.get('reason') or 'failed'} "
-        f"(attempt {e.get('attempt')})"
+        f"(attempt {e.get('attempt')})" + _utilization(e)
     ),
     "JobCancelled": lambda entry, _: "deleted" + _by(entry),
     "JobPriorityChanged": lambda entry, e: f"priority set to {e.get('priority')}" + _by(entry),

@@ -22,6 +22,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from fairlane import gpus_cli
 from fairlane.api_options import Connection, connected
 from fairlane.client import Api, CliError
 from fairlane.output import USAGE, ago, console, errors_said, fail, state
@@ -37,6 +38,8 @@ class Snapshot:
     projects: list[dict[str, Any]] = field(default_factory=list)
     jobs: list[dict[str, Any]] = field(default_factory=list)
     reasons: dict[str, str] = field(default_factory=dict)
+    #: `GET /v1/gpus`: the nodes' GPUs as last sampled, and the jobs' utilization
+    gpus: dict[str, Any] = field(default_factory=lambda: {"nodes": [], "jobs": []})
     taken_at: float = 0.0
 
 
@@ -116,11 +119,13 @@ def read(api: Api) -> Snapshot:
         reason = api.get(f"/v1/jobs/{job['job_id']}").get("pending_reason")
         if reason:
             reasons[job["job_id"]] = reason["message"]
+    gpus = gpus_cli.report(api)
     return Snapshot(
         pools=api.get("/v1/pools"),
         projects=api.get("/v1/projects"),
-        jobs=live,
+        jobs=gpus_cli.jobs_with_gpus(live, gpus),
         reasons=reasons,
+        gpus=gpus,
         taken_at=time.time(),
     )
 
@@ -135,7 +140,7 @@ def render(s: Snapshot, where: str, error: str | None) -> RenderableType:
     parts: list[RenderableType] = [title]
     if error:
         parts.append(Text(f"error: {error} (retrying)", style="red"))
-    parts += [_pools(s), _projects(s), _queue(s)]
+    parts += [_pools(s), _nodes(s), _projects(s), _queue(s)]
     return Group(*parts)
 
 
@@ -154,6 +159,31 @@ def _pools(s: Snapshot) -> Table:
             str(p["free"]),
             str(p["queued_jobs"]),
             _bar(p["allocated"], p["gpus"]),
+        )
+    return table
+
+
+def _nodes(s: Snapshot) -> Table:
+    """Each node's GPUs: how many are held, and each one's utilization and memory."""
+    table = Table(title="Nodes", title_justify="left", header_style="bold")
+    table.add_column("NODE")
+    table.add_column("STATE")
+    table.add_column("HELD", justify="right")
+    table.add_column("GPU UTIL", justify="right")
+    table.add_column("GPUS (utilization, memory)")
+    for n in s.gpus["nodes"]:
+        state = "[red]lost[/]" if n["lost"] else n["cordon"] or "ready"
+        each = "  ".join(
+            f"{d['index']}:{gpus_cli.percent(d['utilization'])}"
+            f" {gpus_cli.memory(d['memory_used_mb'], d['memory_total_mb'])}"
+            for d in n["devices"]
+        )
+        table.add_row(
+            escape(n["node"]),
+            state,
+            f"{n['gpus'] - n['free']}/{n['gpus']}",
+            gpus_cli.percent(gpus_cli.node_utilization(n)),
+            escape(each),
         )
     return table
 
@@ -188,7 +218,7 @@ def _projects(s: Snapshot) -> Table:
 
 def _queue(s: Snapshot) -> Table:
     table = Table(title="Jobs", title_justify="left", header_style="bold")
-    for column in ("JOB", "PROJECT", "STATE", "GPUS", "PRIO", "SINCE", "WHY PENDING"):
+    for column in ("JOB", "PROJECT", "STATE", "GPUS", "GPU UTIL", "PRIO", "SINCE", "WHY PENDING"):
         table.add_column(column, overflow="fold" if column == "WHY PENDING" else "ellipsis")
     order = {"running": 0, "starting": 0, "stopping": 1, "pending": 2, "submitted": 2}
     shown = sorted(s.jobs, key=lambda j: (order.get(j["state"], 3), -j["priority"]))
@@ -198,6 +228,7 @@ def _queue(s: Snapshot) -> Table:
             escape(j["project"]),
             state(j["state"]),
             f"{j['gpus_held']}/{j['gpus'] * j['replicas']}",
+            gpus_cli.job_utilization(j),
             str(j["priority"]),
             ago(j["state_since"], s.taken_at or None),
             escape(s.reasons.get(j["job_id"], "")),

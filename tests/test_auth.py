@@ -53,6 +53,8 @@ from services.runtime.auth import (
 from services.runtime.checkpoint_bucket import BUCKET as CHECKPOINTS
 from services.runtime.connection import connect
 from services.runtime.eventlog import STREAM, JetStreamLog
+from services.runtime.gpu_samples import BUCKET as SAMPLES
+from services.runtime.gpu_samples import GpuSample, NodeSamples, encode, read_all, samples_bucket
 from services.runtime.lease import Lease
 from services.runtime.provision import provision
 from services.runtime.servers import NatsServer
@@ -399,3 +401,27 @@ async def test_the_services_work_end_to_end_each_as_its_own_user(
         await pc.stop_all()
     logs = [p.read_text(errors="replace") for p in (tmp_path / "logs").glob("*.log")]
     assert not [line for text in logs for line in text.splitlines() if "violation" in line]
+
+
+async def test_gpu_samples_an_executor_puts_its_own_and_the_api_reads_them(
+    secured: Secured,
+) -> None:
+    """The GPU samples bucket (provisioned by the admin): an executor puts its own node's
+    value and no other node's; the API reads every node's; a client reads none."""
+    value = encode(NodeSamples(node=NODE, time=1.0, source="unknown", every_s=5.0,
+                               idle_after_s=900.0, gpus=(GpuSample(index=0),)))  # fmt: skip
+    creds = load_credentials(secured.files[executor_user(NODE)])
+    executor = await connect(secured.server.url, "e", credentials=creds)
+    bucket = await samples_bucket(executor.jetstream(timeout=2.0))
+    await bucket.put(NODE, value)
+    with pytest.raises(Exception):  # noqa: B017 (a timeout: the server drops it)
+        await (await samples_bucket(executor.jetstream(timeout=1.0))).put("n1", value)
+    await executor.close()
+    api = await secured.connect("api")
+    (read,) = await read_all(api.jetstream(timeout=2.0), [NODE, "n1"])
+    assert read.node == NODE and read.gpus[0].utilization is None
+    await api.close()
+    client = await secured.connect(CLIENT)
+    with pytest.raises(Exception):  # noqa: B017
+        await (await client.jetstream(timeout=1.0).key_value(SAMPLES)).get(NODE)
+    await client.close()

@@ -356,6 +356,26 @@ def test_a_token_of_one_project_sees_only_that_project(
     assert [e for e in errors if not ("/v1/jobs/a-build " in e and "403" in e)] == [], errors
 
 
+def test_without_nvml_the_nodes_page_says_unknown(
+    cluster: Cluster, browser: webdriver.Chrome
+) -> None:
+    """This cluster's node declared its 8 GPUs (`--gpus`): no NVML, so every reading is
+    unknown, never 0% (tests/test_gpus_live.py has the readings of an NVML)."""
+    chrome = browser
+    sign_in(chrome, cluster, cluster.admin)
+    go(chrome, "Nodes", "Nodes")
+    wait_for(chrome, lambda: "GPU readings unknown" in text_of(chrome, "section.node .summary"),
+             "the node's readings said unknown")  # fmt: skip
+    shown = attributes(chrome, "table.gpus td.util", "textContent")
+    assert shown == ["unknown"] * 8, shown
+    assert "0%" not in text_of(chrome, "section.node")
+    with cluster.api() as api:
+        metrics = api.get("/metrics").text
+    assert "fairlane_gpu_utilization_percent{" not in metrics
+    assert metrics.count('source="unknown"') == 8
+    assert console_errors(chrome) == []
+
+
 def test_a_refusal_is_shown_and_the_stream_comes_back(
     cluster: Cluster, browser: webdriver.Chrome
 ) -> None:

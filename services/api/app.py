@@ -61,11 +61,12 @@ from events.commands import (
     UncordonNode,
     in_words,
 )
+from events.versions import decode_event
 from policy.audit import Scope
 from policy.commands.config import scheduler_problem
 from policy.commands.names import PATTERN as NAME_PATTERN
 from services.api import audit as api_audit
-from services.api import docs, logs, metrics, queries, tokens
+from services.api import docs, gpus, history, logs, metrics, queries, tokens
 from services.api.tokens import Caller
 from services.api.types import (
     Accepted,
@@ -1083,7 +1084,57 @@ async def health(ctx: Ctx) -> Health:
 async def prometheus(ctx: Ctx) -> bytes:
     log_seq = await JetStreamLog(ctx.nc).last_seq()
     async with ctx.db.acquire() as conn:
-        return await metrics.render(conn, log_seq)
+        gpu = await gpus.read(conn, ctx.nc.jetstream(), await queries.nodes(conn), lambda _: True)
+        return await metrics.render(conn, log_seq, gpus.families(gpu))
+
+
+# -- GPU samples ------------------------------------------------------------------------------
+
+
+@get("/v1/gpus", responses=ERRORS, tags=["nodes"])
+async def gpu_report(ctx: Ctx, caller: Who) -> gpus.GpuReport:
+    """Every node's GPUs as last sampled (utilization, memory, temperature, power; None where
+    unknown) with the job holding each, and each job's utilization and idle flag."""
+    visible = caller.visible
+    async with ctx.db.acquire() as conn:
+        nodes = await queries.nodes(conn)
+        return await gpus.read(
+            conn, ctx.nc.jetstream(), nodes, lambda p: visible is None or p in visible
+        )
+
+
+#: The most events the history route folds: it reads the whole timeline each time.
+HISTORY_EVENTS_MAX: Final = 200_000
+
+
+@get("/v1/history", responses=FOUND_ERRORS, tags=["projects"])
+async def usage_history(
+    ctx: Ctx,
+    caller: Who,
+    since: Since = None,
+    until: Until = None,
+    points: Annotated[int, QueryParameter(ge=2, le=history.POINTS_MAX)] = 60,
+) -> history.History:
+    """Each project's GPUs in use, quota and fair share per pool, and each pool's GPUs and
+    GPUs allocated, at `points` evenly spaced times from `since` (default: the first event)
+    to `until` (default: now), made again from the timeline."""
+    async with ctx.db.acquire() as conn:
+        rows = await conn.fetch(
+            "SELECT seq, data::text AS data FROM timeline ORDER BY seq LIMIT $1",
+            HISTORY_EVENTS_MAX + 1,
+        )
+    if len(rows) > HISTORY_EVENTS_MAX:
+        raise _fail(422, f"the log has more than {HISTORY_EVENTS_MAX} events: not yet drawn")
+    events = [(r["seq"], decode_event(r["data"].encode())) for r in rows]
+    first = events[0][1].time if events else time.time()
+    start, end = since if since is not None else first, until if until is not None else time.time()
+    if end <= start:
+        raise _fail(400, "until must be after since", "until")
+    visible = caller.visible
+    shows = None if visible is None else set(visible)
+    at = history.times(start, end, points)
+    async with ctx.audits:  # one whole-log fold at a time, in a worker thread
+        return await asyncio.to_thread(history.history, events, at, shows)
 
 
 # -- the app ----------------------------------------------------------------------------------
@@ -1146,6 +1197,8 @@ def create_app(settings: Settings) -> Litestar:
             event_stream,
             health,
             prometheus,
+            gpu_report,
+            usage_history,
             *dashboard_routes(),
             docs.docs_assets(),
         ],

@@ -29,9 +29,11 @@ class _Snapshot:
         yield from self.families
 
 
-async def render(conn: asyncpg.Connection, log_seq: int) -> bytes:
+async def render(
+    conn: asyncpg.Connection, log_seq: int, extra: list[Metric] | None = None
+) -> bytes:
     """Every metric, read from the tables now; `log_seq` is the log's last sequence (the
-    read models' lag is measured against it)."""
+    read models' lag is measured against it); then `extra` (the GPUs', read elsewhere)."""
     families: list[Metric] = []
     projected = await conn.fetchval("SELECT max(seq) FROM projector_position")
     lag = GaugeMetricFamily(
@@ -97,6 +99,7 @@ async def render(conn: asyncpg.Connection, log_seq: int) -> bytes:
     families.append(preempted)
 
     families.append(await _waits(conn))
+    families += extra or []
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Snapshot(families))
     return generate_latest(registry)

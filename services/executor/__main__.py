@@ -3,6 +3,7 @@
     python -m services.executor --nats URL --node NAME --pool POOL [--gpus N]
         [--data-dir DIR] [--runtime process|docker [--docker-host URL]]
         [--hollow [--hollow-runtime SECONDS]] [--stop-workloads-on-exit]
+        [--gpu-sample SECONDS] [--idle-after DURATION]
 
 SIGTERM or SIGINT stops the executor cleanly. Its workloads keep running (they are in sessions
 of their own) and the next executor on this node adopts them, unless
@@ -15,6 +16,7 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import socket
 import sys
@@ -28,8 +30,33 @@ from services.executor.service import Executor, ExecutorConfig
 from services.executor.storage import DEFAULT_MAX_BYTES, parse_storage
 from services.runtime.auth import executor_consumer
 from services.runtime.eventlog import JetStreamLog, connect
+from services.runtime.gpu_samples import (
+    DEFAULT_EVERY_S,
+    DEFAULT_IDLE_AFTER_S,
+    MAX_EVERY_S,
+    MIN_EVERY_S,
+)
 
 log = structlog.get_logger("fairlane.executor")
+#: The GPU sampling flags' defaults may come from the environment, so a whole cluster started
+#: by `fairlane up` (which passes no such flags) can be told them.
+SAMPLE_ENV = "FAIRLANE_GPU_SAMPLE"
+IDLE_ENV = "FAIRLANE_IDLE_AFTER"
+_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def duration(text: str) -> float:
+    """Seconds from `90`, `90s`, `15m` or `2h`."""
+    text = text.strip()
+    scale = _UNITS.get(text[-1:])
+    number = text[:-1] if scale is not None else text
+    try:
+        seconds = float(number) * (scale or 1.0)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is no duration (90, 90s, 15m, 2h)") from None
+    if seconds < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: a duration is 0 or more")
+    return seconds
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -107,6 +134,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="how often to put the node's heartbeat in the heartbeat bucket",
     )
     parser.add_argument(
+        "--gpu-sample",
+        type=float,
+        default=float(os.environ.get(SAMPLE_ENV, DEFAULT_EVERY_S)),
+        metavar="SECONDS",
+        help=f"seconds between two samples of the GPUs through NVML, {MIN_EVERY_S:g} to "
+        f"{MAX_EVERY_S:g}, or 0 for none (default {DEFAULT_EVERY_S:g}, or ${SAMPLE_ENV})",
+    )
+    parser.add_argument(
+        "--idle-after",
+        type=duration,
+        default=duration(os.environ.get(IDLE_ENV, str(DEFAULT_IDLE_AFTER_S))),
+        metavar="DURATION",
+        help="flag a job idle once all its GPUs were at 0%% this long "
+        f"(default 15m, or ${IDLE_ENV})",
+    )
+    parser.add_argument(
         "--stop-workloads-on-exit",
         action="store_true",
         help="stop the workloads when the executor exits (default: leave them to be adopted)",
@@ -120,6 +163,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.storage = parse_storage(args.checkpoint_storage, args.checkpoint_max_bytes)
     except ValueError as e:
         parser.error(str(e))
+    if args.gpu_sample != 0 and not MIN_EVERY_S <= args.gpu_sample <= MAX_EVERY_S:
+        parser.error(
+            f"--gpu-sample must be 0 or {MIN_EVERY_S:g} to {MAX_EVERY_S:g} seconds, "
+            f"got {args.gpu_sample:g}"
+        )
     if args.checkpoint_max_bytes <= 0:
         parser.error(f"--checkpoint-max-bytes must be above 0, got {args.checkpoint_max_bytes}")
     return args
@@ -175,6 +223,8 @@ async def serve(args: argparse.Namespace) -> int:
         checkpoint_storage=args.storage,
         heartbeat_s=args.heartbeat,
         stop_workloads_on_exit=args.stop_workloads_on_exit,
+        gpu_sample_s=args.gpu_sample or None,
+        idle_after_s=args.idle_after,
     )
     nc = await connect(args.nats, name=f"executor-{args.node}")
     # one executor per node: its durable consumer is named after the node (and its NATS user

@@ -10,6 +10,7 @@ from typing import Literal
 from events.catalogue import LOCAL_ADDRESS
 from events.model import GpuDevice
 from services.executor.storage import CheckpointStorage
+from services.runtime.gpu_samples import DEFAULT_EVERY_S, DEFAULT_IDLE_AFTER_S
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +44,10 @@ class ExecutorConfig:
     #: nodes, for benchmarks that run no node watcher, never do either).
     heartbeat_s: float | None = 2.0
     stop_workloads_on_exit: bool = False
+    #: Seconds between two samples of the GPUs (None: never sampled; hollow nodes never are).
+    gpu_sample_s: float | None = DEFAULT_EVERY_S
+    #: A job whose GPUs here were all at 0% this long is flagged idle.
+    idle_after_s: float = DEFAULT_IDLE_AFTER_S
     #: Names this run of the executor in its `NodeRegistered` id.
     boot_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
 

@@ -37,6 +37,7 @@ from services.executor.runtime import (
     checkpoint_dir,
     save_records,
 )
+from services.executor.sampling import UsageTracker
 from services.executor.stopping import begin_stop, grace_of, sync_job, terminate, wait_all
 from services.executor.storage import ObjectCheckpoints
 from services.runtime.eventlog import JetStreamLog
@@ -96,6 +97,8 @@ class Executor:
         self._poller: asyncio.Task[None] | None = None
         self._group: ExecutorGroup | None = None
         self.registrations = 0  # how often this run registered again after being lost
+        #: Each attempt's GPU utilization here, from the samples (services/executor/sampling.py)
+        self.gpu_usage = UsageTracker(config.idle_after_s)
         self.logger = logger.bind(node=config.node)
 
     # -- the public surface --------------------------------------------------------------------
@@ -142,6 +145,11 @@ class Executor:
             gpu_devices=self.config.gpu_devices,
             address=self.config.address,
         )
+
+    def attempt_utilization(self, job_id: str, attempt: int) -> float | None:
+        """The mean utilization of the attempt's GPUs here over its samples (None: unknown),
+        for the event that ends the attempt."""
+        return self.gpu_usage.average((job_id, attempt))
 
     def local_replicas(self) -> list[LocalReplica]:
         return [lr for att in self.attempts.values() for lr in att.replicas.values()]

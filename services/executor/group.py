@@ -15,6 +15,7 @@ import structlog
 from events import WorkRelayed, work_subject
 from services.executor.executor import Executor
 from services.executor.nodework import NodeWork
+from services.executor.sampling import sample_gpus
 from services.runtime.eventlog import EventLog, Stored
 from services.runtime.tasks import cancel_and_wait
 
@@ -50,6 +51,7 @@ class ExecutorGroup:
         follower = asyncio.create_task(self._follow(ready))
         stopped = asyncio.create_task(self._stop.wait())
         beats = [asyncio.create_task(ex.heartbeat()) for ex in self.executors]
+        beats += [asyncio.create_task(sample_gpus(ex)) for ex in self.executors]
         try:
             await asyncio.wait({follower, stopped}, return_when=asyncio.FIRST_COMPLETED)
             if follower.done():

@@ -198,6 +198,7 @@ async def report_end(ex: Executor, lr: LocalReplica) -> None:
                 attempt=lr.attempt,
                 reason="node_lost",
                 checkpointed=checkpointed(ex, att),
+                gpu_utilization=ex.attempt_utilization(lr.job_id, lr.attempt),
             )
         )
     elif lr.exit_code != 0:
@@ -211,6 +212,7 @@ async def report_end(ex: Executor, lr: LocalReplica) -> None:
                 attempt=lr.attempt,
                 exit_code=lr.exit_code,
                 reason=failure_reason(ex, lr),
+                gpu_utilization=ex.attempt_utilization(lr.job_id, lr.attempt),
             )
         )
     elif job.held[0].node == ex.node and all(
@@ -226,6 +228,7 @@ async def report_end(ex: Executor, lr: LocalReplica) -> None:
                 causation=att.scheduled_id,
                 job_id=lr.job_id,
                 attempt=lr.attempt,
+                gpu_utilization=ex.attempt_utilization(lr.job_id, lr.attempt),
             )
         )
 

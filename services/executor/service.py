@@ -19,6 +19,9 @@ relayed event with its node's work as it is right after that event:
 - `.checkpoint` in the job's checkpoint folder being touched: `JobCheckpointed` (its time is
   the marker's mtime); the workload's own events through the endpoint (`JobProgress`,
   `JobCheckpointed` with step and size, `JobMessage`), checked against the attempt's token.
+- every `--gpu-sample` seconds: its GPUs sampled through NVML into the GPU samples bucket
+  (not the log), with each job's utilization and idle flag; the attempt's mean utilization
+  goes on the event that ends it (`gpu_utilization`).
 - `NodeLost` for this node: everything here is stopped, then the node registers again.
 - after a restart: workloads it started earlier (recorded, or containers found by label) are
   adopted if still alive; those that ended meanwhile are reported from the exit status their
@@ -46,7 +49,8 @@ runs here), `lifecycle` (a replica from start to its reported end), `stopping`, 
 (marker polling), `reconcile` (after a restart), `executor` (one node, its heartbeat),
 `group` (the reading and the dispatch, for one or many executors), `runtime` (the seam;
 processes, hollow), `docker` (containers), `logs` (where each attempt's output is kept),
-`endpoint` and `workload_events` (events from workloads), `gpus` (NVML or declared).
+`endpoint` and `workload_events` (events from workloads), `gpus` (NVML or declared),
+`sampling` (the GPUs' utilization, memory, temperature and power, off the log; idle jobs).
 
 Limitations, on purpose for now:
 - Its work comes through the node watcher: with no node watcher leading, nothing new reaches

@@ -105,6 +105,7 @@ async def _stopping(
                 checkpointed=att is not None and checkpointed(ex, att),
                 killed=killed,
                 stored_bytes=stored or None,
+                gpu_utilization=ex.attempt_utilization(request.job_id, request.attempt),
             )
         )
     for lr in replicas:

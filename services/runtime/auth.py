@@ -40,6 +40,7 @@ import msgspec
 from events.catalogue import set_aside_subject
 from events.commands import ADMISSION_SUBJECT, LEDGER_SUBJECT
 from services.runtime.checkpoint_bucket import BUCKET as CHECKPOINTS
+from services.runtime.gpu_samples import BUCKET as GPU_SAMPLES
 from services.runtime.heartbeats import BUCKET as HEARTBEATS
 from services.runtime.lease import BUCKET as LEASES
 from services.runtime.snapshots import BUCKET as SNAPSHOTS
@@ -205,7 +206,9 @@ def _projector(user: str, inbox: list[str]) -> Permissions:
 
 
 def _api(user: str, inbox: list[str]) -> Permissions:
-    return Permissions(_log_reader() + _COMMANDS + _reading(LOG_STREAM), inbox)
+    publish = _log_reader() + _COMMANDS + _reading(LOG_STREAM)
+    publish += _reading(f"KV_{GPU_SAMPLES}")  # the GPUs' samples, to show them
+    return Permissions(publish, inbox)
 
 
 def executor_consumer(node: str) -> str:
@@ -233,6 +236,8 @@ def _own_work(node: str) -> list[str]:
 def _executor(node: str, inbox: list[str]) -> Permissions:
     publish = _own_work(node) + _jobs(EXECUTOR_EVENTS) + [f"fl.node.{node}.>"]
     publish += [*_reading(f"KV_{HEARTBEATS}"), f"$KV.{HEARTBEATS}.{node}"]
+    # its own node's GPU samples, under its node's key only
+    publish += [*_reading(f"KV_{GPU_SAMPLES}"), f"$KV.{GPU_SAMPLES}.{node}"]
     # its own node's workload output, and where its shipping of a replica got to
     publish += [f"{LOG_PREFIX}.{node}.>", f"$JS.API.STREAM.INFO.{LOG_STREAM}"]
     publish += [f"$JS.API.DIRECT.GET.{LOG_STREAM}.{LOG_PREFIX}.{node}.>"]

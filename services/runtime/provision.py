@@ -26,6 +26,7 @@ from nats.js.errors import BucketNotFoundError, NotFoundError
 from services.runtime.checkpoint_bucket import BUCKET as CHECKPOINTS
 from services.runtime.checkpoint_bucket import bucket_config as checkpoints_config
 from services.runtime.eventlog import STREAM, SUBJECTS
+from services.runtime.gpu_samples import samples_bucket
 from services.runtime.heartbeats import heartbeat_bucket
 from services.runtime.lease import BUCKET as LEASES
 from services.runtime.lease import LEASE_TTL_S
@@ -79,6 +80,7 @@ async def provision(
     except (BucketNotFoundError, NotFoundError):
         await js.create_key_value(KeyValueConfig(bucket=LEASES, ttl=LEASE_TTL_S, replicas=replicas))
     await heartbeat_bucket(js)
+    await samples_bucket(js)  # the GPUs' samples, off the log like heartbeats
     try:  # the workloads' output, bounded apart from the log (services/runtime/logstream.py)
         await js.stream_info(LOG_STREAM)
     except NotFoundError:

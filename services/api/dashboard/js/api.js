@@ -40,14 +40,16 @@ async function errorFrom(response) {
   return new ApiError(response.status, message, field);
 }
 
-export async function request(method, path, { token, query, accept = "application/json" } = {}) {
+export async function request(method, path, { token, query, accept = "application/json", body } = {}) {
   const url = new URL(path, window.location.origin);
   for (const [name, value] of Object.entries(query ?? {})) {
     if (value !== undefined && value !== null && value !== "") url.searchParams.set(name, value);
   }
   let response;
   try {
-    response = await fetch(url, { method, headers: { Accept: accept, ...authHeaders(token) } });
+    const headers = { Accept: accept, ...authHeaders(token) };
+    if (body !== undefined) headers["Content-Type"] = "application/json";
+    response = await fetch(url, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
   } catch (e) {
     throw new ApiError(0, `the API cannot be reached (${e.message})`, null);
   }
@@ -58,6 +60,8 @@ export async function request(method, path, { token, query, accept = "applicatio
 export const get = (path, query, token) => request("GET", path, { query, token });
 export const post = (path) => request("POST", path);
 export const del = (path) => request("DELETE", path);
+/** A request with a JSON body (a form's values). */
+export const send = (method, path, body) => request(method, path, { body });
 
 /** Every page of a paged listing (`items`, `next`), up to `max` items. */
 export async function allPages(path, query, max) {

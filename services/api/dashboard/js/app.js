@@ -9,6 +9,10 @@ import * as overview from "./views/overview.js";
 import * as queue from "./views/queue.js";
 import * as jobs from "./views/jobs.js";
 import * as job from "./views/job.js";
+import * as nodes from "./views/nodes.js";
+import * as history from "./views/history.js";
+import * as submit from "./views/submit.js";
+import * as projects from "./views/projects.js";
 
 const main = document.getElementById("main");
 const nav = document.getElementById("nav");
@@ -39,6 +43,10 @@ function route() {
   if (parts[0] === "jobs" && parts.length > 1) return { view: job, name: "jobs", params: { jobId: parts[1] } };
   if (parts[0] === "jobs") return { view: jobs, name: "jobs", params: Object.fromEntries(params) };
   if (parts[0] === "queue") return { view: queue, name: "queue", params: {} };
+  if (parts[0] === "nodes") return { view: nodes, name: "nodes", params: {} };
+  if (parts[0] === "submit") return { view: submit, name: "submit", params: {} };
+  if (parts[0] === "projects") return { view: projects, name: "projects", params: {} };
+  if (parts[0] === "history") return { view: history, name: "history", params: Object.fromEntries(params) };
   return { view: overview, name: "overview", params: {} };
 }
 

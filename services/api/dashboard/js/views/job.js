@@ -3,6 +3,7 @@
 
 import { del, get, post, request } from "../api.js";
 import { bytes, duration, h, jobLink, problem, replace, s, stateBadge, table, time } from "../dom.js";
+import { idleBadge, percent } from "./nodes.js";
 import { describe, takesEffect, TYPE_NAMES } from "./timeline.js";
 
 const TIMELINE_MAX = 5000;
@@ -117,11 +118,14 @@ export function mount(main, ctx, { jobId }) {
       replace(badge, stateBadge(job.state));
       renderActions();
       await loadTimeline();
-      const preemptions = await Promise.all([
+      const [gpus, ...preemptions] = await Promise.all([
+        get("/v1/gpus").catch(() => ({ jobs: [] })), // an API without GPU samples: unknown
         get("/v1/preemptions", { victim: jobId }),
         get("/v1/preemptions", { beneficiary: jobId }),
       ]);
-      replace(sections, details(job, timeline, ...preemptions));
+      const usage = gpus.jobs.find((j) => j.job_id === jobId) ?? null;
+      replace(badge, stateBadge(job.state), usage?.idle ? [" ", idleBadge()] : null);
+      replace(sections, details(job, timeline, usage, ...preemptions));
       renderTimeline();
       logs.attempts(job.attempt);
     },
@@ -141,8 +145,27 @@ export function mount(main, ctx, { jobId }) {
   return view;
 }
 
-function details(job, timeline, lost, gained) {
+function failure(timeline) {
+  const failed = timeline.filter((e) => e.type === "JobFailed" && takesEffect(e)).pop();
+  if (!failed) return null;
+  return h("section", { class: "card failure", "aria-labelledby": "failure-title" },
+    h("h2", { id: "failure-title" }, "Why it failed"),
+    h("p", { "data-exit-code": failed.event.exit_code ?? 1 },
+      `Attempt ${failed.event.attempt} exited with code ${failed.event.exit_code ?? 1}`,
+      failed.event.reason ? `: ${failed.event.reason}` : ".", " (", time(failed.time), ")"));
+}
+
+function gpuFact(job, usage) {
+  if (job.gpus_held === 0) return null;
+  const now = usage ? percent(usage.utilization) : "unknown";
+  return fact("GPU utilization", h("span", { id: "gpu-utilization" }, now,
+    usage?.average !== null && usage?.average !== undefined ? ` now, ${percent(usage.average)} over this attempt` : "",
+    usage?.idle ? [" ", idleBadge(), " since ", time(usage.idle_since)] : ""));
+}
+
+function details(job, timeline, usage, lost, gained) {
   return [
+    job.state === "failed" ? failure(timeline) : null,
     job.pending_reason ? h("section", { class: "card why-waits", "aria-labelledby": "why-title" },
       h("h2", { id: "why-title" }, job.state === "paused" ? "Paused" : "Why it waits"),
       h("p", { "data-code": job.pending_reason.code }, job.pending_reason.message)) : null,
@@ -158,7 +181,8 @@ function details(job, timeline, lost, gained) {
       fact("Submitted", time(job.submitted_at)),
       fact("Queued", duration(job.queued_s)),
       fact("Ran", duration(job.running_s)),
-      fact("GPU hours", job.gpu_hours.toFixed(3))),
+      fact("GPU hours", job.gpu_hours.toFixed(3)),
+      gpuFact(job, usage)),
     preemptionSection(lost, gained),
     attemptsSection(timeline),
     progressSection(timeline),
@@ -201,7 +225,9 @@ function attemptsOf(timeline) {
     if (e.type === "JobStarted") { a.started = e.time; a.resumed = e.event.resumed; }
     if (e.type === "JobPreempted") a.end = [e.time, `preempted (${e.reason ?? e.event.reason})${e.event.killed ? ", killed" : ""}`];
     if (e.type === "JobCompleted") a.end = [e.time, "completed"];
-    if (e.type === "JobFailed") a.end = [e.time, `failed (exit ${e.event.exit_code})`];
+    if (e.type === "JobFailed") a.end = [e.time, `failed (exit ${e.event.exit_code ?? 1})${e.event.reason ? `: ${e.event.reason}` : ""}`];
+    // the executor's mean over the attempt's GPU samples (absent: unknown, no NVML there)
+    if (["JobPreempted", "JobCompleted", "JobFailed"].includes(e.type)) a.util = e.event.gpu_utilization ?? null;
     if (e.type === "JobCheckpointed") a.checkpoints.push(e);
     if (e.type === "JobProgress" && e.event.step !== undefined) a.step = e.event.step;
   }
@@ -214,12 +240,13 @@ function attemptsSection(timeline) {
   const checkpoints = attempts.flatMap((a) => a.checkpoints);
   return h("section", { class: "card", "aria-labelledby": "attempts-title" },
     h("h2", { id: "attempts-title" }, "Attempts and checkpoints"),
-    table("Attempts", [["Attempt", "num"], ["Scheduled", "wide"], "Started", "Ended", ["Checkpoints", "num"], ["Last step", "num"]],
+    table("Attempts", [["Attempt", "num"], ["Scheduled", "wide"], "Started", "Ended", ["GPU utilization", "num"], ["Checkpoints", "num"], ["Last step", "num"]],
       attempts.map((a) => h("tr", { "data-attempt": a.n },
         h("td", { class: "num" }, a.n),
         h("td", { class: "wide" }, time(a.scheduled)),
         h("td", {}, a.started ? [time(a.started), a.resumed ? " (resumed)" : ""] : "—"),
         h("td", {}, a.end ? [time(a.end[0]), ` ${a.end[1]}`] : "—"),
+        h("td", { class: "num attempt-util" }, a.end ? percent(a.util) : "—"),
         h("td", { class: "num" }, a.checkpoints.length),
         h("td", { class: "num" }, a.step ?? "—"))),
       { class: "attempts" }),

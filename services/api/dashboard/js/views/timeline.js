@@ -38,6 +38,12 @@ const REASONS = {
 const nodesOf = (replicas) => [...new Set((replicas ?? []).map((r) => (Array.isArray(r) ? r[0] : r.node)))].join(", ");
 
 /** The entry's story, as text and links (jobLink makes a link to another job). */
+// The attempt's mean GPU utilization, as its executor sampled it (absent where NVML was not).
+function utilization(ev) {
+  const value = ev.gpu_utilization;
+  return value === undefined || value === null ? "" : `; GPU utilization ${Math.round(value)}% on average`;
+}
+
 export function describe(e, jobLink) {
   const ev = e.event;
   const by = e.actor ? ` by ${e.actor}` : "";
@@ -45,7 +51,7 @@ export function describe(e, jobLink) {
   const forJob = e.for_job ? [" for ", jobLink(e.for_job)] : [];
   switch (e.type) {
     case "JobSubmitted":
-      return `${ev.spec?.gpus ?? "?"} GPU(s) × ${ev.spec?.replicas ?? 1} in project ${ev.spec?.project}${by}`;
+      return `${ev.spec?.gpus ?? 1} GPU(s) × ${ev.spec?.replicas ?? 1} in project ${ev.spec?.project}${by}`;
     case "JobAdmitted":
       return `priority ${ev.priority}, ${ev.preemptible ? "preemptible" : "not preemptible"}, pools ${(ev.pools ?? []).join(", ")}`;
     case "JobRejected":
@@ -62,7 +68,7 @@ export function describe(e, jobLink) {
       return [`attempt ${ev.attempt}: ${reason}`, ...forJob,
         ev.facts?.note ? ` (${ev.facts.note})` : ""];
     case "JobPreempted":
-      return `attempt ${ev.attempt} stopped: ${reason}${ev.checkpointed ? ", checkpointed" : ", no checkpoint"}${ev.killed ? ", killed after its grace period" : ""}`;
+      return `attempt ${ev.attempt} stopped: ${reason}${ev.checkpointed ? ", checkpointed" : ", no checkpoint"}${ev.killed ? ", killed after its grace period" : ""}${utilization(ev)}`;
     case "JobCheckpointed":
       return `attempt ${ev.attempt}${ev.step !== undefined ? `, step ${ev.step}` : ""}${ev.save_s ? ` in ${ev.save_s.toFixed(1)}s` : ""}`;
     case "JobProgress":
@@ -76,9 +82,9 @@ export function describe(e, jobLink) {
     case "JobCancelled":
       return by.trim() || "—";
     case "JobCompleted":
-      return `attempt ${ev.attempt}`;
+      return `attempt ${ev.attempt}${utilization(ev)}`;
     case "JobFailed":
-      return `attempt ${ev.attempt}, exit status ${ev.exit_code ?? 1}${ev.reason ? `: ${ev.reason}` : ""}`;
+      return `attempt ${ev.attempt}, exit status ${ev.exit_code ?? 1}${ev.reason ? `: ${ev.reason}` : ""}${utilization(ev)}`;
     case "JobPriorityChanged":
       return `now ${ev.priority}${by}`;
     default:

@@ -226,7 +226,9 @@ class Api:
         """The open connection (and True: it has served a request), or a new one, connected
         within CONNECT_S, through the proxy the environment names for the API if any."""
         if self._conn is not None:
-            return self._conn, True
+            if self._conn.sock is not None:
+                return self._conn, True
+            self.close()  # the server said `Connection: close` (http.client closed it)
         kind = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
         proxy = _proxy_for("https" if self._https else "http", self._host)
         if proxy is None:

@@ -36,10 +36,12 @@ BEFORE = "591ba75"
 
 
 class _FakeApi(http.server.BaseHTTPRequestHandler):
-    """Answers GET /v1/jobs with an empty page, as the API does on an empty cluster."""
+    """Answers GET /v1/jobs with an empty page and GET /v1/gpus with no samples, as the API
+    does on an empty cluster."""
 
     def do_GET(self) -> None:
-        body = json.dumps({"items": [], "next": None}).encode()
+        empty = {"nodes": [], "jobs": []} if self.path.startswith("/v1/gpus") else None
+        body = json.dumps(empty or {"items": [], "next": None}).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))

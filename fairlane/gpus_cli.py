@@ -63,7 +63,7 @@ def with_gpus(nodes: list[dict[str, Any]], gpus: dict[str, Any]) -> list[dict[st
 def jobs_with_gpus(jobs: list[dict[str, Any]], gpus: dict[str, Any]) -> list[dict[str, Any]]:
     """Each job with `gpu_utilization` (its GPUs' mean now, None: unknown or holding none),
     `gpu_average` (over its attempt) and `idle`."""
-    by_job = {j["job_id"]: j for j in gpus["jobs"]}
+    by_job = {j["job_id"]: j for j in gpus.get("jobs", ())}
     return [
         {
             **j,

@@ -46,6 +46,7 @@ from events import (
     WorkRelayed,
 )
 from fairlane import workload
+from policy.state import ClusterState
 from services.executor.docker import ContainerHost, container_config
 from services.executor.endpoint import BURST, RATE, Budget
 from services.executor.gpus import GpuDiscoveryError, discover_gpus
@@ -645,6 +646,90 @@ async def test_a_lost_nodes_job_resumes_elsewhere_from_its_last_stored_checkpoin
     await eventually(lambda: state.exists() and read_json(state)["attempt"] == 2)
     resumed = read_json(state)
     assert resumed["resumed_from"] and resumed["resumed_from"] > 0
+
+
+async def stop_executor(cluster: Cluster, executor: Executor) -> None:
+    """Stop one executor as SIGTERM does (`run()` returns once it closed)."""
+    task = next(task for task, runner, _ in cluster.runs if runner is executor)
+    executor.stop()
+    await asyncio.wait_for(task, 30)
+
+
+def folded(events: list[Event]) -> ClusterState:
+    state = ClusterState()
+    state.apply_all(events)
+    return state
+
+
+async def test_a_shut_down_executor_reports_its_jobs_stopped_and_they_resume(
+    cluster: Cluster,
+) -> None:
+    """`--shutdown-on-exit` (what `fairlane down` stops): the executor stops its job as a
+    preemption does, stores its checkpoint and reports `JobPreempted(reason="shutdown")`; the
+    fold queues the job again (not failed, not counted as a preemption), and the next attempt
+    resumes from the step it stopped at."""
+    first = await cluster.executor("n1", gpus=1, shutdown_on_exit=True)
+    train = (*TRAIN, "--steps", "100000", "--step-seconds", "0.002", "--checkpoint-every", "50")
+    await cluster.job("sd", (Replica("n1", (0,)),), train)
+    await cluster.recorder.wait(JobCheckpointed, "sd", lambda e: e.step is not None)
+    await stop_executor(cluster, first)
+
+    stopped = await cluster.recorder.wait(JobPreempted, "sd")
+    assert (stopped.id, stopped.reason, stopped.attempt) == ("sd/1/shutdown", "shutdown", 1)
+    assert stopped.checkpointed and stopped.stored_bytes and stopped.stored_bytes > 0
+    assert not cluster.recorder.of(JobFailed, "sd")
+    job = folded(cluster.recorder.events).jobs["sd"]
+    assert (job.phase, job.held, job.preemptions) == ("pending", [], 0)
+    assert not (cluster.tmp / "n1" / "shutdown.json").exists()  # reported: nothing left over
+    step, _ = stopped_and_resumed(first, "sd")
+    assert step is not None and step > 0
+
+    again = await cluster.executor("n1", gpus=1)
+    await cluster.job("sd", (Replica("n1", (0,)),), attempt=2)
+    said = await cluster.recorder.wait(JobMessage, "sd", lambda e: e.attempt == 2)
+    assert said.text == f"resumed from step {step}"
+    assert stopped_and_resumed(again, "sd")[1] == step
+
+
+async def test_a_shut_down_that_could_not_report_is_reported_when_the_node_comes_back(
+    cluster: Cluster,
+) -> None:
+    """The log was gone before the executor could report the stop: the next executor on the
+    node finds the attempt still running in the log, its workload ended by SIGTERM (exit 143)
+    and the shut down's note naming it, and reports it stopped for the shut down, at the time
+    it was stopped, rather than failed."""
+    first = await cluster.executor("n1", gpus=1, shutdown_on_exit=True)
+    command = (*WORKLOAD, "--step-seconds", "0.05", "--checkpoint-every", "0.3")
+    await cluster.job("cut", (Replica("n1", (0,)),), command)
+    await cluster.recorder.wait(JobCheckpointed, "cut")
+    publish = first.publish
+
+    async def log_gone(event: Event, give_up_after: float = 300.0) -> None:
+        if isinstance(event, JobPreempted):
+            raise ConnectionError("the log went away")
+        await publish(event, give_up_after)
+
+    first.publish = log_gone  # type: ignore[method-assign]
+    began = time.time()
+    await stop_executor(cluster, first)
+    exit_file = cluster.tmp / "n1" / "runs" / "cut" / "1.0.exit"
+    assert exit_file.read_text().strip() == "143"  # it saved and exited on SIGTERM
+    assert (cluster.tmp / "n1" / "shutdown.json").exists()
+    assert not cluster.recorder.of(JobPreempted, "cut")
+
+    await asyncio.sleep(1.0)  # the cluster is down a while
+    back = time.time()
+    await cluster.executor("n1", gpus=1)
+    stopped = await cluster.recorder.wait(JobPreempted, "cut")
+    assert (stopped.reason, stopped.actor, stopped.checkpointed) == (
+        "shutdown",
+        "executor/n1",
+        True,
+    )
+    assert began <= stopped.time < back  # when it was stopped, not when the node came back
+    assert not cluster.recorder.of(JobFailed, "cut")
+    assert folded(cluster.recorder.events).jobs["cut"].phase == "pending"
+    await eventually(lambda: not (cluster.tmp / "n1" / "shutdown.json").exists())
 
 
 async def test_a_checkpoint_over_the_bound_is_not_stored_and_the_timeline_says_so(

@@ -121,3 +121,25 @@ def test_stops_of_some_replicas_add_up_until_answered() -> None:
         assert vc.record(done).applied, k
     job = vc.state.jobs["e"]
     assert (len(job.held), job.stop_replicas, job.phase) == (1, 0, "running")
+
+
+def test_a_shut_down_queues_the_job_again_only_from_its_own_attempt() -> None:
+    """An executor that stops a job as the cluster shuts down reports it with no stop request
+    (reason `shutdown`): the job goes back to pending, holding nothing, and it is not counted
+    as a preemption. A report about another attempt changes nothing."""
+    vc = cluster()
+    assert vc.state.jobs["j1"].phase == "running"
+
+    def shut(attempt: int) -> JobPreempted:
+        return JobPreempted(
+            id=f"j1/{attempt}/shutdown", time=5.0, actor="executor/n0", job_id="j1",
+            attempt=attempt, reason="shutdown", checkpointed=True,
+        )  # fmt: skip
+
+    verdict = vc.record(shut(2))
+    assert not verdict.applied and vc.state.jobs["j1"].phase == "running"
+    assert vc.record(shut(1)).applied
+    job = vc.state.jobs["j1"]
+    assert (job.phase, job.held, job.preemptions, job.pending_since) == ("pending", [], 0, 5.0)
+    assert job.last_checkpoint_at == 5.0
+    assert vc.state.owners["n0"] == {}

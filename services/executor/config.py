@@ -43,6 +43,9 @@ class ExecutorConfig:
     #: nodes, for benchmarks that run no node watcher, never do either).
     heartbeat_s: float | None = 2.0
     stop_workloads_on_exit: bool = False
+    #: On exit, stop the workloads as a preemption does and report them stopped for a shut
+    #: down (`JobPreempted(reason="shutdown")`), so the jobs are queued again (see `shutdown`).
+    shutdown_on_exit: bool = False
     #: Names this run of the executor in its `NodeRegistered` id.
     boot_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
 

@@ -10,7 +10,10 @@ up` reads to report a service that failed to start and `fairlane status` shows. 
 supervisor also checks the event log's limits every LIMITS_EVERY_S and records a warning
 from 80% full (services/runtime/provision.py).
 
-SIGTERM stops it: every program gets SIGTERM, and SIGKILL after STOP_GRACE_S.
+SIGTERM stops it: first the programs marked `stop_first` (the node executors, which stop their
+workloads as a preemption does and report it while the log and the services still run), each
+SIGKILLed after its own `stop_grace_s`; then every other program gets SIGTERM, and SIGKILL
+after STOP_GRACE_S.
 """
 
 from __future__ import annotations
@@ -48,6 +51,11 @@ class Program(msgspec.Struct, frozen=True):
     name: str
     args: list[str]  # after the Python interpreter: ["-m", "services.ledger", ...]
     env: dict[str, str] = {}
+    #: Stopped before the others, which it needs while it stops (a node executor reports its
+    #: workloads stopped through the log).
+    stop_first: bool = False
+    #: How long it may take to exit after SIGTERM before it is killed.
+    stop_grace_s: float = STOP_GRACE_S
 
 
 class Plan(msgspec.Struct, frozen=True):
@@ -78,6 +86,13 @@ class SupervisorStatus(msgspec.Struct):
     programs: dict[str, ProgramStatus]
     warnings: list[str] = []
     updated_at: float = 0.0
+
+
+def stop_within(plan: Plan) -> float:
+    """The longest the supervisor takes to stop everything after SIGTERM (a margin aside)."""
+    first = max((p.stop_grace_s for p in plan.programs if p.stop_first), default=0.0)
+    rest = max((p.stop_grace_s for p in plan.programs if not p.stop_first), default=0.0)
+    return first + rest
 
 
 def read_status(path: Path) -> SupervisorStatus | None:
@@ -163,13 +178,20 @@ class Supervisor:
             )
 
     async def _stop_all(self) -> None:
-        running = [p for p in self.processes.values() if p.returncode is None]
+        await self._stop([p for p in self.plan.programs if p.stop_first])
+        await self._stop([p for p in self.plan.programs if not p.stop_first])
+
+    async def _stop(self, programs: list[Program]) -> None:
+        """SIGTERM to these programs, SIGKILL to those still running after their grace."""
+        grace = max((p.stop_grace_s for p in programs), default=0.0)
+        named = [self.processes.get(p.name) for p in programs]
+        running = [p for p in named if p is not None and p.returncode is None]
         for process in running:
             with contextlib.suppress(ProcessLookupError):
                 process.send_signal(signal.SIGTERM)
         waits = [asyncio.create_task(p.wait()) for p in running]
         if waits:
-            await asyncio.wait(waits, timeout=STOP_GRACE_S)
+            await asyncio.wait(waits, timeout=grace)
         for process in running:
             if process.returncode is None:
                 with contextlib.suppress(ProcessLookupError):

@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from types import ModuleType
@@ -42,6 +43,7 @@ from events import (
     JobSubmitted,
     NodeLost,
     NodeRegistered,
+    PortMapping,
     Replica,
     WorkRelayed,
 )
@@ -58,7 +60,7 @@ from services.nodewatch.service import NodeWatch
 from services.nodewatch.work import rendezvous_port
 from services.runtime.checkpoint_bucket import checkpoint_bucket
 from services.runtime.eventlog import JetStreamLog, connect
-from services.runtime.servers import NatsServer
+from services.runtime.servers import NatsServer, free_port
 from services.runtime.tasks import cancel_and_wait
 
 pytestmark = pytest.mark.nats
@@ -189,6 +191,7 @@ class Cluster:
         elastic_to: int | None = None,
         image: str | None = None,
         working_dir: str | None = None,
+        ports: tuple[PortMapping, ...] = (),
     ) -> None:
         """Submitted, admitted and placed on `replicas`, as the policy would (`elastic_to`:
         the job may grow to that many replicas)."""
@@ -201,6 +204,7 @@ class Cluster:
                 command=command,
                 image=image,
                 working_dir=working_dir,
+                ports=ports,
             )
             await self.publish(
                 JobSubmitted(
@@ -892,6 +896,35 @@ async def test_the_workload_runs_in_its_working_directory(cluster: Cluster) -> N
 # -- hollow --------------------------------------------------------------------------------------
 
 
+async def test_a_process_is_handed_its_ports_and_serves_on_the_nodes_port(
+    cluster: Cluster,
+) -> None:
+    """`--port HOST:CONTAINER` for a process: it runs on the node itself, so it is told to
+    listen on the host port (`FAIRLANE_PORT`), with every mapping in `FAIRLANE_PORTS`; what
+    it serves there is reached at the node's address and that port."""
+    await cluster.executor("n1", gpus=1)
+    port, other = free_port(), free_port()
+    serve = (
+        'echo "$FAIRLANE_PORTS" > "$FAIRLANE_CHECKPOINT_DIR/ports"; '
+        f'exec {sys.executable} -m http.server --bind 127.0.0.1 "$FAIRLANE_PORT"'
+    )
+    mappings = (PortMapping(port, 8888), PortMapping(other, 6000))
+    await cluster.job("ws", (Replica("n1", (0,)),), ("sh", "-c", serve), ports=mappings)
+    await cluster.recorder.wait(JobStarted, "ws")
+    told = cluster.tmp / "n1" / "checkpoints" / "ws" / "replica-0" / "ports"
+    await eventually(told.exists)
+    assert told.read_text().strip() == f"{port}:8888,{other}:6000"
+
+    def answers() -> bool:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=1) as reply:
+                return bool(reply.status == 200)
+        except OSError:
+            return False
+
+    await eventually(answers, within=15)
+
+
 async def test_hollow_executors_report_without_starting_anything(cluster: Cluster) -> None:
     await cluster.group(
         [
@@ -1107,6 +1140,31 @@ def test_a_replica_gets_a_burst_of_events_then_a_steady_rate() -> None:
     assert budget.take("other", 0.0)  # each replica has its own
 
 
+def test_a_container_publishes_its_ports_as_docker_run_p_does() -> None:
+    """On a bridge network the node's port is mapped to the container's, which the workload
+    is told to listen on; on the host's network (the default) nothing can be mapped, and it is
+    told the node's port."""
+    launch = Launch(
+        job_id="ws",
+        attempt=1,
+        replica=0,
+        gpus=(),
+        command=(),
+        image="jupyter:1",
+        env={"FAIRLANE_PORT": "8080", "FAIRLANE_PORTS": "8080:8888"},
+        checkpoint_dir=Path("/data/checkpoints/ws"),
+        run_dir=Path("/data/runs/ws"),
+        ports=(PortMapping(8080, 8888),),
+    )
+    bridged = container_config(launch, "n1", None, ContainerHost((), "bridge"))
+    assert bridged["HostConfig"]["PortBindings"] == {"8888/tcp": [{"HostPort": "8080"}]}
+    assert bridged["ExposedPorts"] == {"8888/tcp": {}}
+    assert "FAIRLANE_PORT=8888" in bridged["Env"]
+    on_host = container_config(launch, "n1", None, ContainerHost((), "host"))
+    assert "PortBindings" not in on_host["HostConfig"]
+    assert "FAIRLANE_PORT=8080" in on_host["Env"]
+
+
 def test_a_container_asks_for_its_gpus_by_uuid() -> None:
     launch = Launch(
         job_id="j",
@@ -1134,6 +1192,7 @@ def test_a_container_asks_for_its_gpus_by_uuid() -> None:
         "2",
         "n1",
     )
+    assert "PortBindings" not in host and "ExposedPorts" not in config
     # declared GPUs (no NVML): nothing to request, the indexes in the environment only
     declared = container_config(launch, "n1", None, ContainerHost((), "host"))
     assert "DeviceRequests" not in declared["HostConfig"]

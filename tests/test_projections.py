@@ -17,6 +17,7 @@ from events import (
     JobStarted,
     JobSubmitted,
     NodeRegistered,
+    PortMapping,
     ProjectTerms,
     Replica,
 )
@@ -187,6 +188,29 @@ def test_running_time_stops_when_a_shut_down_stopped_the_job() -> None:
         0,
     )
     assert "preemptions" not in tables  # a shut down is not a preemption to make room
+
+
+def test_a_job_row_says_its_ports_and_where_they_are_reached() -> None:
+    """`http://<node address>:<host port>` while it holds replicas (the node's registered
+    address, 127.0.0.1 for one that gave none); its ports alone while it runs nowhere."""
+    spec = JobSpec(project="p", ports=(PortMapping(8888, 8888), PortMapping(6006, 6000)))
+    events = [
+        NodeRegistered(id="n", time=0.0, actor="x", node="n1", pool="default", gpus=1,
+                       address="10.0.0.7"),
+        JobSubmitted(id="ws/s", time=1.0, actor="u", job_id="ws", spec=spec),
+        JobAdmitted(
+            id="ws/a", time=1.0, actor="admission", job_id="ws", project="p", priority=75,
+            preemptible=True, gpus=1, replicas=1, min_replicas=1, pools=("default",),
+        ),
+    ]  # fmt: skip
+    pending = final_rows(project(events, batch_every=1))["jobs"]["ws"]
+    assert (pending.ports, pending.urls) == (("8888:8888", "6006:6000"), ())
+    events.append(
+        JobScheduled(id="ws/1", time=2.0, actor="s", job_id="ws", attempt=1, pool="default",
+                     replicas=(Replica("n1", (0,)),))
+    )  # fmt: skip
+    running = final_rows(project(events, batch_every=1))["jobs"]["ws"]
+    assert running.urls == ("http://10.0.0.7:8888", "http://10.0.0.7:6006")
 
 
 def test_a_job_as_of_any_position_equals_the_projection_then() -> None:

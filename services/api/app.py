@@ -44,7 +44,15 @@ from litestar.response import Stream
 from litestar.response.sse import ServerSentEvent, ServerSentEventMessage
 from nats.aio.client import Client
 
-from events import Event, JobSpec, JobSubmitted, SchedulerSettings, WorkRelayed, encode_event
+from events import (
+    Event,
+    JobSpec,
+    JobSubmitted,
+    PortMapping,
+    SchedulerSettings,
+    WorkRelayed,
+    encode_event,
+)
 from events.catalogue import AnyEvent
 from events.commands import (
     AnyCommand,
@@ -284,6 +292,7 @@ _REFUSAL_FIELDS: Final = (
     ("limit", "limit"),
     ("quota", "quota"),
     ("job id", "job_id"),
+    ("port", "ports"),
 )
 
 
@@ -329,6 +338,9 @@ async def submit_job(ctx: Ctx, caller: Who, data: JSONBody[SubmitRequest]) -> Ac
         min_runtime_s=data.min_runtime_s,
         grace_s=data.grace_s,
         working_dir=data.working_dir,
+        ports=tuple(
+            PortMapping(p.host, p.host if p.container is None else p.container) for p in data.ports
+        ),
     )
     command = SubmitJob(
         actor=caller.name, job_id=data.job_id, spec=spec, idempotency_key=data.idempotency_key

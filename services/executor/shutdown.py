@@ -102,10 +102,11 @@ async def shut_down(ex: Executor) -> None:
     if not by_attempt:
         return
     now = time.time()
-    write_stopped(ex.data_dir, [StoppedAttempt(key[0], key[1], now) for key in by_attempt])
+    if ex.runtime.real:  # a hollow replica leaves nothing to find after a restart
+        write_stopped(ex.data_dir, [StoppedAttempt(key[0], key[1], now) for key in by_attempt])
     ex.logger.info("shutting down: stopping the jobs here", jobs=sorted(k[0] for k in by_attempt))
     reported = await asyncio.gather(
         *(stop(ex, replicas, shutdown_report(*key)) for key, replicas in by_attempt.items())
     )
-    if all(reported):
+    if all(reported) and ex.runtime.real:
         forget_stopped(ex.data_dir)

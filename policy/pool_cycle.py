@@ -75,7 +75,8 @@ class Candidate:
         self.gpus = replicas * job.gpus
         self.node = job.node
         self.delay = job.preemption_delay_s
-        self.ports = job.spec.host_ports()
+        spec = job.spec
+        self.ports = spec.host_ports() if spec.ports else ()  # (no call for most jobs)
 
     def __repr__(self) -> str:
         return f"Candidate({self.job.id!r}, {self.replicas}, extra={self.extra})"

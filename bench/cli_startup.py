@@ -40,8 +40,12 @@ class _FakeApi(http.server.BaseHTTPRequestHandler):
     does on an empty cluster."""
 
     def do_GET(self) -> None:
-        empty = {"nodes": [], "jobs": []} if self.path.startswith("/v1/gpus") else None
-        body = json.dumps(empty or {"items": [], "next": None}).encode()
+        empty: dict[str, Any] = (
+            {"nodes": [], "jobs": []}
+            if self.path.startswith("/v1/gpus")
+            else {"items": [], "next": None}
+        )
+        body = json.dumps(empty).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))

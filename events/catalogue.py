@@ -30,9 +30,12 @@ from events.model import (
 #: The catalogue's schema version. 2: `ClusterConfigured` carries its settings as one struct.
 SCHEMA_VERSION: Final = 2
 
-PreemptionReason = Literal["priority", "reclaim", "pause", "cancel", "node_lost", "drain"]
-#: Reasons that make room for other work. Pauses, cancels, lost and drained nodes are not
-#: preemptions in the user's sense and are not counted as such.
+PreemptionReason = Literal[
+    "priority", "reclaim", "pause", "cancel", "node_lost", "drain", "shutdown"
+]
+#: Reasons that make room for other work. Pauses, cancels, lost and drained nodes and a
+#: cluster shut down (`shutdown`: its executor stopped the job's workloads as it exited, and
+#: the job is queued again) are not preemptions in the user's sense and are not counted as such.
 MAKES_ROOM: Final = frozenset({"priority", "reclaim"})
 
 

@@ -18,7 +18,7 @@ from typing import Annotated, Final
 import msgspec
 
 from events.catalogue import AnyEvent
-from events.model import JobSpec, PriorityClass, SchedulerSettings
+from events.model import JobSpec, PortMapping, PriorityClass, SchedulerSettings
 
 ADMISSION_SUBJECT: Final = "fl-cmd.admission"
 LEDGER_SUBJECT: Final = "fl-cmd.ledger"
@@ -36,6 +36,7 @@ MAX_PRIORITY: Final = 1_000_000
 #: Durations (runtime, delays, grace, checkpoint intervals), in seconds: 10 years.
 MAX_DURATION_S: Final = 10 * 366 * 86_400.0
 MAX_POOLS: Final = 64
+MAX_PORTS: Final = 64
 MAX_PRIORITY_CLASSES: Final = 256
 MAX_COMMAND_ARGS: Final = 1024
 MAX_TEXT: Final = 4096
@@ -222,6 +223,8 @@ class _JobSpecBounds(msgspec.Struct, frozen=True):
     duration_s: Duration | None = None
     checkpoint: _CheckpointBounds | None = None
     working_dir: WorkingDir | None = None
+    #: how many, not their values: admission refuses a port out of range, naming it
+    ports: Annotated[tuple[PortMapping, ...], msgspec.Meta(max_length=MAX_PORTS)] = ()
 
 
 class _PriorityClassBounds(msgspec.Struct, frozen=True):

@@ -68,6 +68,15 @@ class CheckpointModel(msgspec.Struct, frozen=True):
     restore_s: float = 0.0
 
 
+class PortMapping(msgspec.Struct, frozen=True, array_like=True):
+    """A port a replica publishes on its node (`--port HOST:CONTAINER`): the node's `host` port
+    reaches the workload's `container` port. A node publishes a host port once, so the policy
+    never places two replicas that publish the same host port on one node."""
+
+    host: int
+    container: int
+
+
 class JobSpec(msgspec.Struct, frozen=True, omit_defaults=True):
     """What a user asked for. Admission resolves defaults into JobAdmitted."""
 
@@ -96,6 +105,13 @@ class JobSpec(msgspec.Struct, frozen=True, omit_defaults=True):
     #: runtime, the job's folder of run files on the node; for Docker, the image's own).
     #: Optional, so an older event reads as None and no upcast is needed.
     working_dir: str | None = None
+    #: Ports each replica publishes on its node (an interactive job's notebook, say).
+    #: Optional, so an older event reads as none and no upcast is needed.
+    ports: tuple[PortMapping, ...] = ()
+
+    def host_ports(self) -> tuple[int, ...]:
+        """The node ports each replica takes (what placing must find free on a node)."""
+        return tuple(p.host for p in self.ports) if self.ports else ()
 
 
 class Replica(msgspec.Struct, frozen=True, array_like=True):

@@ -34,7 +34,14 @@ from fairlane.cluster_file import (
     cluster_file,
     read_cluster,
 )
-from fairlane.supervisor import STARTUP_S, Plan, Program, ProgramStatus, read_status
+from fairlane.supervisor import (
+    STARTUP_S,
+    Plan,
+    Program,
+    ProgramStatus,
+    read_status,
+    stop_within,
+)
 from services.api.tokens import admin_token_file
 from services.nodewatch.service import TIMEOUT_ENV
 from services.runtime.auth import (
@@ -53,11 +60,15 @@ from services.runtime.servers import NatsServer, Postgres, free_port
 
 SERVICES = ("admission", "ledger", "scheduler", "preemptor", "nodewatch")
 SUPERVISOR = "supervisor"
+PLAN_FILE = "supervisor-plan.json"
 #: The services' instance name: the same across restarts, so their durable consumers are
 #: reused, not left behind one per process.
 INSTANCE = "embedded"
 DEFAULT_NATS_PORT = 4222
 DEFAULT_API_PORT = 8080
+#: How long an executor may take to stop its workloads on `down`: their grace period (the
+#: cluster's default is 30 s), storing what they saved, and the reports.
+EXECUTOR_STOP_GRACE_S = 90.0
 
 
 class EmbeddedError(RuntimeError):
@@ -119,11 +130,20 @@ async def up(  # noqa: PLR0913 (the `fairlane up` options)
     ]
     executor = ["-m", "services.executor", "--nats", nats_url, "--node", node]
     executor += ["--pool", "default", "--data-dir", str(data_dir / "executor")]
-    executor += ["--stop-workloads-on-exit"]  # `fairlane down` stops the workloads too
+    # `fairlane down` stops the workloads as a preemption does: they are queued again
+    executor += ["--shutdown-on-exit"]
     executor += ["--runtime", runtime]
     if gpus is not None:
         executor += ["--gpus", str(gpus)]
-    programs.append(Program("executor", executor, env(executor_user(node))))
+    programs.append(
+        Program(
+            "executor",
+            executor,
+            env(executor_user(node)),
+            stop_first=True,
+            stop_grace_s=EXECUTOR_STOP_GRACE_S,
+        )
+    )
     api_url, token_file = _read_side(
         data_dir, nats_url, postgres_dsn, programs, env, api_port, runtime
     )
@@ -134,7 +154,7 @@ async def up(  # noqa: PLR0913 (the `fairlane up` options)
         nats_url=nats_url if files else None,
         admin_credentials=str(files[ADMIN]) if files else None,
     )
-    plan_file = data_dir / "supervisor-plan.json"
+    plan_file = data_dir / PLAN_FILE
     plan_file.write_bytes(msgspec.json.encode(plan))
     supervisor_status_file(data_dir).unlink(missing_ok=True)
     supervisor = ["-m", "fairlane.supervisor", "--plan", str(plan_file)]
@@ -236,8 +256,9 @@ async def down(data_dir: Path) -> list[str]:
         order = [n for n in info.pids if n != "nats-server"] + ["nats-server"]
         for name in order:
             pid = info.pids.get(name)
-            # the supervisor stops its programs first: give it their grace as well
-            grace = 25.0 if name == SUPERVISOR else 10.0
+            # the supervisor stops its programs first (the executors before the rest, which
+            # they report through): give it their grace as well
+            grace = _supervisor_grace(data_dir) if name == SUPERVISOR else 10.0
             if name == SUPERVISOR:
                 stopped += [p.name for p in supervisor_status(data_dir) if p.state == "running"]
             if pid is not None and await _stop(pid, grace):
@@ -253,6 +274,15 @@ async def down(data_dir: Path) -> list[str]:
     with contextlib.suppress(FileNotFoundError):
         path.unlink()
     return stopped
+
+
+def _supervisor_grace(data_dir: Path) -> float:
+    """How long the supervisor may take to stop, from its plan (a margin added)."""
+    try:
+        plan = msgspec.json.decode((data_dir / PLAN_FILE).read_bytes(), type=Plan)
+    except (OSError, msgspec.DecodeError, msgspec.ValidationError):
+        return 25.0
+    return stop_within(plan) + 5.0
 
 
 async def _spawn(name: str, args: list[str], data_dir: Path) -> int:

@@ -61,6 +61,8 @@ SUBMIT_FLAGS = {
     "preemption_delay_s": "--preemption-delay",
     "min_runtime_s": "--min-runtime",
     "grace_s": "--grace",
+    "ports": "--port",
+    "working_dir": "--working-dir",
 }
 
 
@@ -85,6 +87,7 @@ def submit(
     min_runtime: float | None = None,
     grace: float | None = None,
     working_dir: str | None = None,
+    port: list[str] | None = None,
     idempotency_key: str | None = None,
     connection: Connection | None = None,
     output: Output = "table",
@@ -146,6 +149,10 @@ def submit(
         The folder the workload runs in on its node (its checkpoint folder is only named in
         FAIRLANE_CHECKPOINT_DIR). Default: with no --image and the cluster on this machine,
         the folder `submit` is run in; with an image, the image's own.
+    port
+        HOST:CONTAINER (or PORT for both): each replica publishes it on its node, shown as a
+        URL by describe and list (repeat the flag). A job waits for a node where its host
+        ports are free.
     idempotency_key
         Submitting again with the same key returns the first answer instead of a second job.
     """
@@ -188,6 +195,8 @@ def submit(
         env = [*_as_list(from_file), *(env or [])]
     if env:
         body["env"] = {**body.get("env", {}), **_environment(env)}
+    if port:
+        body["ports"] = _ports(port)
     with errors_said(), connected(connection) as api, flags_named(body, SUBMIT_FLAGS):
         folder = _working_dir(
             _first(working_dir, given.get("working-dir")),
@@ -201,6 +210,7 @@ def submit(
 
 
 LOCAL_HOSTS: Final = frozenset({"127.0.0.1", "localhost", "::1"})
+MAX_PORT: Final = 65535
 
 
 def _on_this_machine(api_url: str) -> bool:
@@ -256,6 +266,24 @@ def _environment(pairs: list[str]) -> dict[str, str]:
             fail(f"--env takes KEY=VALUE, got {pair!r}", USAGE)
         env[key] = value
     return env
+
+
+def _ports(given: list[str]) -> list[dict[str, int]]:
+    """`--port HOST:CONTAINER` or `--port PORT`, each a number in 1..65535, no host port
+    twice (a node publishes it once)."""
+    ports: list[dict[str, int]] = []
+    for value in given:
+        host, colon, container = value.partition(":")
+        try:
+            pair = (int(host), int(container) if colon else int(host))
+        except ValueError:
+            fail(f"--port takes HOST:CONTAINER or PORT, got {value!r}", USAGE)
+        if not all(1 <= p <= MAX_PORT for p in pair):
+            fail(f"--port {value!r}: ports are between 1 and {MAX_PORT}", USAGE)
+        if any(p["host"] == pair[0] for p in ports):
+            fail(f"--port {value!r}: host port {pair[0]} is given twice", USAGE)
+        ports.append({"host": pair[0], "container": pair[1]})
+    return ports
 
 
 def _said(answer: dict[str, Any], what: str) -> None:
@@ -348,6 +376,9 @@ def _jobs_table(jobs: list[dict[str, Any]]) -> None:
         table.add_column(column)
     table.add_column("PREEMPTED", justify="right")
     table.add_column("GPU UTIL", justify="right", no_wrap=True)
+    urls = any(j.get("ports") for j in jobs)  # a column only where a job publishes ports
+    if urls:
+        table.add_column("URL", no_wrap=True)
     now = time.time()
     for j in jobs:
         replicas = str(j["replicas"])
@@ -365,8 +396,16 @@ def _jobs_table(jobs: list[dict[str, Any]]) -> None:
             str(j["attempt"]),
             str(j["preemptions"]),
             gpus_cli.job_utilization(j),
+            *([_urls(j)] if urls else []),
         )
     console.print(table)
+
+
+def _urls(job: dict[str, Any]) -> str:
+    """Where a job's ports are reached, or its ports while it runs nowhere."""
+    if job.get("urls"):
+        return escape(" ".join(job["urls"]))
+    return escape(" ".join(job.get("ports", ()))) or "-"
 
 
 def job_or_suggest(api: Api, job_id: str) -> dict[str, Any]:
@@ -475,6 +514,9 @@ def _describe_table(job: dict[str, Any]) -> None:
         ("Ran", f"{duration(job['running_s'])} ({job['gpu_hours']:.2f} GPU hours)"),
         ("Preempted", f"{job['preemptions']} time(s)"),
     ]  # fmt: skip
+    if job.get("ports"):
+        rows.append(("Ports", escape(", ".join(job["ports"]))))
+        rows.append(("URL", escape(" ".join(job.get("urls") or ())) or "- (not running)"))
     reason = job.get("pending_reason")
     if reason:
         rows.append(

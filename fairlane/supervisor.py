@@ -10,8 +10,11 @@ up` reads to report a service that failed to start and `fairlane status` shows. 
 supervisor also checks the event log's limits every LIMITS_EVERY_S and records a warning
 from 80% full (services/runtime/provision.py).
 
-SIGTERM stops it: every program gets SIGTERM, and SIGKILL after STOP_GRACE_S. SIGHUP makes it
-read the plan again: it starts the programs the plan gained and stops (as SIGTERM does) those
+SIGTERM stops it: first the programs marked `stop_first` (the node executors, which stop their
+workloads as a preemption does and report it while the log and the services still run), each
+SIGKILLed after its own `stop_grace_s`; then every other program gets SIGTERM, and SIGKILL
+after its `stop_grace_s` (STOP_GRACE_S by default). SIGHUP makes it read the plan again: it
+starts the programs the plan gained and stops (as SIGTERM does, each with its own grace) those
 it lost, leaving the others running; `fairlane node start` and `node stop` add and remove a
 node's executor so (fairlane/nodes.py).
 """
@@ -51,6 +54,11 @@ class Program(msgspec.Struct, frozen=True):
     name: str
     args: list[str]  # after the Python interpreter: ["-m", "services.ledger", ...]
     env: dict[str, str] = {}
+    #: Stopped before the others, which it needs while it stops (a node executor reports its
+    #: workloads stopped through the log).
+    stop_first: bool = False
+    #: How long it may take to exit after SIGTERM before it is killed.
+    stop_grace_s: float = STOP_GRACE_S
 
 
 class Plan(msgspec.Struct, frozen=True):
@@ -81,6 +89,13 @@ class SupervisorStatus(msgspec.Struct):
     programs: dict[str, ProgramStatus]
     warnings: list[str] = []
     updated_at: float = 0.0
+
+
+def stop_within(plan: Plan) -> float:
+    """The longest the supervisor takes to stop everything after SIGTERM (a margin aside)."""
+    first = max((p.stop_grace_s for p in plan.programs if p.stop_first), default=0.0)
+    rest = max((p.stop_grace_s for p in plan.programs if not p.stop_first), default=0.0)
+    return first + rest
 
 
 def read_status(path: Path) -> SupervisorStatus | None:
@@ -144,28 +159,30 @@ class Supervisor:
 
     async def reload(self, plan: Plan) -> None:
         """Take a changed plan: start the programs it adds, stop those it drops (SIGTERM, then
-        SIGKILL after STOP_GRACE_S), and leave the rest running as they are."""
+        SIGKILL after their own grace), and leave the rest running as they are."""
         async with self._reloading:
             if self.stopping.is_set():
                 return
             wanted = {p.name: p for p in plan.programs}
+            before = {p.name: p for p in self.plan.programs}
             dropped = [name for name in self.keepers if name not in wanted]
             added = [p for name, p in wanted.items() if name not in self.keepers]
             self.plan = plan
             for name in dropped:
-                await self._retire(name)
+                program = before.get(name)
+                await self._retire(name, program.stop_grace_s if program else STOP_GRACE_S)
             for program in added:
                 self.status.programs[program.name] = ProgramStatus(program.name)
                 self.keepers[program.name] = asyncio.create_task(self._keep(program))
             self._save()
             log.info("plan read again", started=[p.name for p in added], stopped=dropped)
 
-    async def _retire(self, name: str) -> None:
+    async def _retire(self, name: str, grace: float) -> None:
         self.retired.add(name)
         keeper = self.keepers.pop(name)
         process = self.processes.pop(name, None)
         if process is not None and process.returncode is None:
-            await self._terminate([process])
+            await self._terminate([process], grace)
         keeper.cancel()  # waiting to restart it, or about to note its exit: either way, done
         await asyncio.gather(keeper, return_exceptions=True)
         self.retired.discard(name)
@@ -229,17 +246,26 @@ class Supervisor:
             )
 
     async def _stop_all(self) -> None:
-        await self._terminate(list(self.processes.values()))
+        await self._stop([p for p in self.plan.programs if p.stop_first])
+        await self._stop([p for p in self.plan.programs if not p.stop_first])
 
-    async def _terminate(self, processes: list[asyncio.subprocess.Process]) -> None:
-        """SIGTERM, and SIGKILL after STOP_GRACE_S, to those still running."""
+    async def _stop(self, programs: list[Program]) -> None:
+        """SIGTERM to these programs, SIGKILL to those still running after their grace."""
+        grace = max((p.stop_grace_s for p in programs), default=0.0)
+        named = [self.processes.get(p.name) for p in programs]
+        await self._terminate([p for p in named if p is not None], grace)
+
+    async def _terminate(
+        self, processes: list[asyncio.subprocess.Process], grace: float = STOP_GRACE_S
+    ) -> None:
+        """SIGTERM, and SIGKILL after `grace`, to those still running."""
         running = [p for p in processes if p.returncode is None]
         for process in running:
             with contextlib.suppress(ProcessLookupError):
                 process.send_signal(signal.SIGTERM)
         waits = [asyncio.create_task(p.wait()) for p in running]
         if waits:
-            await asyncio.wait(waits, timeout=STOP_GRACE_S)
+            await asyncio.wait(waits, timeout=grace)
         for process in running:
             if process.returncode is None:
                 with contextlib.suppress(ProcessLookupError):

@@ -5,6 +5,11 @@ Nodes are bucketed by their number of free GPUs, so a fit is found without scann
 ties go to the node that registered first, so placement is deterministic. Replicas of one job are
 all the same size, so a gang of r replicas of g GPUs fits exactly when the pool has r slots of g
 GPUs, summed over nodes; that sum is what `fits` computes.
+
+Host ports are the other thing a node has once: a replica that publishes ports (`ports`, the
+job's host ports) fits a node only where none of them is taken, by a job holding replicas
+there or one GPUs are held for there, and a job's replicas that publish ports go one to a node.
+Those requests take a slower path that looks at every node; a job without ports never does.
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ from events.model import Fitting
 
 #: GPUs that victims are about to give up, per node: what a preemption would free.
 Overlay = Mapping[str, Sequence[int]]
+#: Host ports taken per node (by jobs holding replicas there, or held for there).
+TakenPorts = Mapping[str, set[int]]
 
 
 @dataclass(slots=True)
@@ -29,12 +36,17 @@ class NodeSlots:
     free: list[int] = field(default_factory=list)  # sorted indexes of idle GPUs
 
 
+_NO_PORTS: frozenset[int] = frozenset()
+
+
 class Capacity:
     """The idle GPUs of one pool, updated as the cycle hands them out."""
 
-    def __init__(self, nodes: list[NodeSlots]) -> None:
+    def __init__(self, nodes: list[NodeSlots], ports: TakenPorts | None = None) -> None:
         self.nodes = nodes
         self.by_name = {n.name: n for n in nodes}
+        #: host ports taken per node; those placed in the cycle are added
+        self.ports: dict[str, set[int]] = {k: set(v) for k, v in ports.items()} if ports else {}
         self.max_gpus = max((n.gpus for n in nodes), default=0)
         self.count = [0] * (self.max_gpus + 1)  # nodes by number of free GPUs
         self._buckets: list[list[tuple[int, int]]] = [[] for _ in range(self.max_gpus + 1)]
@@ -63,9 +75,17 @@ class Capacity:
             return 1 << 30 if self.nodes else 0
         return sum(self.count[f] * (f // gpus) for f in range(gpus, self.max_gpus + 1))
 
-    def fits(
-        self, gpus: int, replicas: int, pin: str | None = None, overlay: Overlay | None = None
+    def fits(  # noqa: PLR0911 (host ports' own path, then the GPU-only cases)
+        self,
+        gpus: int,
+        replicas: int,
+        pin: str | None = None,
+        ports: tuple[int, ...] = (),
+        overlay: Overlay | None = None,
     ) -> bool:
+        if ports:
+            freed = {k: len(v) for k, v in overlay.items()} if overlay else {}
+            return len(self.port_nodes(gpus, ports, pin, freed)) >= replicas
         if pin is not None:
             slot = self.by_name.get(pin)
             if slot is None:
@@ -88,25 +108,65 @@ class Capacity:
                 total += (base + len(extra)) // gpus - base // gpus
         return total >= replicas
 
+    def port_nodes(
+        self, gpus: int, ports: tuple[int, ...], pin: str | None, extra: Mapping[str, int]
+    ) -> list[NodeSlots]:
+        """The nodes that could take one replica publishing `ports` (with `extra` GPUs freed
+        per node): none of its ports taken there, and room for its GPUs."""
+        if pin is not None:
+            slot = self.by_name.get(pin)
+            nodes = [slot] if slot is not None else []
+        else:
+            nodes = self.nodes
+        return [
+            node
+            for node in nodes
+            if self.ports.get(node.name, _NO_PORTS).isdisjoint(ports)
+            and len(node.free) + extra.get(node.name, 0) >= gpus
+        ]
+
     # -- placing -------------------------------------------------------------------------------
 
-    def place(
+    def place(  # noqa: PLR0913 (a request, its fitting and the GPUs victims free)
         self,
         gpus: int,
         replicas: int,
         fitting: Fitting,
         pin: str | None = None,
+        ports: tuple[int, ...] = (),
         overlay: Overlay | None = None,
     ) -> list[Replica] | None:
         """Take GPUs for `replicas` replicas, or take nothing and return None."""
-        if not self.fits(gpus, replicas, pin, overlay):
+        if not self.fits(gpus, replicas, pin, ports, overlay):
             return None
         extra = {k: list(v) for k, v in overlay.items()} if overlay else {}
+        if ports:
+            return self._place_with_ports(gpus, replicas, fitting, pin, ports, extra)
         placed: list[Replica] = []
         for _ in range(replicas):
             node = self._choose(gpus, fitting, pin, extra)
             assert node is not None, "fits() promised room"
             placed.append(self._take(node, gpus, extra))
+        return placed
+
+    def _place_with_ports(  # noqa: PLR0913 (place's request, its ports known)
+        self,
+        gpus: int,
+        replicas: int,
+        fitting: Fitting,
+        pin: str | None,
+        ports: tuple[int, ...],
+        extra: dict[str, list[int]],
+    ) -> list[Replica]:
+        """One replica to a node, on the nodes where its ports are free, in fitting order
+        (the same order as without ports: by GPUs available, then registration)."""
+        counts = {k: len(v) for k, v in extra.items()}
+        nodes = self.port_nodes(gpus, ports, pin, counts)
+        nodes.sort(key=lambda n: self._fit_key(len(n.free) + counts.get(n.name, 0), n, fitting))
+        placed: list[Replica] = []
+        for node in nodes[:replicas]:
+            placed.append(self._take(node, gpus, extra))
+            self.ports.setdefault(node.name, set()).update(ports)
         return placed
 
     def _choose(
@@ -210,13 +270,20 @@ class OverlayFit:
     meanwhile (no placing while victims are looked for). Same answers as `Capacity.fits`.
     """
 
-    def __init__(
-        self, capacity: Capacity, gpus: int, replicas: int, pin: str | None, overlay: Overlay
+    def __init__(  # noqa: PLR0913 (the request, as `Capacity.fits` takes it)
+        self,
+        capacity: Capacity,
+        gpus: int,
+        replicas: int,
+        pin: str | None,
+        overlay: Overlay,
+        ports: tuple[int, ...] = (),
     ) -> None:
         self.capacity = capacity
         self.gpus = gpus
         self.replicas = replicas
         self.pin = pin
+        self.ports = ports
         self._sizes: dict[str, int] = {}  # GPUs in the overlay, per node
         self._overlay_gpus = 0  # all of them (nodes of other pools too, as fits counts them)
         self._idle_slots = capacity.slots(gpus) if gpus > 0 and pin is None else 0
@@ -236,8 +303,12 @@ class OverlayFit:
             idle = len(slot.free)
             self._extra_slots += (idle + size) // self.gpus - (idle + old) // self.gpus
 
-    def fits(self) -> bool:
+    def fits(self) -> bool:  # noqa: PLR0911 (as `Capacity.fits`)
         capacity, gpus = self.capacity, self.gpus
+        if self.ports:  # the slow path, as in `Capacity.fits`
+            return len(capacity.port_nodes(gpus, self.ports, self.pin, self._sizes)) >= (
+                self.replicas
+            )
         if self.pin is not None:
             slot = capacity.by_name.get(self.pin)
             if slot is None:

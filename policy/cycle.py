@@ -272,9 +272,12 @@ def _pool_cycles(  # noqa: PLR0913 (the cycle's parts, handed to each pool)
                 kept = [g for g in r.gpus if g not in reserved.get(r.node, _NONE)]
                 if kept:
                     back.setdefault(where.pool, {}).setdefault(r.node, []).extend(kept)
+    # host ports published on each node (or held for a nominee there): rare, so only looked
+    # at by the requests that publish ports
+    ports = {node: set(taken) for node, taken in state.ports_taken().items()}
     cycles: dict[str, PoolCycle] = {}
     for pool, nodes in by_pool.items():
-        capacity = Capacity(nodes)
+        capacity = Capacity(nodes, ports)
         ledger = Ledger(state, pool, capacity.total_gpus + cordoned_gpus.get(pool, 0), now)
         settings = state.pool_settings(pool)
         cycles[pool] = PoolCycle(

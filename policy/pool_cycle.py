@@ -38,6 +38,8 @@ PREEMPTOR = "preemptor"
 #: nominated: GPUs are held for it while others give them back; no_pool: no pool of its list
 #: could hold it with its nodes as they are now.
 WaitReason = Literal["no_fit", "limit", "quota", "preemption_delay", "held", "nominated", "no_pool"]
+#: What placing a request looks at: GPUs per replica, replicas, the pinned node, host ports.
+Shape = tuple[int, int, str | None, tuple[int, ...]]
 
 
 class Candidate:
@@ -56,6 +58,7 @@ class Candidate:
         "job",
         "job_gpus",
         "node",
+        "ports",
         "priority",
         "project",
         "replicas",
@@ -72,12 +75,14 @@ class Candidate:
         self.gpus = replicas * job.gpus
         self.node = job.node
         self.delay = job.preemption_delay_s
+        spec = job.spec
+        self.ports = spec.host_ports() if spec.ports else ()  # (no call for most jobs)
 
     def __repr__(self) -> str:
         return f"Candidate({self.job.id!r}, {self.replicas}, extra={self.extra})"
 
-    def shape(self) -> tuple[int, int, str | None]:
-        return (self.job_gpus, self.replicas, self.node)
+    def shape(self) -> Shape:
+        return (self.job_gpus, self.replicas, self.node, self.ports)
 
     def follow_up(self) -> Candidate | None:
         """Once this is placed, an elastic job's next replica waits its turn (rule 6)."""
@@ -214,7 +219,7 @@ class PoolCycle:
 
     def try_place(self, cand: Candidate) -> bool:
         placed = self.capacity.place(
-            cand.job.gpus, cand.replicas, self.settings.fitting, cand.job.node
+            cand.job.gpus, cand.replicas, self.settings.fitting, cand.job.node, cand.ports
         )
         if placed is None:
             return False
@@ -224,7 +229,7 @@ class PoolCycle:
     def split_by_room(self, cands: list[Candidate]) -> tuple[list[Candidate], list[Candidate]]:
         """Candidates that might fit the idle GPUs now, and those that cannot. Idle GPUs only
         shrink while a pass hands them out, so the second list needs no further look."""
-        memo: dict[tuple[int, int, str | None], bool] = {}
+        memo: dict[Shape, bool] = {}
         maybe: list[Candidate] = []
         never: list[Candidate] = []
         for cand in cands:
@@ -423,7 +428,7 @@ class PoolCycle:
 
     def fits_with(self, cand: Candidate, taken: Taken) -> bool:
         job = cand.job
-        return self.capacity.fits(job.gpus, cand.replicas, job.node, taken.overlay)
+        return self.capacity.fits(job.gpus, cand.replicas, job.node, cand.ports, taken.overlay)
 
     def take_until_fits(
         self,
@@ -447,7 +452,7 @@ class PoolCycle:
 
     def overlay_fit(self, cand: Candidate, overlay: Overlay) -> OverlayFit:
         job = cand.job
-        return OverlayFit(self.capacity, job.gpus, cand.replicas, job.node, overlay)
+        return OverlayFit(self.capacity, job.gpus, cand.replicas, job.node, overlay, cand.ports)
 
     def spare_unneeded(self, cand: Candidate, taken: Taken, enough: Enough | None) -> Taken:
         """Go through the victims in the order they were taken and spare each one the candidate
@@ -561,7 +566,7 @@ class PoolCycle:
         what the overlay holds beyond its need is releasing for the rest of the cycle."""
         job = cand.job
         placed = self.capacity.place(
-            job.gpus, cand.replicas, self.settings.fitting, job.node, overlay
+            job.gpus, cand.replicas, self.settings.fitting, job.node, cand.ports, overlay
         )
         assert placed is not None, "the caller made sure it fits"
         self.releasing = _left_over(overlay, placed)

@@ -28,7 +28,8 @@ from policy.state import ClusterState, Job, Node, Pool, Project
 #: 5: a placement or nomination of more replicas than a pending job has is refused.
 #: 6: cordoned and drained nodes (NodeCordoned, NodeUncordoned): a node's cordon and a job's
 #: drain are kept; rule 11's decayed usage per pool with a half-life.
-FOLD_VERSION: Final = 6
+#: 7: a placement or nomination that would publish a host port twice on a node is refused.
+FOLD_VERSION: Final = 7
 #: The layout of this file's structs. 2: the settings as `events.ClusterSettings`.
 #: 3: a node's cordon; `usage` (rule 11).
 FORMAT_VERSION: Final = 3
@@ -147,6 +148,7 @@ def decode_snapshot(data: bytes) -> tuple[ClusterState, int]:
     state._node_seq, state._job_seq = snap.node_seq, snap.job_seq
     for job in state.live.values():
         state.share_values(job)
+        state.note_ports(job)
     return state, header.seq
 
 

@@ -200,6 +200,11 @@ class ClusterState:
     _pool_lists: dict[tuple[str, ...], tuple[str, ...]] = field(
         default_factory=dict, repr=False, compare=False, metadata={"derived": True}
     )
+    #: The live jobs whose replicas publish host ports (few: `ports_taken` reads only these):
+    #: made again from the jobs, never written to a snapshot
+    _ported: dict[str, Job] = field(
+        default_factory=dict, repr=False, compare=False, metadata={"derived": True}
+    )
 
     # -- queries -------------------------------------------------------------------------------
 
@@ -223,6 +228,20 @@ class ClusterState:
 
     def clone(self) -> ClusterState:
         return copy.deepcopy(self)
+
+    def ports_taken(self, but: str | None = None) -> dict[str, dict[int, str]]:
+        """Host ports taken per node (node -> port -> job id), by the replicas jobs hold there
+        and those GPUs are held for there (a nomination); `but`: leave that job out."""
+        taken: dict[str, dict[int, str]] = {}
+        for job in self._ported.values():
+            if job.id == but:
+                continue
+            ports = job.spec.host_ports()
+            for r in (*job.held, *job.nomination):
+                on_node = taken.setdefault(r.node, {})
+                for port in ports:
+                    on_node.setdefault(port, job.id)
+        return taken
 
     # -- the fold ------------------------------------------------------------------------------
 
@@ -371,8 +390,15 @@ class ClusterState:
         """Keep `live` exact: final jobs that hold nothing leave it."""
         if job.phase in FINAL_PHASES and not job.held:
             self.live.pop(job.id, None)
+            self._ported.pop(job.id, None)
         else:
             self.live[job.id] = job
+            self.note_ports(job)
+
+    def note_ports(self, job: Job) -> None:
+        """Keep `_ported` exact for a live job."""
+        if job.spec.ports:
+            self._ported[job.id] = job
 
 
 #: A handler returns None when the event took effect, or why it did not.
@@ -472,6 +498,26 @@ def _on_cordoned_node(state: ClusterState, replicas: Sequence[Replica]) -> bool:
 _CORDONED: Final = "a node it names is cordoned"
 
 
+def _port_clash(state: ClusterState, job: Job, replicas: Sequence[Replica]) -> Refusal:
+    """Why these replicas of `job` cannot publish its host ports: a node they name publishes
+    one already (for another job, or another replica of this one; a node publishes a host
+    port once)."""
+    ports = job.spec.host_ports()
+    if not ports:
+        return None
+    taken = state.ports_taken(but=job.id)
+    own = [r.node for r in job.held]
+    for r in replicas:
+        if r.node in own:
+            return f"host port {ports[0]} is published on node {r.node!r} by another replica"
+        own.append(r.node)
+        for port in ports:
+            other = taken.get(r.node, {}).get(port)
+            if other is not None:
+                return f"host port {port} is taken on node {r.node!r} by job {other!r}"
+    return None
+
+
 def _project_configured(state: ClusterState, e: ProjectConfigured) -> Refusal:
     project = state.projects.get(e.project)
     if project is None:
@@ -532,6 +578,9 @@ def _job_nominated(state: ClusterState, e: JobNominated) -> Refusal:
     job.last_nomination_id = e.id
     if _on_cordoned_node(state, e.replicas):
         return _CORDONED
+    clash = _port_clash(state, job, e.replicas)
+    if clash is not None:
+        return clash
     if not state._reserve(job, e.replicas, e.victims):
         return "a GPU it holds is taken, held for another job, or gone"
     job.nomination, job.nomination_pool, job.nomination_id = e.replicas, e.pool, e.id
@@ -580,7 +629,7 @@ def _placement_refusal(state: ClusterState, job: Job, e: JobScheduled) -> Refusa
         return "more replicas than the job has"
     if _on_cordoned_node(state, e.replicas):
         return _CORDONED
-    return None
+    return _port_clash(state, job, e.replicas)
 
 
 def _job_scaled_up(state: ClusterState, job: Job, e: JobScheduled) -> Refusal:
@@ -591,6 +640,9 @@ def _job_scaled_up(state: ClusterState, job: Job, e: JobScheduled) -> Refusal:
         return "more replicas than the job has"
     if _on_cordoned_node(state, e.replicas):
         return _CORDONED
+    clash = _port_clash(state, job, e.replicas)
+    if clash is not None:
+        return clash
     taken = state._take(job, e.replicas)
     if taken:
         job.held.extend(e.replicas)

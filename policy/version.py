@@ -13,6 +13,9 @@ import msgspec
 
 from events import Event, JobNominated, JobPreemptionRequested, JobScheduled
 
+#: Host ports as part of fitting (`JobSpec.ports`) did not raise it: no state an earlier
+#: version decided on had ports (the field is new), and on a state without them every decision
+#: is the same (tests/golden unchanged).
 POLICY_VERSION: Final = "2"
 
 

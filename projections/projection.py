@@ -36,7 +36,7 @@ from events import (
     WorkRelayed,
     encode_event,
 )
-from events.catalogue import MAKES_ROOM
+from events.catalogue import LOCAL_ADDRESS, MAKES_ROOM
 from policy.cycle import decide, fair_shares
 from policy.state import ClusterState, Job
 from projections.rows import (
@@ -143,6 +143,8 @@ class Projection:
     #: job -> why the policy leaves it waiting (its own reason code), for jobs still pending
     _waiting: dict[str, str] = field(default_factory=dict)
     _waiting_stale: bool = False
+    #: each node's address as it registered it (a job's URLs are its nodes' addresses)
+    _addresses: dict[str, str] = field(default_factory=dict)
 
     # -- events in ---------------------------------------------------------------------------
 
@@ -182,6 +184,7 @@ class Projection:
     ) -> None:
         match event:
             case NodeRegistered(node=node, pool=pool, gpus=gpus):
+                self._addresses[node] = event.address or LOCAL_ADDRESS
                 known = self._nodes.get(node)
                 registered_at = known.registered_at if known and not known.lost else event.time
                 cordon = known.cordon if known and not known.lost else ""  # kept on a restart
@@ -485,6 +488,20 @@ class Projection:
             reject_reason=job.reject_reason,
             waiting=self._waiting.get(job_id, ""),
             last_seq=self._job_seq[job_id],
+            ports=tuple(f"{p.host}:{p.container}" for p in job.spec.ports),
+            urls=self._urls(job),
+        )
+
+    def _urls(self, job: Job) -> tuple[str, ...]:
+        """Where the job's published ports are reached: each node it holds replicas on (a
+        node publishes a port once, so one replica a node), each host port."""
+        if not job.spec.ports or not job.held:
+            return ()
+        nodes = dict.fromkeys(r.node for r in job.held)
+        return tuple(
+            f"http://{self._addresses.get(node, LOCAL_ADDRESS)}:{p.host}"
+            for node in nodes
+            for p in job.spec.ports
         )
 
     def node_row(self, name: str) -> NodeRow:

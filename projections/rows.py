@@ -59,6 +59,10 @@ class JobRow(msgspec.Struct, frozen=True):
     #: "" while it is not pending or the next cycle starts it
     waiting: str
     last_seq: int
+    #: the ports each replica publishes on its node, `HOST:CONTAINER`
+    ports: tuple[str, ...] = ()
+    #: where they are reached while it holds replicas: `http://<node address>:<host port>`
+    urls: tuple[str, ...] = ()
 
 
 class NodeRow(msgspec.Struct, frozen=True):

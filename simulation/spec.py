@@ -21,7 +21,14 @@ from msgspec.inspect import DictType, ListType, StructType, UnionType, VarTupleT
 from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
-from events import CheckpointModel, JobSpec, PriorityClass, ProjectTerms, SchedulerSettings
+from events import (
+    CheckpointModel,
+    JobSpec,
+    PortMapping,
+    PriorityClass,
+    ProjectTerms,
+    SchedulerSettings,
+)
 from events.commands import ConfigureCluster
 from events.model import Fitting, SchedulerType, VictimOrder
 from events.units import parse_duration
@@ -269,6 +276,8 @@ class _Job(_Strict, frozen=True):
     min_runtime: Seconds = Seconds(0.0)
     duration: PositiveSeconds | None = None
     checkpoint: _Checkpoint | None = None
+    #: host ports each replica publishes: PORT, or "HOST:CONTAINER"
+    ports: list[int | str] = []
 
 
 class _AddNode(_Strict, frozen=True):
@@ -579,8 +588,20 @@ class _Reader:
                 save_s=float(checkpoint.save),
                 restore_s=float(checkpoint.restore),
             ),
+            ports=tuple(self.port(value, f"{where} job {raw.id} ports") for value in raw.ports),
         )
         return JobEntry(raw.id, spec)
+
+    def port(self, value: int | str, where: str) -> PortMapping:
+        """PORT or "HOST:CONTAINER", as numbers (their range is admission's to check, as it is
+        for a submission)."""
+        if isinstance(value, int):
+            return PortMapping(value, value)
+        host, colon, container = value.partition(":")
+        try:
+            return PortMapping(int(host), int(container) if colon else int(host))
+        except ValueError:
+            raise self.error(where, f"{value!r} is not PORT or HOST:CONTAINER") from None
 
     def job_ids(self, value: JobIds | list[str], where: str) -> list[str]:
         ids = [value] if isinstance(value, str) else list(value)

@@ -6,21 +6,31 @@ real terminal (tmux)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from ruamel.yaml import YAML
 
+from events import ClusterConfigured, ClusterSettings, NodeRegistered
+from events.commands import ConfigureCluster
+from services.runtime.auth import ADMIN, credentials_file, load_credentials
+from services.runtime.client import send
+from services.runtime.connection import connect
+from services.runtime.eventlog import JetStreamLog
 from services.runtime.servers import free_port
 
 pytestmark = [pytest.mark.nats, pytest.mark.slow]
@@ -373,3 +383,101 @@ def test_a_new_users_verbs_on_a_live_cluster(data: Path) -> None:
     assert "job from-file deleted" in deleted and "job second deleted" in deleted
     who = read(data, "whoami")
     assert who["name"] == "admin" and who["admin"] is True
+
+
+def test_an_interactive_job_publishes_its_port_and_the_url_is_shown(data: Path) -> None:
+    """`fairlane submit ws --class interactive --port HOST:CONTAINER`: the process is told the
+    node's port and serves on it; `describe` and `list` show where it is reached. A second job
+    asking the same host port waits (the node publishes it once); bad values are refused
+    naming the flag."""
+    fairlane(data, "project", "set", "ports-team", "--quota", "0")
+    job = ("--project", "ports-team", "--class", "interactive", "--gpus", "0", "--pool", "default")
+    for value, said in (
+        ("70000:8888", "--port '70000:8888': ports are between 1 and 65535"),
+        ("jupyter", "--port takes HOST:CONTAINER or PORT, got 'jupyter'"),
+    ):
+        bad = fairlane(data, "submit", "ws-bad", *job, "--port", value, check=False)
+        assert bad.returncode == 2 and said in bad.stderr, bad.stderr
+    twice = ("--port", "9000:8888", "--port", "9000:8889")
+    bad = fairlane(data, "submit", "ws-bad", *job, *twice, check=False)
+    assert bad.returncode == 2 and "host port 9000 is given twice" in bad.stderr
+    assert fairlane(data, "describe", "ws-bad", check=False).returncode == 1  # nothing sent
+
+    port = free_port()
+    serve = f'exec {sys.executable} -m http.server --bind 127.0.0.1 "$FAIRLANE_PORT"'
+    fairlane(data, "submit", "ws", *job, "--port", f"{port}:8888", "--", "sh", "-c", serve)
+    url = f"http://127.0.0.1:{port}"
+    running = until(
+        lambda: read(data, "describe", "ws"),
+        lambda j: j["state"] == "running" and j["urls"],
+        "ws running with its URL",
+    )
+    assert (running["ports"], running["urls"]) == ([f"{port}:8888"], [url])
+    assert re.search(rf"^URL +{url}$", fairlane(data, "describe", "ws").stdout, re.M)
+    listed = fairlane(data, "list", "--project", "ports-team").stdout
+    assert "URL" in listed.splitlines()[0] and url in listed
+
+    def answers(_: object = None) -> bool:
+        try:
+            with urllib.request.urlopen(url, timeout=1) as reply:
+                return bool(reply.status == 200)
+        except OSError:
+            return False
+
+    until(answers, bool, f"{url} answers")
+
+    fairlane(data, "submit", "ws-2", *job, "--port", f"{port}:9999", "--", "sleep", "600")
+    time.sleep(2.0)  # cycles go by
+    waiting = read(data, "describe", "ws-2")
+    assert waiting["state"] == "pending" and waiting["urls"] == []
+    reason = waiting["pending_reason"]
+    assert reason["code"] == "ports_taken" and f"host ports ({port})" in reason["message"]
+    for name in ("ws", "ws-2"):
+        fairlane(data, "delete", name)
+
+
+def test_cpu_only_work_goes_to_the_default_auxiliary_pool(data: Path) -> None:
+    """Rule 10: a job with `--gpus 0` and no pool goes to the cluster's default auxiliary
+    pool, a GPU job to the default compute pool (the cluster is configured through the
+    ledger's command: neither the API nor the CLI sets the default pools)."""
+    info = json.loads((data / "cluster.json").read_text())
+    creds = load_credentials(credentials_file(data, ADMIN))
+
+    async def configure(aux: str | None) -> None:
+        nc = await connect(info["nats_url"], "test", credentials=creds)
+        try:
+            log = JetStreamLog(nc)
+            if aux is not None:
+                await log.publish(
+                    NodeRegistered(
+                        id=f"{aux}-0/registered/test", time=time.time(), actor="test",
+                        node=f"{aux}-0", pool=aux, gpus=0,
+                    )
+                )  # fmt: skip
+            last = await log.last_on("fl.cluster.cluster_configured")
+            settings = (
+                last.event.settings
+                if last is not None and isinstance(last.event, ClusterConfigured)
+                else ClusterSettings()
+            )
+            fields = msgspec.structs.asdict(settings)
+            fields["default_aux_pool"] = aux
+            reply = await send(nc, ConfigureCluster(actor="test", **fields))
+            assert reply.ok, reply.error
+        finally:
+            await nc.close()
+
+    fairlane(data, "project", "set", "aux-team", "--quota", "0")
+    asyncio.run(configure("cpu"))
+    try:
+        cpu = read(data, "submit", "aux-1", "--project", "aux-team", "--gpus", "0")
+        gpu = read(data, "submit", "aux-2", "--project", "aux-team", "--gpus", "1")
+        assert cpu["event"]["pools"] == ["cpu"] and gpu["event"]["pools"] == ["default"]
+        described = until(
+            lambda: read(data, "describe", "aux-1"), lambda j: j["pool"] == "cpu", "aux-1 in cpu"
+        )
+        assert described["pools"] == ["cpu"]
+    finally:
+        asyncio.run(configure(None))
+        for name in ("aux-1", "aux-2"):
+            fairlane(data, "delete", name, check=False)

@@ -24,6 +24,7 @@ from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import Select
 
 from fairlane.embedded import down, up
+from services.runtime.servers import free_port
 from tests.dashboard_support import Screens, binaries, chromium, console_errors, wait_for
 
 pytestmark = [pytest.mark.nats, pytest.mark.slow]
@@ -420,3 +421,27 @@ def test_the_dashboard_is_served_with_a_strict_policy(cluster: Cluster) -> None:
         assert api.get("/v1/token").json() == {
             "name": "team-b", "projects": ["project-b"], "admin": False
         }  # fmt: skip
+
+
+def test_a_jobs_published_port_is_a_link_on_its_page_and_in_the_list(
+    cluster: Cluster, browser: webdriver.Chrome
+) -> None:
+    chrome = browser
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    ports = [{"host": port, "container": 8888}]
+    job = {"job_id": "b-lab", "project": "project-b", "gpus": 0, "ports": ports}
+    submit(cluster, {**job, "command": ["sleep", "600"]}, cluster.team_b)
+    sign_in(chrome, cluster, cluster.team_b)
+    chrome.get(f"{cluster.url}/ui/#/jobs/b-lab")
+    wait_for(chrome, lambda: attributes(chrome, f'a[href="{url}"]', "href"), "the job's URL")
+    assert f"{port}:8888" in chrome.find_element(By.ID, "main").text
+    go(chrome, "Jobs", "Jobs")
+    wait_for(
+        chrome,
+        lambda: attributes(chrome, 'tr[data-job="b-lab"] td.url a', "textContent") == [url],
+        "the URL in the jobs list",
+    )
+    with cluster.api(cluster.team_b) as api:
+        assert api.delete("/v1/jobs/b-lab").status_code == 200
+    assert console_errors(chrome) == []

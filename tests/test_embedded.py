@@ -19,7 +19,10 @@ pytestmark = pytest.mark.slow
 
 
 def fairlane(*args: str, data_dir: Path, check: bool = True) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "fairlane.cli", *args, "--data-dir", str(data_dir)]
+    options, command = (
+        (args, ()) if "--" not in args else (args[: args.index("--")], args[args.index("--") :])
+    )
+    cmd = [sys.executable, "-m", "fairlane.cli", *options, "--data-dir", str(data_dir), *command]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=check)
 
 
@@ -108,3 +111,75 @@ def test_demo_plays_the_exercise_through_the_api() -> None:
     assert done.stdout.count("PASS") == 4  # the example scenarios on the core engine
     assert "large-training-job" in done.stdout and "reclaim" in done.stdout
     assert "Traceback" not in done.stderr
+
+
+def _job(name: str, data: Path) -> dict[str, object]:
+    described = fairlane("describe", name, "--events", "-o", "json", data_dir=data)
+    job: dict[str, object] = json.loads(described.stdout)
+    return job
+
+
+def _wait_for(check: object, what: str, within: float = 120.0) -> None:
+    deadline = time.monotonic() + within
+    while not check():  # type: ignore[operator]
+        assert time.monotonic() < deadline, f"not in time: {what}"
+        time.sleep(0.5)
+
+
+def test_down_and_up_keep_the_running_jobs(tmp_path: Path) -> None:
+    """`fairlane down` with two jobs running stops them as a preemption does (reason
+    `shutdown`, checkpoint saved); `fairlane up` queues them again and they resume from their
+    checkpoints: neither is failed, and "Ran" counts only the time they ran."""
+    data = tmp_path / "fl"
+    ports = ["--nats-port", str(free_port()), "--api-port", str(free_port())]
+    fairlane("up", "--detach", "--gpus", "2", *ports, data_dir=data)
+    try:
+        fairlane("project", "set", "team", "--quota", "2", data_dir=data)
+        train = [
+            sys.executable,
+            str(Path(__file__).resolve().parent.parent / "examples" / "train.py"),
+        ]
+        train += ["--steps", "1000000", "--step-seconds", "0.01", "--checkpoint-every", "20"]
+        for name in ("train-a", "train-b"):
+            fairlane(
+                "submit", name, "--project", "team", "--gpus", "1", "--", *train, data_dir=data
+            )
+
+        def saved(name: str) -> bool:
+            job = _job(name, data)
+            events = job["events"]  # type: ignore[index]
+            return job["job"]["state"] == "running" and any(  # type: ignore[index]
+                e["type"] == "JobCheckpointed"
+                for e in events  # type: ignore[union-attr]
+            )
+
+        _wait_for(lambda: saved("train-a") and saved("train-b"), "both running and saved")
+    finally:
+        fairlane("down", data_dir=data)
+    down_at = time.time()
+    time.sleep(5.0)  # the cluster is down a while: not counted as running time
+    fairlane("up", "--detach", "--gpus", "2", *ports, data_dir=data)
+    try:
+
+        def resumed(name: str) -> bool:
+            job = _job(name, data)["job"]
+            return job["state"] == "running" and job["attempt"] == 2  # type: ignore[index]
+
+        _wait_for(lambda: resumed("train-a") and resumed("train-b"), "both running again")
+        for name in ("train-a", "train-b"):
+            described = _job(name, data)
+            events = described["events"]
+            types = [e["type"] for e in events]  # type: ignore[union-attr]
+            assert "JobFailed" not in types, types
+            stop = next(e for e in events if e["type"] == "JobPreempted")  # type: ignore[union-attr]
+            assert (stop["reason"], stop["event"]["checkpointed"]) == ("shutdown", True)
+            assert described["job"]["preemptions"] == 0  # type: ignore[index]
+            ran = described["job"]["running_s"]  # type: ignore[index]
+            assert ran < time.time() - down_at, "the time the cluster was down counted as ran"
+            logs = fairlane("logs", name, "--attempt", "2", data_dir=data).stdout
+            first = fairlane("logs", name, "--attempt", "1", data_dir=data).stdout
+            step = re.search(r"stopping at step (\d+)", first)
+            assert step is not None, first
+            assert f"resumed from step {step.group(1)}" in logs, logs
+    finally:
+        fairlane("down", data_dir=data)

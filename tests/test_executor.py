@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from types import ModuleType
@@ -42,10 +43,12 @@ from events import (
     JobSubmitted,
     NodeLost,
     NodeRegistered,
+    PortMapping,
     Replica,
     WorkRelayed,
 )
 from fairlane import workload
+from policy.state import ClusterState
 from services.executor.docker import ContainerHost, container_config
 from services.executor.endpoint import BURST, RATE, Budget
 from services.executor.gpus import GpuDiscoveryError, discover_gpus
@@ -57,7 +60,7 @@ from services.nodewatch.service import NodeWatch
 from services.nodewatch.work import rendezvous_port
 from services.runtime.checkpoint_bucket import checkpoint_bucket
 from services.runtime.eventlog import JetStreamLog, connect
-from services.runtime.servers import NatsServer
+from services.runtime.servers import NatsServer, free_port
 from services.runtime.tasks import cancel_and_wait
 
 pytestmark = pytest.mark.nats
@@ -188,6 +191,7 @@ class Cluster:
         elastic_to: int | None = None,
         image: str | None = None,
         working_dir: str | None = None,
+        ports: tuple[PortMapping, ...] = (),
     ) -> None:
         """Submitted, admitted and placed on `replicas`, as the policy would (`elastic_to`:
         the job may grow to that many replicas)."""
@@ -200,6 +204,7 @@ class Cluster:
                 command=command,
                 image=image,
                 working_dir=working_dir,
+                ports=ports,
             )
             await self.publish(
                 JobSubmitted(
@@ -647,6 +652,90 @@ async def test_a_lost_nodes_job_resumes_elsewhere_from_its_last_stored_checkpoin
     assert resumed["resumed_from"] and resumed["resumed_from"] > 0
 
 
+async def stop_executor(cluster: Cluster, executor: Executor) -> None:
+    """Stop one executor as SIGTERM does (`run()` returns once it closed)."""
+    task = next(task for task, runner, _ in cluster.runs if runner is executor)
+    executor.stop()
+    await asyncio.wait_for(task, 30)
+
+
+def folded(events: list[Event]) -> ClusterState:
+    state = ClusterState()
+    state.apply_all(events)
+    return state
+
+
+async def test_a_shut_down_executor_reports_its_jobs_stopped_and_they_resume(
+    cluster: Cluster,
+) -> None:
+    """`--shutdown-on-exit` (what `fairlane down` stops): the executor stops its job as a
+    preemption does, stores its checkpoint and reports `JobPreempted(reason="shutdown")`; the
+    fold queues the job again (not failed, not counted as a preemption), and the next attempt
+    resumes from the step it stopped at."""
+    first = await cluster.executor("n1", gpus=1, shutdown_on_exit=True)
+    train = (*TRAIN, "--steps", "100000", "--step-seconds", "0.002", "--checkpoint-every", "50")
+    await cluster.job("sd", (Replica("n1", (0,)),), train)
+    await cluster.recorder.wait(JobCheckpointed, "sd", lambda e: e.step is not None)
+    await stop_executor(cluster, first)
+
+    stopped = await cluster.recorder.wait(JobPreempted, "sd")
+    assert (stopped.id, stopped.reason, stopped.attempt) == ("sd/1/shutdown", "shutdown", 1)
+    assert stopped.checkpointed and stopped.stored_bytes and stopped.stored_bytes > 0
+    assert not cluster.recorder.of(JobFailed, "sd")
+    job = folded(cluster.recorder.events).jobs["sd"]
+    assert (job.phase, job.held, job.preemptions) == ("pending", [], 0)
+    assert not (cluster.tmp / "n1" / "shutdown.json").exists()  # reported: nothing left over
+    step, _ = stopped_and_resumed(first, "sd")
+    assert step is not None and step > 0
+
+    again = await cluster.executor("n1", gpus=1)
+    await cluster.job("sd", (Replica("n1", (0,)),), attempt=2)
+    said = await cluster.recorder.wait(JobMessage, "sd", lambda e: e.attempt == 2)
+    assert said.text == f"resumed from step {step}"
+    assert stopped_and_resumed(again, "sd")[1] == step
+
+
+async def test_a_shut_down_that_could_not_report_is_reported_when_the_node_comes_back(
+    cluster: Cluster,
+) -> None:
+    """The log was gone before the executor could report the stop: the next executor on the
+    node finds the attempt still running in the log, its workload ended by SIGTERM (exit 143)
+    and the shut down's note naming it, and reports it stopped for the shut down, at the time
+    it was stopped, rather than failed."""
+    first = await cluster.executor("n1", gpus=1, shutdown_on_exit=True)
+    command = (*WORKLOAD, "--step-seconds", "0.05", "--checkpoint-every", "0.3")
+    await cluster.job("cut", (Replica("n1", (0,)),), command)
+    await cluster.recorder.wait(JobCheckpointed, "cut")
+    publish = first.publish
+
+    async def log_gone(event: Event, give_up_after: float = 300.0) -> None:
+        if isinstance(event, JobPreempted):
+            raise ConnectionError("the log went away")
+        await publish(event, give_up_after)
+
+    first.publish = log_gone  # type: ignore[method-assign]
+    began = time.time()
+    await stop_executor(cluster, first)
+    exit_file = cluster.tmp / "n1" / "runs" / "cut" / "1.0.exit"
+    assert exit_file.read_text().strip() == "143"  # it saved and exited on SIGTERM
+    assert (cluster.tmp / "n1" / "shutdown.json").exists()
+    assert not cluster.recorder.of(JobPreempted, "cut")
+
+    await asyncio.sleep(1.0)  # the cluster is down a while
+    back = time.time()
+    await cluster.executor("n1", gpus=1)
+    stopped = await cluster.recorder.wait(JobPreempted, "cut")
+    assert (stopped.reason, stopped.actor, stopped.checkpointed) == (
+        "shutdown",
+        "executor/n1",
+        True,
+    )
+    assert began <= stopped.time < back  # when it was stopped, not when the node came back
+    assert not cluster.recorder.of(JobFailed, "cut")
+    assert folded(cluster.recorder.events).jobs["cut"].phase == "pending"
+    await eventually(lambda: not (cluster.tmp / "n1" / "shutdown.json").exists())
+
+
 async def test_a_checkpoint_over_the_bound_is_not_stored_and_the_timeline_says_so(
     cluster: Cluster,
 ) -> None:
@@ -805,6 +894,35 @@ async def test_the_workload_runs_in_its_working_directory(cluster: Cluster) -> N
 
 
 # -- hollow --------------------------------------------------------------------------------------
+
+
+async def test_a_process_is_handed_its_ports_and_serves_on_the_nodes_port(
+    cluster: Cluster,
+) -> None:
+    """`--port HOST:CONTAINER` for a process: it runs on the node itself, so it is told to
+    listen on the host port (`FAIRLANE_PORT`), with every mapping in `FAIRLANE_PORTS`; what
+    it serves there is reached at the node's address and that port."""
+    await cluster.executor("n1", gpus=1)
+    port, other = free_port(), free_port()
+    serve = (
+        'echo "$FAIRLANE_PORTS" > "$FAIRLANE_CHECKPOINT_DIR/ports"; '
+        f'exec {sys.executable} -m http.server --bind 127.0.0.1 "$FAIRLANE_PORT"'
+    )
+    mappings = (PortMapping(port, 8888), PortMapping(other, 6000))
+    await cluster.job("ws", (Replica("n1", (0,)),), ("sh", "-c", serve), ports=mappings)
+    await cluster.recorder.wait(JobStarted, "ws")
+    told = cluster.tmp / "n1" / "checkpoints" / "ws" / "replica-0" / "ports"
+    await eventually(told.exists)
+    assert told.read_text().strip() == f"{port}:8888,{other}:6000"
+
+    def answers() -> bool:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=1) as reply:
+                return bool(reply.status == 200)
+        except OSError:
+            return False
+
+    await eventually(answers, within=15)
 
 
 async def test_hollow_executors_report_without_starting_anything(cluster: Cluster) -> None:
@@ -1022,6 +1140,31 @@ def test_a_replica_gets_a_burst_of_events_then_a_steady_rate() -> None:
     assert budget.take("other", 0.0)  # each replica has its own
 
 
+def test_a_container_publishes_its_ports_as_docker_run_p_does() -> None:
+    """On a bridge network the node's port is mapped to the container's, which the workload
+    is told to listen on; on the host's network (the default) nothing can be mapped, and it is
+    told the node's port."""
+    launch = Launch(
+        job_id="ws",
+        attempt=1,
+        replica=0,
+        gpus=(),
+        command=(),
+        image="jupyter:1",
+        env={"FAIRLANE_PORT": "8080", "FAIRLANE_PORTS": "8080:8888"},
+        checkpoint_dir=Path("/data/checkpoints/ws"),
+        run_dir=Path("/data/runs/ws"),
+        ports=(PortMapping(8080, 8888),),
+    )
+    bridged = container_config(launch, "n1", None, ContainerHost((), "bridge"))
+    assert bridged["HostConfig"]["PortBindings"] == {"8888/tcp": [{"HostPort": "8080"}]}
+    assert bridged["ExposedPorts"] == {"8888/tcp": {}}
+    assert "FAIRLANE_PORT=8888" in bridged["Env"]
+    on_host = container_config(launch, "n1", None, ContainerHost((), "host"))
+    assert "PortBindings" not in on_host["HostConfig"]
+    assert "FAIRLANE_PORT=8080" in on_host["Env"]
+
+
 def test_a_container_asks_for_its_gpus_by_uuid() -> None:
     launch = Launch(
         job_id="j",
@@ -1049,6 +1192,7 @@ def test_a_container_asks_for_its_gpus_by_uuid() -> None:
         "2",
         "n1",
     )
+    assert "PortBindings" not in host and "ExposedPorts" not in config
     # declared GPUs (no NVML): nothing to request, the indexes in the environment only
     declared = container_config(launch, "n1", None, ContainerHost((), "host"))
     assert "DeviceRequests" not in declared["HostConfig"]

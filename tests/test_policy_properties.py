@@ -57,6 +57,7 @@ from events import (
     NodeLost,
     NodeRegistered,
     PoolConfigured,
+    PortMapping,
     ProjectTerms,
     Replica,
     SchedulerSettings,
@@ -134,6 +135,8 @@ class JobDraw:
     delay: float
     duration: float | None
     checkpoint: bool
+    #: host ports each replica publishes (few, so that jobs ask for the same ones)
+    ports: tuple[int, ...] = ()
 
 
 job_draws = st.builds(
@@ -150,6 +153,7 @@ job_draws = st.builds(
     delay=st.sampled_from([0.0, 0.0, 0.0, 60.0, 300.0]),
     duration=st.sampled_from([None, None, 60.0, 400.0, 1500.0]),
     checkpoint=st.booleans(),
+    ports=st.sampled_from([(), (), (), (), (), (8888,), (8888,), (6006,), (8888, 6006)]),
 )
 
 
@@ -286,6 +290,7 @@ class PolicyMachine(RuleBasedStateMachine):
             checkpoint=CheckpointModel(every_s=100, save_s=5, restore_s=10)
             if job.checkpoint
             else None,
+            ports=tuple(PortMapping(p, p) for p in job.ports),
         )
         self.vc.submit(job_id, spec)
 
@@ -498,6 +503,19 @@ class PolicyMachine(RuleBasedStateMachine):
                 )
 
     @invariant()
+    def a_host_port_is_published_once_per_node(self) -> None:
+        """Rebuilt from the log's placements (`Holdings`), not from the fold."""
+        published: dict[tuple[str, int], str] = {}
+        for job_id, replicas in self.holdings.held.items():
+            ports = self.vc.state.jobs[job_id].spec.host_ports()
+            nodes = [r.node for r in replicas]
+            assert not ports or len(nodes) == len(set(nodes)), f"{job_id}: two replicas on a node"
+            for node in set(nodes):
+                for port in ports:
+                    other = published.setdefault((node, port), job_id)
+                    assert other == job_id, f"host port {port} on {node}: {other} and {job_id}"
+
+    @invariant()
     def work_is_conserved(self) -> None:
         """Once settled, no pending job that passes every gate fits the idle GPUs of a pool of
         its list (no head-of-line blocking in any scheduler)."""
@@ -618,11 +636,18 @@ def check_victims_needed(
         if isinstance(e, JobPreemptionRequested) and e.causation == nomination.id
     }
     replicas = len(nomination.replicas)
+    ports = job.spec.host_ports()
+    taken = probe.ports_taken(but=job.id)
     for spared in stops:
         avail = available_gpus(
             probe, nomination.pool, {v: k for v, k in stops.items() if v != spared}
         )
-        if job.node is not None:
+        if ports:  # a victim's ports are never counted on: only nodes where they are free
+            avail = {n: a for n, a in avail.items() if not set(ports) & set(taken.get(n, {}))}
+            if job.node is not None:
+                avail = {n: a for n, a in avail.items() if n == job.node}
+            room = sum(1 for a in avail.values() if a >= job.gpus)
+        elif job.node is not None:
             room = avail.get(job.node, 0) // job.gpus if job.gpus else replicas
         else:
             room = sum(n // job.gpus for n in avail.values()) if job.gpus else replicas
@@ -663,6 +688,15 @@ def fits_idle(state: ClusterState, job: Job, pool: str) -> bool:
         nodes = [n for n in nodes if n.name == job.node]
     if not nodes:
         return False
+    ports = job.spec.host_ports()
+    if ports:  # one replica a node, on nodes where its host ports are free
+        taken = state.ports_taken(but=job.id)
+        room = 0
+        for node in nodes:
+            busy = set(state.owners.get(node.name, {})) | set(state.reserved.get(node.name, {}))
+            free = node.gpus - len(busy)
+            room += free >= job.gpus and not set(ports) & set(taken.get(node.name, {}))
+        return room >= job.min_replicas
     if job.gpus == 0:
         return True
     slots = 0

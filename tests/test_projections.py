@@ -10,12 +10,14 @@ from events import (
     Event,
     JobAdmitted,
     JobCompleted,
+    JobPreempted,
     JobProgress,
     JobScheduled,
     JobSpec,
     JobStarted,
     JobSubmitted,
     NodeRegistered,
+    PortMapping,
     ProjectTerms,
     Replica,
 )
@@ -153,6 +155,62 @@ def test_clocks_queued_running_gpu_seconds_and_refused_decisions() -> None:
     assert refused.type == "JobScheduled" and refused.job_id == "k" and not refused.applied
     assert tables["jobs"]["k"].state == "pending"
     assert tables["nodes"]["n1"].free == 2
+
+
+def test_running_time_stops_when_a_shut_down_stopped_the_job() -> None:
+    """A cluster shut down at 100 and back at 500: the executor that comes back reports the
+    stop with the time it was made, so "Ran" counts only the time the job really ran."""
+    where = (Replica("n1", (0,)),)
+    events = [
+        NodeRegistered(id="n", time=0.0, actor="x", node="n1", pool="default", gpus=1),
+        JobSubmitted(id="j/s", time=10.0, actor="u", job_id="j", spec=JobSpec(project="p")),
+        JobAdmitted(
+            id="j/a", time=10.0, actor="admission", job_id="j", project="p", priority=50,
+            preemptible=True, gpus=1, replicas=1, min_replicas=1, pools=("default",),
+        ),
+        JobScheduled(id="j/1", time=20.0, actor="s", job_id="j", attempt=1, pool="default",
+                     replicas=where),
+        JobStarted(id="j/1/s", time=20.0, actor="e", job_id="j", attempt=1),
+        NodeRegistered(id="n/2", time=500.0, actor="x", node="n1", pool="default", gpus=1),
+        JobPreempted(id="j/1/shutdown", time=100.0, actor="e", job_id="j", attempt=1,
+                     reason="shutdown", checkpointed=True),
+        JobScheduled(id="j/2", time=510.0, actor="s", job_id="j", attempt=2, pool="default",
+                     replicas=where),
+        JobStarted(id="j/2/s", time=510.0, actor="e", job_id="j", attempt=2, resumed=True),
+        JobCompleted(id="j/2/c", time=600.0, actor="e", job_id="j", attempt=2),
+    ]  # fmt: skip
+    tables = final_rows(project(events, batch_every=3))
+    job = tables["jobs"]["j"]
+    assert (job.state, job.running_s, job.queued_s, job.preemptions) == (
+        "completed",
+        80.0 + 90.0,
+        10.0 + 410.0,
+        0,
+    )
+    assert "preemptions" not in tables  # a shut down is not a preemption to make room
+
+
+def test_a_job_row_says_its_ports_and_where_they_are_reached() -> None:
+    """`http://<node address>:<host port>` while it holds replicas (the node's registered
+    address, 127.0.0.1 for one that gave none); its ports alone while it runs nowhere."""
+    spec = JobSpec(project="p", ports=(PortMapping(8888, 8888), PortMapping(6006, 6000)))
+    events = [
+        NodeRegistered(id="n", time=0.0, actor="x", node="n1", pool="default", gpus=1,
+                       address="10.0.0.7"),
+        JobSubmitted(id="ws/s", time=1.0, actor="u", job_id="ws", spec=spec),
+        JobAdmitted(
+            id="ws/a", time=1.0, actor="admission", job_id="ws", project="p", priority=75,
+            preemptible=True, gpus=1, replicas=1, min_replicas=1, pools=("default",),
+        ),
+    ]  # fmt: skip
+    pending = final_rows(project(events, batch_every=1))["jobs"]["ws"]
+    assert (pending.ports, pending.urls) == (("8888:8888", "6006:6000"), ())
+    events.append(
+        JobScheduled(id="ws/1", time=2.0, actor="s", job_id="ws", attempt=1, pool="default",
+                     replicas=(Replica("n1", (0,)),))
+    )  # fmt: skip
+    running = final_rows(project(events, batch_every=1))["jobs"]["ws"]
+    assert running.urls == ("http://10.0.0.7:8888", "http://10.0.0.7:6006")
 
 
 def test_a_job_as_of_any_position_equals_the_projection_then() -> None:

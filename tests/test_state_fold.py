@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import msgspec
+
 from events import (
     JobPreempted,
     JobPreemptionRequested,
     JobScheduled,
     JobSpec,
     NodeLost,
+    PortMapping,
     ProjectTerms,
     Replica,
     SchedulingHeld,
@@ -121,3 +124,57 @@ def test_stops_of_some_replicas_add_up_until_answered() -> None:
         assert vc.record(done).applied, k
     job = vc.state.jobs["e"]
     assert (len(job.held), job.stop_replicas, job.phase) == (1, 0, "running")
+
+
+def test_a_shut_down_queues_the_job_again_only_from_its_own_attempt() -> None:
+    """An executor that stops a job as the cluster shuts down reports it with no stop request
+    (reason `shutdown`): the job goes back to pending, holding nothing, and it is not counted
+    as a preemption. A report about another attempt changes nothing."""
+    vc = cluster()
+    assert vc.state.jobs["j1"].phase == "running"
+
+    def shut(attempt: int) -> JobPreempted:
+        return JobPreempted(
+            id=f"j1/{attempt}/shutdown", time=5.0, actor="executor/n0", job_id="j1",
+            attempt=attempt, reason="shutdown", checkpointed=True,
+        )  # fmt: skip
+
+    verdict = vc.record(shut(2))
+    assert not verdict.applied and vc.state.jobs["j1"].phase == "running"
+    assert vc.record(shut(1)).applied
+    job = vc.state.jobs["j1"]
+    assert (job.phase, job.held, job.preemptions, job.pending_since) == ("pending", [], 0, 5.0)
+    assert job.last_checkpoint_at == 5.0
+    assert vc.state.owners["n0"] == {}
+
+
+def test_a_placement_that_would_publish_a_host_port_twice_on_a_node_is_refused() -> None:
+    """Host ports are part of fitting: a decision (a stale or forged one) that puts a second
+    replica publishing 8888 on a node that publishes it already has no effect, and one on a
+    node where the port is free does."""
+    vc = VirtualCluster()
+    vc.add_pool("default")
+    vc.add_node("n0", "default", 2)
+    vc.add_node("n1", "default", 2)
+    vc.set_project("a", {"default": ProjectTerms(quota=4)})
+    ws = JobSpec(project="a", gpus=1, ports=(PortMapping(8888, 8888),))
+    vc.submit("ws1", ws)
+    vc.settle()
+    assert vc.state.jobs["ws1"].held == [Replica("n0", (0,))]
+    vc.record(SchedulingHeld(id="hold", time=0.0, actor="t", held=True))
+    vc.submit("ws2", msgspec.structs.replace(ws, ports=(PortMapping(8888, 9999),)))
+    verdict = vc.record(scheduled("ws2", "n0", (1,)))
+    assert (verdict.applied, verdict.reason) == (
+        False,
+        "host port 8888 is taken on node 'n0' by job 'ws1'",
+    )
+    assert vc.state.jobs["ws2"].phase == "pending"
+    assert vc.record(scheduled("ws2", "n1", (0,))).applied
+    assert vc.state.ports_taken() == {"n0": {8888: "ws1"}, "n1": {8888: "ws2"}}
+    # a gang's replicas publish it once per node too
+    vc.submit("gang", JobSpec(project="a", gpus=1, replicas=2, ports=(PortMapping(6006, 6006),)))
+    two = msgspec.structs.replace(
+        scheduled("gang", "n0", (1,)), replicas=(Replica("n1", (1,)), Replica("n1", (1,)))
+    )
+    verdict = vc.record(two)
+    assert not verdict.applied and "another replica" in verdict.reason

@@ -15,7 +15,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from fairlane.supervisor import Plan, Program, read_status
+from fairlane.supervisor import Plan, Program, Supervisor, read_status, stop_within
 from services.runtime.auth import ADMIN, credentials_file, load_credentials
 from services.runtime.connection import connect
 from services.runtime.eventlog import STREAM
@@ -136,3 +136,42 @@ def test_sighup_starts_what_the_plan_gained_and_stops_what_it_lost(tmp_path: Pat
     for pid in after.values():
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+
+
+def test_programs_marked_stop_first_are_stopped_before_the_others(tmp_path: Path) -> None:
+    """The node executor reports its workloads stopped through the log as it exits, so the
+    supervisor stops it first and the rest (which it needs) only once it has exited."""
+    said = tmp_path / "said"
+    script = (
+        "import signal, sys, time\n"
+        "def bye(*_):\n"
+        "    time.sleep(float(sys.argv[2]))\n"
+        "    open(sys.argv[3], 'a').write(sys.argv[1] + '\\n')\n"
+        "    sys.exit(0)\n"
+        "signal.signal(signal.SIGTERM, bye)\n"
+        "time.sleep(60)\n"
+    )
+
+    def program(name: str, takes: float, first: bool = False) -> Program:
+        args = ["-c", script, name, str(takes), str(said)]
+        return Program(name, args, stop_first=first, stop_grace_s=5.0)
+
+    # the one stopped first takes longer to exit than the other: stopped together, the other
+    # would say so first
+    plan = Plan(
+        programs=[program("service", 0.0), program("executor", 1.0, first=True)],
+        log_dir=str(tmp_path),
+        status_file=str(tmp_path / "status.json"),
+    )
+    assert stop_within(plan) == 10.0
+
+    async def run() -> None:
+        supervisor = Supervisor(plan)
+        running = asyncio.create_task(supervisor.run())
+        await asyncio.sleep(2.0)  # both started, their handlers set
+        assert len(supervisor.processes) == 2
+        supervisor.stopping.set()
+        await asyncio.wait_for(running, 20)
+
+    asyncio.run(run())
+    assert said.read_text().splitlines() == ["executor", "service"]

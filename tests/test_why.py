@@ -33,6 +33,8 @@ def test_each_policy_code_has_its_words() -> None:
     assert code(waiting="no_pool") == "no_pool"
     assert code(waiting="held") == "held"
     assert code(waiting="preemption_delay") == "preemption_delay"
+    assert code(gpus_wanted=1, ports=("8888:8888",)) == "ports_taken"
+    assert code(ports=("8888:8888",)) == "fair_share_reached"  # short of GPUs first
 
 
 def test_the_numbers_and_the_last_preemption_are_in_the_message() -> None:

@@ -16,6 +16,7 @@ from policy.cycle import could_hold
 from policy.state import ClusterState
 
 ACTOR: Final = "admission"
+MAX_PORT: Final = 65535
 
 
 class Refused(Exception):
@@ -40,6 +41,22 @@ def validate_spec(job_id: str, spec: JobSpec) -> None:
         raise Refused(f"preemption_delay must not be negative, got {spec.preemption_delay_s}s")
     if spec.min_runtime_s < 0:
         raise Refused(f"min_runtime must not be negative, got {spec.min_runtime_s}s")
+    _check_ports(spec)
+
+
+def _check_ports(spec: JobSpec) -> None:
+    """Ports in range, and no host port twice (a node publishes it once). A port no node
+    could ever offer is not refused here: whether one is free is the policy's to see."""
+    hosts: set[int] = set()
+    for p in spec.ports:
+        for port in (p.host, p.container):
+            if not 1 <= port <= MAX_PORT:
+                raise Refused(
+                    f"port {p.host}:{p.container}: {port} is not between 1 and {MAX_PORT}"
+                )
+        if p.host in hosts:
+            raise Refused(f"port {p.host}:{p.container}: host port {p.host} is given twice")
+        hosts.add(p.host)
 
 
 def admit(

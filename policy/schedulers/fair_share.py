@@ -14,7 +14,7 @@ from dataclasses import replace
 from events import Replica
 from policy.capacity import Overlay
 from policy.ledger import Account
-from policy.pool_cycle import Candidate, PoolCycle, Taken, gate, gate_ok
+from policy.pool_cycle import Candidate, PoolCycle, Shape, Taken, gate, gate_ok
 from policy.victims import Unit
 
 ProjectKey = tuple[bool, bool, int, float, float, int]
@@ -156,7 +156,7 @@ def allocate(cycle: PoolCycle, cands: list[Candidate]) -> list[Candidate]:
     Every candidate takes part in the turns, whether or not it could fit: a project is ranked
     with its next job in job order, and a job that does not fit is skipped when its turn comes.
     """
-    left: dict[tuple[int, int, str | None], int] = {}  # candidates still queued, by shape
+    left: dict[Shape, int] = {}  # candidates still queued, by shape
     fronts: dict[str, tuple[JobKey, Candidate]] = {}  # each project's first in job order
     for queued in cands:  # one pass for both: every pass over the queue reads every job
         shape = queued.shape()
@@ -174,7 +174,7 @@ def allocate(cycle: PoolCycle, cands: list[Candidate]) -> list[Candidate]:
         return list(cands)
     turns = Turns(cycle, cands)
     waiting: list[Candidate] = []
-    no_fit: set[tuple[int, int, str | None]] = set()  # idle GPUs only shrink during this pass
+    no_fit: set[Shape] = set()  # idle GPUs only shrink during this pass
     for cand in turns:
         shape = cand.shape()
         left[shape] -= 1
@@ -224,8 +224,8 @@ def _first_turn_finds_no_fit(cycle: PoolCycle, fronts: dict[str, tuple[JobKey, C
 
 def _nothing_fits(
     cycle: PoolCycle,
-    left: dict[tuple[int, int, str | None], int],
-    no_fit: set[tuple[int, int, str | None]],
+    left: dict[Shape, int],
+    no_fit: set[Shape],
 ) -> bool:
     """Does no shape still queued fit the idle GPUs? (Shapes that do not are marked.)"""
     for shape, count in left.items():
@@ -516,7 +516,7 @@ def _reclaim_could_fit(cycle: PoolCycle, cand: Candidate, within_quota: bool) ->
     overlay = cycle.most_freed.get(within_quota)
     if overlay is None:
         overlay = cycle.most_freed[within_quota] = _most_reclaim_frees(cycle, within_quota)
-    return cycle.capacity.fits(cand.job.gpus, cand.replicas, None, overlay)
+    return cycle.capacity.fits(cand.job.gpus, cand.replicas, None, cand.ports, overlay)
 
 
 def _most_reclaim_frees(cycle: PoolCycle, within_quota: bool) -> Overlay:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from events import Replica
-from policy.pool_cycle import Candidate, PoolCycle, Taken
+from policy.pool_cycle import Candidate, PoolCycle, Shape, Taken
 from policy.victims import Unit
 
 
@@ -21,7 +21,7 @@ def queue_key(cand: Candidate) -> tuple[int, int, int]:
 def allocate(cycle: PoolCycle, cands: list[Candidate]) -> list[Candidate]:
     maybe, waiting = cycle.split_by_room(cands)
     queue = sorted(maybe, key=queue_key)
-    no_fit: set[tuple[int, int, str | None]] = set()
+    no_fit: set[Shape] = set()
     i = 0
     while i < len(queue):
         cand = queue[i]

@@ -46,7 +46,15 @@ from litestar.response import Stream
 from litestar.response.sse import ServerSentEvent, ServerSentEventMessage
 from nats.aio.client import Client
 
-from events import Event, JobSpec, JobSubmitted, SchedulerSettings, WorkRelayed, encode_event
+from events import (
+    Event,
+    JobSpec,
+    JobSubmitted,
+    PortMapping,
+    SchedulerSettings,
+    WorkRelayed,
+    encode_event,
+)
 from events.catalogue import AnyEvent
 from events.commands import (
     AnyCommand,
@@ -363,6 +371,7 @@ _REFUSAL_FIELDS: Final = (
     ("quota", "quota"),
     ("job id", "job_id"),
     ("priority", "priority"),
+    ("port", "ports"),
 )
 
 
@@ -419,6 +428,9 @@ async def submit_job(
         min_runtime_s=data.min_runtime_s,
         grace_s=data.grace_s,
         working_dir=data.working_dir,
+        ports=tuple(
+            PortMapping(p.host, p.host if p.container is None else p.container) for p in data.ports
+        ),
     )
     command = SubmitJob(
         actor=caller.name, job_id=data.job_id, spec=spec, idempotency_key=data.idempotency_key

@@ -30,7 +30,7 @@ _JOB_COLUMNS: Final = (
     'job_id, "order", project, pool, pools, state, priority, preemptible, gpus, replicas,'
     " min_replicas, attempt, gpus_held, nodes, submitted_at, state_since, queued_s, running_s,"
     " gpu_s, accounted_at, first_started_at, preemptions, nominated, reject_reason, waiting,"
-    " last_seq"
+    " last_seq, ports, urls"
 )
 
 
@@ -61,6 +61,8 @@ def job_from(row: asyncpg.Record | dict[str, Any], now: float) -> Job:
         first_started_at=row["first_started_at"],
         last_seq=row["last_seq"],
         waiting=row["waiting"],
+        ports=list(row["ports"]),
+        urls=list(row["urls"]),
     )
 
 
@@ -147,6 +149,7 @@ async def _standing(conn: asyncpg.Connection, job: asyncpg.Record) -> Standing:
         limit=terms["limit"] if terms else None,
         fair_share=terms["fair_share"] if terms else 0,
         last_preemption=(last["reason"], last["beneficiary"]) if last else None,
+        ports=tuple(job["ports"]),
     )
 
 

@@ -29,6 +29,15 @@ class Error(msgspec.Struct):
     field: str | None = None
 
 
+class PortRequest(msgspec.Struct, forbid_unknown_fields=True):
+    """A port each replica publishes on its node: the node's `host` port reaches the
+    workload's `container` port (default: the same). Admission checks the range (1..65535)
+    and names the value."""
+
+    host: Annotated[int, msgspec.Meta(ge=-(2**31), le=2**31 - 1)]
+    container: Annotated[int, msgspec.Meta(ge=-(2**31), le=2**31 - 1)] | None = None
+
+
 class SubmitRequest(msgspec.Struct, forbid_unknown_fields=True):
     job_id: Name
     project: Name
@@ -49,6 +58,8 @@ class SubmitRequest(msgspec.Struct, forbid_unknown_fields=True):
     grace_s: Annotated[float, msgspec.Meta(ge=0, le=86400)] | None = None
     #: where the workload runs on its node: an absolute path
     working_dir: WorkingDir | None = None
+    #: ports each replica publishes on its node (an interactive job's notebook, say)
+    ports: Annotated[list[PortRequest], msgspec.Meta(max_length=64)] = []
     idempotency_key: Annotated[str, msgspec.Meta(max_length=256, pattern=NO_NUL)] | None = None
 
 
@@ -160,6 +171,10 @@ class Job(msgspec.Struct):
     #: why the policy leaves it waiting (no_fit, limit, quota, preemption_delay, held,
     #: nominated, no_pool); "" when it is not pending or the next cycle starts it
     waiting: str = ""
+    #: ports each replica publishes on its node (`HOST:CONTAINER`), and while it holds
+    #: replicas where they are reached (`http://<node address>:<host port>`)
+    ports: list[str] = []
+    urls: list[str] = []
 
 
 class JobDetail(Job, kw_only=True):

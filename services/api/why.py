@@ -30,6 +30,7 @@ class Standing:
     limit: int | None
     fair_share: int
     last_preemption: tuple[str, str | None] | None  # (reason, for job) of the last attempt
+    ports: tuple[str, ...] = ()  # HOST:CONTAINER each replica publishes on its node
 
 
 _NOT_PENDING = {
@@ -85,6 +86,12 @@ def _words(s: Standing) -> tuple[str, str]:  # noqa: PLR0911 (one case per reaso
 def _no_fit(s: Standing, holds: str) -> tuple[str, str]:
     free = f"{s.pool_free} free GPUs" if s.pool_free is not None else "no free GPUs"
     needs = f"{_where_free(s, free)}, the job needs {s.gpus_wanted}"
+    if s.ports and (s.pool_free or 0) >= s.gpus_wanted:
+        hosts = ", ".join(p.partition(":")[0] for p in s.ports)
+        return "ports_taken", (
+            f"{needs}, but a replica goes only to a node where its host ports ({hosts}) are"
+            " free, one replica a node: it waits for such a node"
+        )
     if s.usage + s.gpus_wanted > s.fair_share:
         return "fair_share_reached", (
             f"{needs}, and {holds}: with it the project would hold"

@@ -2,12 +2,14 @@
 
     python -m services.executor --nats URL --node NAME --pool POOL [--gpus N]
         [--data-dir DIR] [--runtime process|docker [--docker-host URL]]
-        [--hollow [--hollow-runtime SECONDS]] [--stop-workloads-on-exit]
+        [--hollow [--hollow-runtime SECONDS]] [--stop-workloads-on-exit | --shutdown-on-exit]
         [--gpu-sample SECONDS] [--idle-after DURATION]
 
 SIGTERM or SIGINT stops the executor cleanly. Its workloads keep running (they are in sessions
 of their own) and the next executor on this node adopts them, unless
-`--stop-workloads-on-exit` (for tests) stops them too.
+`--stop-workloads-on-exit` (for tests) stops them too, or `--shutdown-on-exit` (a cluster shut
+down, as `fairlane down` does it) stops them as a preemption does and reports them stopped
+(`JobPreempted(reason="shutdown")`), so their jobs are queued again and resume.
 """
 
 from __future__ import annotations
@@ -155,6 +157,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="stop the workloads when the executor exits (default: leave them to be adopted)",
     )
     parser.add_argument(
+        "--shutdown-on-exit",
+        action="store_true",
+        help="on exit, stop the workloads as a preemption does (SIGTERM, grace, checkpoint) "
+        "and report them stopped for a shut down: their jobs are queued again",
+    )
+    parser.add_argument(
         "--log-format", choices=("json", "console"), default="json", help="as the other services"
     )
     parser.add_argument("--log-level", default="info")
@@ -225,6 +233,7 @@ async def serve(args: argparse.Namespace) -> int:
         stop_workloads_on_exit=args.stop_workloads_on_exit,
         gpu_sample_s=args.gpu_sample or None,
         idle_after_s=args.idle_after,
+        shutdown_on_exit=args.shutdown_on_exit,
     )
     nc = await connect(args.nats, name=f"executor-{args.node}")
     # one executor per node: its durable consumer is named after the node (and its NATS user

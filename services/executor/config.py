@@ -48,6 +48,9 @@ class ExecutorConfig:
     gpu_sample_s: float | None = DEFAULT_EVERY_S
     #: A job whose GPUs here were all at 0% this long is flagged idle.
     idle_after_s: float = DEFAULT_IDLE_AFTER_S
+    #: On exit, stop the workloads as a preemption does and report them stopped for a shut
+    #: down (`JobPreempted(reason="shutdown")`), so the jobs are queued again (see `shutdown`).
+    shutdown_on_exit: bool = False
     #: Names this run of the executor in its `NodeRegistered` id.
     boot_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
 

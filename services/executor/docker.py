@@ -91,6 +91,15 @@ def container_config(
         "Binds": [f"{launch.checkpoint_dir}:{launch.checkpoint_dir}"]
         + [f"{path}:{path}" for path in mounts],
     }
+    exposed: dict[str, dict[str, Any]] = {}
+    if launch.ports and network != "host":
+        # published as `docker run -p HOST:CONTAINER` does; on the host's network (the
+        # default) the workload listens on the node's port itself and nothing is mapped
+        exposed = {f"{p.container}/tcp": {} for p in launch.ports}
+        host["PortBindings"] = {
+            f"{p.container}/tcp": [{"HostPort": str(p.host)}] for p in launch.ports
+        }
+        env["FAIRLANE_PORT"] = str(launch.ports[0].container)
     if launch.gpus and gpu_uuids:
         host["DeviceRequests"] = [
             # no Driver: the engine picks the one that offers `gpu`, as `docker run --gpus` does
@@ -102,6 +111,8 @@ def container_config(
         "Labels": labels(node, launch, checkpoint_mtime),
         "HostConfig": host,
     }
+    if exposed:
+        config["ExposedPorts"] = exposed
     if launch.working_dir is not None:  # else the image's own
         config["WorkingDir"] = str(launch.working_dir)
     if launch.command:

@@ -38,6 +38,7 @@ from services.executor.runtime import (
     save_records,
 )
 from services.executor.sampling import UsageTracker
+from services.executor.shutdown import shut_down
 from services.executor.stopping import begin_stop, grace_of, sync_job, terminate, wait_all
 from services.executor.storage import ObjectCheckpoints
 from services.runtime.eventlog import JetStreamLog
@@ -93,7 +94,7 @@ class Executor:
         #: Where workloads publish their own events (real runtimes only).
         self.endpoint = Endpoint(self) if self.runtime.real else None
         self._work: NodeWork | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: set[asyncio.Task[object]] = set()
         self._poller: asyncio.Task[None] | None = None
         self._group: ExecutorGroup | None = None
         self.registrations = 0  # how often this run registered again after being lost
@@ -277,28 +278,33 @@ class Executor:
 
     # -- plumbing --------------------------------------------------------------------------------
 
-    async def publish(self, event: Event) -> None:
+    async def publish(self, event: Event, give_up_after: float = 300.0) -> None:
         """Publish until stored: ids are deterministic, so a retry is never a duplicate."""
-        await self.log.publish_durably(event)
+        await self.log.publish_durably(event, give_up_after=give_up_after)
 
-    def spawn(self, coro: Awaitable[None]) -> None:
+    def spawn(self, coro: Awaitable[object]) -> None:
         task = asyncio.ensure_future(coro)
         self._tasks.add(task)
         task.add_done_callback(self._task_done)
 
-    def _task_done(self, task: asyncio.Task[None]) -> None:
+    def _task_done(self, task: asyncio.Task[object]) -> None:
         self._tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
             self.logger.error("executor task failed", exc_info=task.exception())
 
     async def close(self, stop_workloads: bool | None = None) -> None:
         """Stop watching. Workloads keep running (a restarted executor adopts them) unless
-        `stop_workloads` (default: the config's `stop_workloads_on_exit`)."""
+        `stop_workloads` (default: the config's `stop_workloads_on_exit`); with the config's
+        `shutdown_on_exit`, they are stopped as a preemption does and reported stopped for a
+        shut down first (see `shutdown`)."""
         if stop_workloads is None:
             stop_workloads = self.config.stop_workloads_on_exit
         if self._poller is not None:
             await cancel_and_wait(self._poller)
             self._poller = None
+        if self.config.shutdown_on_exit:
+            await shut_down(self)
+            stop_workloads = True  # and whatever else still runs here, without a report
         if stop_workloads:
             running = [lr for lr in self.local_replicas() if not lr.ended]
             for lr in running:

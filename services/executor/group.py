@@ -59,11 +59,13 @@ class ExecutorGroup:
         finally:
             stopped.cancel()
             await cancel_and_wait(follower)
-            for beat in beats:
-                await cancel_and_wait(beat)
+            # The heartbeats go on while the executors close: one that stops its workloads on
+            # the way out (a shut down) is not declared lost by the node watcher meanwhile.
             await asyncio.gather(
                 *(asyncio.shield(ex.close()) for ex in self.executors), return_exceptions=True
             )
+            for beat in beats:
+                await cancel_and_wait(beat)
 
     async def _follow(self, ready: asyncio.Event | None) -> None:
         await self.log.ensure_stream()

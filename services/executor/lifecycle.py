@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Final
 
 from events import JobCompleted, JobFailed, JobPreempted, JobScheduled, JobStarted
 from events.catalogue import JobWork
-from events.model import Replica
+from events.model import PortMapping, Replica
 from services.executor.checkpoints import checkpointed, fetch_replica
 from services.executor.endpoint import SOCKET_ENV
 from services.executor.gang import gang_env, port_taken
@@ -93,6 +93,7 @@ def launch_of(ex: Executor, job: JobWork, index: int, replica: Replica) -> Launc
     }
     if job.attempt > 1:
         env["FAIRLANE_RESUMED"] = "1"
+    env.update(ports_env(spec.ports))
     if ex.endpoint is not None:
         env[SOCKET_ENV] = str(ex.endpoint.path)
         env[TOKEN_ENV] = secrets.token_urlsafe(24)
@@ -107,7 +108,21 @@ def launch_of(ex: Executor, job: JobWork, index: int, replica: Replica) -> Launc
         checkpoint_dir=directory,
         run_dir=ex.data_dir / "runs" / safe_name(job.job_id),
         working_dir=Path(spec.working_dir) if spec.working_dir else None,
+        ports=spec.ports,
     )
+
+
+def ports_env(ports: tuple[PortMapping, ...]) -> dict[str, str]:
+    """What a workload is told of its ports: every `host:container`, and the port to listen
+    on, `FAIRLANE_PORT` (the first one's host port: a process, or a container on the host's
+    network, listens on the node's port itself; a container with its ports mapped is told its
+    own instead, see `docker.container_config`)."""
+    if not ports:
+        return {}
+    return {
+        "FAIRLANE_PORTS": ",".join(f"{p.host}:{p.container}" for p in ports),
+        "FAIRLANE_PORT": str(ports[0].host),
+    }
 
 
 async def run_replica(ex: Executor, lr: LocalReplica, launch: Launch | None) -> None:

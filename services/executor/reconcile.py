@@ -2,6 +2,8 @@
 
 After the replay, recorded workloads still alive are adopted; those that ended meanwhile are
 reported from the exit status they left; one that left none (a reboot) is reported as lost;
+those that the last shut down here stopped and could not report (`shutdown`) are reported
+stopped for it, with the time they were stopped;
 what was placed here while the executor was down is started; and anything the log no longer
 wants here (the job completed or failed elsewhere, a preemption reported by another node, this
 node lost) is stopped without a report.
@@ -9,6 +11,8 @@ node lost) is stopped without a report.
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING
 
 from events.catalogue import JobWork
@@ -16,7 +20,13 @@ from events.model import Replica
 from services.executor.lifecycle import announce_started, launch_of, replica_ended, run_replica
 from services.executor.local import LocalReplica
 from services.executor.runtime import ProcessRecord
-from services.executor.stopping import begin_stop, sync_job
+from services.executor.shutdown import (
+    StoppedAttempt,
+    forget_stopped,
+    read_stopped,
+    shutdown_report,
+)
+from services.executor.stopping import begin_stop, stop, sync_job
 
 if TYPE_CHECKING:
     from services.executor.executor import Executor
@@ -33,10 +43,21 @@ def reconcile(ex: Executor, records: list[ProcessRecord]) -> None:
     }
     stops: list[JobWork] = []
     lost: list[LocalReplica] = []
+    marks = read_stopped(ex.data_dir) if ex.runtime.real else {}
+    shut: list[Awaitable[bool]] = []
     for job in list(ex.work.jobs.values()):  # those holding replicas here
-        lost += _reconcile_job(ex, job, recorded)
+        mark = marks.get((job.job_id, job.attempt)) if job.stop_replicas == 0 else None
+        found = _reconcile_job(ex, job, recorded, mark)
+        if mark is not None:
+            # stopped by the last shut down, never reported: report it now (`stop` marks
+            # the replicas at once, so their end is not taken for a failure)
+            shut.append(stop(ex, found, shutdown_report(job.job_id, job.attempt, mark.at)))
+        else:
+            lost += found
         if job.stop_replicas > 0:
             stops.append(job)
+    if marks:
+        ex.spawn(_forget_once_reported(ex, shut))
     # Recorded but not wanted by the log any more: stop (or forget) without a report.
     for record in recorded.values():
         att = ex.attempt(record.job_id, record.attempt, None, False, record.replica)
@@ -54,11 +75,21 @@ def reconcile(ex: Executor, records: list[ProcessRecord]) -> None:
     ex.save_records()
 
 
+async def _forget_once_reported(ex: Executor, reports: list[Awaitable[bool]]) -> None:
+    if all(await asyncio.gather(*reports)):
+        forget_stopped(ex.data_dir)
+
+
 def _reconcile_job(
-    ex: Executor, job: JobWork, recorded: dict[RecordKey, ProcessRecord]
+    ex: Executor,
+    job: JobWork,
+    recorded: dict[RecordKey, ProcessRecord],
+    stopped: StoppedAttempt | None = None,
 ) -> list[LocalReplica]:
-    """Take up this node's replicas of one live job; returns those that are lost."""
-    announce = job.held[0].node == ex.node and job.phase == "starting"
+    """Take up this node's replicas of one live job; returns those to report: the lost ones,
+    or, with `stopped` (the attempt the last shut down stopped here), all of them, none
+    started again."""
+    announce = job.held[0].node == ex.node and job.phase == "starting" and stopped is None
     first = next(i for i, r in enumerate(job.held) if r.node == ex.node)
     att = ex.attempt(job.job_id, job.attempt, ex.work.scheduled.get(job.job_id), announce, first)
     lost: list[LocalReplica] = []
@@ -81,9 +112,16 @@ def _reconcile_job(
                 alive=lr.workload.alive(),
             )
             ex.spawn(run_replica(ex, lr, None))
+            if stopped is not None:
+                lost.append(lr)
         elif (workload := ex.runtime.adopt_unrecorded(launch)) is not None:
             lr.workload = workload
             ex.spawn(run_replica(ex, lr, None))
+            if stopped is not None:
+                lost.append(lr)
+        elif stopped is not None:
+            lr.end(None)  # stopped for the shut down, and its record gone with it
+            lost.append(lr)
         elif job.phase == "starting":
             ex.logger.info("starting what was placed while down", job=job.job_id)
             ex.spawn(run_replica(ex, lr, launch))

@@ -28,6 +28,7 @@ from typing import Final, Protocol
 import msgspec
 import structlog
 
+from events.model import PortMapping
 from services.executor.logs import job_dir_name
 from services.executor.shim import exit_code_of
 from services.runtime.processes import pid_exists
@@ -74,6 +75,8 @@ class Launch:
     #: in `run_dir`, Docker in the image's own working directory. Never the checkpoint
     #: folder: that one is only named in the environment.
     working_dir: Path | None = None
+    #: Ports the replica publishes on its node (the policy placed it where they are free).
+    ports: tuple[PortMapping, ...] = ()
 
     @property
     def name(self) -> str:

@@ -23,6 +23,9 @@ relayed event with its node's work as it is right after that event:
   (not the log), with each job's utilization and idle flag; the attempt's mean utilization
   goes on the event that ends it (`gpu_utilization`).
 - `NodeLost` for this node: everything here is stopped, then the node registers again.
+- a shut down (`--shutdown-on-exit`, what `fairlane down` stops): every job here is stopped as a
+  preemption does and reported `JobPreempted(reason="shutdown")`, so it is queued again; a
+  report that could not be made is made by the next executor on the node (`shutdown`).
 - after a restart: workloads it started earlier (recorded, or containers found by label) are
   adopted if still alive; those that ended meanwhile are reported from the exit status their
   shim (or the engine) kept; one that left none (a reboot) is reported as
@@ -46,7 +49,8 @@ In-process use (the live scenario engine, benchmarks):
 
 The parts, one idea each: `config`, `nodework` (its node's work, folded), `local` (what
 runs here), `lifecycle` (a replica from start to its reported end), `stopping`, `checkpoints`
-(marker polling), `reconcile` (after a restart), `executor` (one node, its heartbeat),
+(marker polling), `reconcile` (after a restart), `shutdown` (stopping for a shut down),
+`executor` (one node, its heartbeat),
 `group` (the reading and the dispatch, for one or many executors), `runtime` (the seam;
 processes, hollow), `docker` (containers), `logs` (where each attempt's output is kept),
 `endpoint` and `workload_events` (events from workloads), `gpus` (NVML or declared),

@@ -2,8 +2,9 @@
 
 A preemption request stops the replicas it takes back (the whole job, or its newest
 `request.replicas`, as the fold does); the executor of the first of those replicas reports
-`JobPreempted` once its own are gone. Anything the log no longer wants here (the job ended
-elsewhere, this node was lost) is stopped without a report.
+`JobPreempted` once its own are gone. A cluster shut down stops its jobs the same way with no
+request (`shutdown`), and reports them with the reason `shutdown`. Anything the log no longer
+wants here (the job ended elsewhere, this node was lost) is stopped without a report.
 """
 
 from __future__ import annotations
@@ -12,12 +13,13 @@ import asyncio
 import signal
 import time
 from collections.abc import Awaitable, Iterable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 import structlog
 
 from events import JobPreempted, JobPreemptionRequested
-from events.catalogue import JobWork
+from events.catalogue import JobWork, PreemptionReason
 from services.executor.checkpoints import checkpointed, store_replica
 from services.executor.local import LocalReplica
 from services.executor.nodework import desired
@@ -28,6 +30,35 @@ if TYPE_CHECKING:
 logger = structlog.get_logger("fairlane.executor")
 
 KILL_WAIT_S: Final = 30.0  # after SIGKILL, how long to wait before reporting anyway
+
+
+@dataclass(frozen=True, slots=True)
+class StopReport:
+    """The `JobPreempted` a stop ends with, once the replicas it stopped are gone."""
+
+    id: str
+    job_id: str
+    attempt: int
+    reason: PreemptionReason
+    replicas: int = 0
+    causation: str | None = None
+    #: When the replicas were stopped (None: when it is reported). A stop made before the
+    #: executor restarted is reported with its own time, so the job's running time ends there.
+    at: float | None = None
+    #: Give up publishing after this long (an executor shutting down may outlive the log).
+    within: float = 300.0
+
+
+def requested(request: JobPreemptionRequested) -> StopReport:
+    """The report of a stop the log asked for."""
+    return StopReport(
+        id=f"{request.id}/done",
+        job_id=request.job_id,
+        attempt=request.attempt,
+        reason=request.reason,
+        replicas=request.replicas,
+        causation=request.id,
+    )
 
 
 def begin_stop(ex: Executor, job: JobWork, request: JobPreemptionRequested) -> None:
@@ -49,26 +80,25 @@ def begin_stop(ex: Executor, job: JobWork, request: JobPreemptionRequested) -> N
         replicas=[lr.index for lr in local],
         grace_s=grace_of(ex, job.job_id),
     )
-    ex.spawn(stop(ex, local, request if reporter else None))
+    ex.spawn(stop(ex, local, requested(request) if reporter else None))
 
 
-def stop(
-    ex: Executor, replicas: list[LocalReplica], request: JobPreemptionRequested | None
-) -> Awaitable[None]:
+def stop(ex: Executor, replicas: list[LocalReplica], report: StopReport | None) -> Awaitable[bool]:
     """Mark the replicas as being stopped (now, so that their end is not taken for a
-    failure) and return the work: SIGTERM, the grace period, SIGKILL, then the report."""
+    failure) and return the work: SIGTERM, the grace period, SIGKILL, then the report
+    (the work's result: whether a report was wanted and is in the log)."""
     fresh = [lr for lr in replicas if not lr.stopping]
     for lr in replicas:
         lr.stopping = True
-    return _stopping(ex, replicas, fresh, request)
+    return _stopping(ex, replicas, fresh, report)
 
 
 async def _stopping(
     ex: Executor,
     replicas: list[LocalReplica],
     fresh: list[LocalReplica],
-    request: JobPreemptionRequested | None,
-) -> None:
+    report: StopReport | None,
+) -> bool:
     grace = grace_of(ex, replicas[0].job_id if replicas else "")
     began = time.monotonic()
     killed = await terminate(fresh, grace)
@@ -88,29 +118,35 @@ async def _stopping(
             continue
         if lr.stored_at >= began and lr.stored_bytes:
             stored += lr.stored_bytes
-    if request is not None:
-        att = ex.attempts.get((request.job_id, request.attempt))
+    reported = False
+    if report is not None:
+        att = ex.attempts.get((report.job_id, report.attempt))
         if att is not None:
             await att.started.wait()
-        await ex.publish(
-            JobPreempted(
-                id=f"{request.id}/done",
-                time=time.time(),
-                actor=ex.config.actor,
-                causation=request.id,
-                job_id=request.job_id,
-                attempt=request.attempt,
-                reason=request.reason,
-                replicas=request.replicas,
-                checkpointed=att is not None and checkpointed(ex, att),
-                killed=killed,
-                stored_bytes=stored or None,
-                gpu_utilization=ex.attempt_utilization(request.job_id, request.attempt),
-            )
+        event = JobPreempted(
+            id=report.id,
+            time=report.at if report.at is not None else time.time(),
+            actor=ex.config.actor,
+            causation=report.causation,
+            job_id=report.job_id,
+            attempt=report.attempt,
+            reason=report.reason,
+            replicas=report.replicas,
+            checkpointed=att is not None and checkpointed(ex, att),
+            killed=killed,
+            stored_bytes=stored or None,
+            gpu_utilization=ex.attempt_utilization(report.job_id, report.attempt),
         )
+        try:
+            await ex.publish(event, give_up_after=report.within)
+        except Exception as e:
+            ex.logger.error("stop not reported", id=report.id, error=str(e) or repr(e))
+        else:
+            reported = True
     for lr in replicas:
         if not desired(ex.work.jobs.get(lr.job_id), lr.attempt, lr.replica):
             ex.drop(lr)
+    return reported
 
 
 def grace_of(ex: Executor, job_id: str) -> float:

@@ -178,6 +178,8 @@ function details(job, timeline, usage, lost, gained) {
       fact("Attempt", job.attempt),
       fact("Preempted", `${job.preemptions} time${job.preemptions === 1 ? "" : "s"}`),
       fact("Nodes", job.nodes.join(", ") || "—"),
+      (job.ports ?? []).length ? fact("Ports", job.ports.join(", ")) : null,
+      (job.ports ?? []).length ? fact("URL", urlLinks(job)) : null,
       fact("Submitted", time(job.submitted_at)),
       fact("Queued", duration(job.queued_s)),
       fact("Ran", duration(job.running_s)),
@@ -187,6 +189,13 @@ function details(job, timeline, usage, lost, gained) {
     attemptsSection(timeline),
     progressSection(timeline),
   ];
+}
+
+/** Where a job's published ports are reached, as links (or a dash while it runs nowhere). */
+export function urlLinks(job) {
+  const urls = job.urls ?? [];
+  if (!urls.length) return "—";
+  return urls.flatMap((u, i) => [i ? " " : null, h("a", { href: u, target: "_blank", rel: "noopener" }, u)]);
 }
 
 function fact(name, value) {

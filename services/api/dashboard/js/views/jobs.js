@@ -2,6 +2,7 @@
 
 import { get, scopes } from "../api.js";
 import { duration, h, jobLink, problem, replace, stateBadge, table, time } from "../dom.js";
+import { urlLinks } from "./job.js";
 
 const STATES = ["submitted", "pending", "starting", "running", "stopping", "paused",
   "completed", "failed", "cancelled", "rejected"];
@@ -69,7 +70,7 @@ function render(jobs, more, showMore) {
   return [
     table(`${jobs.length} job${jobs.length === 1 ? "" : "s"}`,
       ["Job", ["Project", "wide"], "State", ["GPUs held / asked", "num"], ["Attempt", "num wide"], ["Preempted", "num wide"],
-        ["Submitted", "wide"], ["Ran", "num wide"]],
+        ["Submitted", "wide"], ["Ran", "num wide"], ["URL", "wide"]],
       jobs.map((j) => h("tr", { "data-job": j.job_id },
         h("th", { scope: "row" }, jobLink(j.job_id)),
         h("td", { class: "wide" }, j.project),
@@ -78,7 +79,8 @@ function render(jobs, more, showMore) {
         h("td", { class: "num wide" }, j.attempt),
         h("td", { class: "num wide" }, j.preemptions),
         h("td", { class: "wide" }, time(j.submitted_at)),
-        h("td", { class: "num wide" }, duration(j.running_s)))),
+        h("td", { class: "num wide" }, duration(j.running_s)),
+        h("td", { class: "wide url" }, urlLinks(j)))),
       { class: "jobs" }),
     more ? h("button", { type: "button", onclick: showMore }, "Show more") : null,
   ];

@@ -32,6 +32,8 @@ const REASONS = {
   pause: "pause: its user paused it",
   cancel: "cancel: its user deleted it",
   node_lost: "node lost: its node stopped answering",
+  drain: "drain: an operator drained its node",
+  shutdown: "shutdown: the cluster was shut down; it is queued again and resumes",
 };
 
 // a replica is written as [node, [gpu indexes]]

@@ -260,3 +260,22 @@ async def test_admission_refuses_an_unknown_project_only_on_the_whole_log(
     finally:
         await cancel_and_wait(reader)
         await admission.log.nc.close()
+
+
+def test_the_api_takes_what_the_commands_take() -> None:
+    """The job spec's bounds are said once (`events/commands.py`): the API's request type
+    takes every value at a bound and refuses one past it, as the commands do."""
+    from events.commands import MAX_GPUS, MAX_REPLICAS  # noqa: PLC0415
+    from services.api.types import SubmitRequest  # noqa: PLC0415
+
+    base = {"job_id": "j", "project": "p"}
+    for field, most in (("gpus", MAX_GPUS), ("replicas", MAX_REPLICAS)):
+        taken = msgspec.json.decode(msgspec.json.encode({**base, field: most}), type=SubmitRequest)
+        assert getattr(taken, field) == most
+        with pytest.raises(msgspec.ValidationError, match=field):
+            msgspec.json.decode(msgspec.json.encode({**base, field: most + 1}), type=SubmitRequest)
+    year = 366 * 86_400.0
+    taken = msgspec.json.decode(
+        msgspec.json.encode({**base, "preemption_delay_s": year}), type=SubmitRequest
+    )
+    assert taken.preemption_delay_s == year  # a year and a day, as the commands allow

@@ -10,15 +10,24 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from events.commands import NO_NUL
+from events.commands import (
+    MAX_COMMAND_ARGS,
+    MAX_ENV,
+    MAX_POOLS,
+    MAX_PORTS,
+    NO_NUL,
+    Duration,
+    Gpus,
+    Priority,
+    Replicas,
+    Text,
+    WorkingDir,
+)
 from policy.commands.names import PATTERN as NAME_PATTERN
 
 Name = Annotated[str, msgspec.Meta(pattern=NAME_PATTERN)]
 Count = Annotated[int, msgspec.Meta(ge=0, le=100_000)]
-Arg = Annotated[str, msgspec.Meta(max_length=4096, pattern=NO_NUL)]
 EnvKey = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$(?!\n)")]
-#: an absolute path on the node (PATH_MAX long at most)
-WorkingDir = Annotated[str, msgspec.Meta(min_length=1, max_length=4096, pattern=r"^/[^\x00]*$")]
 
 
 class Error(msgspec.Struct):
@@ -39,27 +48,30 @@ class PortRequest(msgspec.Struct, forbid_unknown_fields=True):
 
 
 class SubmitRequest(msgspec.Struct, forbid_unknown_fields=True):
+    """A job to submit. Its bounds are the commands' own (`events/commands.py`), said once, so
+    what the API takes is what admission takes."""
+
     job_id: Name
     project: Name
-    gpus: Annotated[int, msgspec.Meta(ge=0, le=1024)] = 1
-    replicas: Annotated[int, msgspec.Meta(ge=1, le=1024)] = 1
-    min_replicas: Annotated[int, msgspec.Meta(ge=1, le=1024)] | None = None
+    gpus: Gpus = 1
+    replicas: Replicas = 1
+    min_replicas: Replicas | None = None
     job_class: Name | None = msgspec.field(default=None, name="class")
-    priority: Annotated[int, msgspec.Meta(ge=-1_000_000, le=1_000_000)] | None = None
-    pools: Annotated[list[Name], msgspec.Meta(max_length=16)] = []
+    priority: Priority | None = None
+    pools: Annotated[list[Name], msgspec.Meta(max_length=MAX_POOLS)] = []
     node: Name | None = None
-    command: Annotated[list[Arg], msgspec.Meta(max_length=256)] = []
-    image: Annotated[str, msgspec.Meta(max_length=512)] | None = None
+    command: Annotated[list[Text], msgspec.Meta(max_length=MAX_COMMAND_ARGS)] = []
+    image: Text | None = None
     #: the workload's environment (Fairlane's own FAIRLANE_* and GPU variables win)
-    env: Annotated[dict[EnvKey, Arg], msgspec.Meta(max_length=256)] = {}
+    env: Annotated[dict[EnvKey, Text], msgspec.Meta(max_length=MAX_ENV)] = {}
     preemptible: bool | None = None
-    preemption_delay_s: Annotated[float, msgspec.Meta(ge=0, le=365 * 86400)] = 0.0
-    min_runtime_s: Annotated[float, msgspec.Meta(ge=0, le=365 * 86400)] = 0.0
-    grace_s: Annotated[float, msgspec.Meta(ge=0, le=86400)] | None = None
+    preemption_delay_s: Duration = 0.0
+    min_runtime_s: Duration = 0.0
+    grace_s: Duration | None = None
     #: where the workload runs on its node: an absolute path
     working_dir: WorkingDir | None = None
     #: ports each replica publishes on its node (an interactive job's notebook, say)
-    ports: Annotated[list[PortRequest], msgspec.Meta(max_length=64)] = []
+    ports: Annotated[list[PortRequest], msgspec.Meta(max_length=MAX_PORTS)] = []
     idempotency_key: Annotated[str, msgspec.Meta(max_length=256, pattern=NO_NUL)] | None = None
 
 
@@ -71,7 +83,7 @@ class ProjectRequest(msgspec.Struct, forbid_unknown_fields=True):
     over_quota_weight: Count | None = None
     limit: Count | None = None
     no_limit: bool = False
-    priority: Annotated[int, msgspec.Meta(ge=-1_000_000, le=1_000_000)] | None = None
+    priority: Priority | None = None
 
 
 class PoolRequest(msgspec.Struct, forbid_unknown_fields=True):
@@ -95,7 +107,7 @@ class NodeServiceRequest(msgspec.Struct, forbid_unknown_fields=True):
 class JobUpdate(msgspec.Struct, forbid_unknown_fields=True):
     """What may change of a job once submitted."""
 
-    priority: Annotated[int, msgspec.Meta(ge=-1_000_000, le=1_000_000)]
+    priority: Priority
 
 
 class TokenRequest(msgspec.Struct, forbid_unknown_fields=True):

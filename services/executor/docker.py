@@ -34,6 +34,14 @@ import msgspec
 import structlog
 from aiodocker.exceptions import DockerError
 
+from services.executor.identity import (
+    REFUSAL,
+    WorkloadUser,
+    can_switch_users,
+    job_user,
+    own,
+    pass_through,
+)
 from services.executor.runtime import TOKEN_ENV, Launch, ProcessRecord, Workload
 
 log = structlog.get_logger("fairlane.executor.docker")
@@ -73,6 +81,8 @@ class ContainerHost:
     gpu_uuids: tuple[str, ...]
     network: str = "host"
     mounts: tuple[Path, ...] = ()
+    #: the uid:gid the container runs as (None: the image's own user; `--insecure-same-user`)
+    user: WorkloadUser | None = None
 
 
 def container_config(
@@ -91,6 +101,12 @@ def container_config(
         "Binds": [f"{launch.checkpoint_dir}:{launch.checkpoint_dir}"]
         + [f"{path}:{path}" for path in mounts],
     }
+    if on.user is not None:
+        # as the job's own uid (`identity`), never privileged, no setuid way back to root:
+        # the job's checkpoint folder (its own) and the events socket are all it gets of the
+        # node, so another job's files, the credentials and the Docker socket stay out
+        host["Privileged"] = False
+        host["SecurityOpt"] = ["no-new-privileges"]
     if launch.gpus and gpu_uuids:
         host["DeviceRequests"] = [
             # no Driver: the engine picks the one that offers `gpu`, as `docker run --gpus` does
@@ -102,6 +118,8 @@ def container_config(
         "Labels": labels(node, launch, checkpoint_mtime),
         "HostConfig": host,
     }
+    if on.user is not None:
+        config["User"] = f"{on.user.uid}:{on.user.gid}"
     if launch.working_dir is not None:  # else the image's own
         config["WorkingDir"] = str(launch.working_dir)
     if launch.command:
@@ -204,8 +222,10 @@ class DockerRuntime:
         gpu_uuids: tuple[str, ...] = (),
         network: str = "host",
         mounts: tuple[Path, ...] = (),
+        same_user: bool = True,
     ) -> None:
         self.url = url
+        self.same_user = same_user
         self.gpu_uuids = gpu_uuids
         self.network = network
         self.mounts = mounts
@@ -224,7 +244,14 @@ class DockerRuntime:
         launch.run_dir.mkdir(parents=True, exist_ok=True)
         launch.checkpoint_dir.mkdir(parents=True, exist_ok=True)
         launch.log_file.write_bytes(b"")
-        on = ContainerHost(self.gpu_uuids, self.network, self.mounts)
+        user = None if self.same_user else job_user(launch.job_id)
+        if user is not None:
+            if not can_switch_users():  # it could not give the folder to the job's uid
+                return self._failed(launch, REFUSAL)
+            pass_through(launch.checkpoint_dir.parent.parent)
+            own(launch.checkpoint_dir.parent, user)
+            own(launch.checkpoint_dir, user, recursive=True)
+        on = ContainerHost(self.gpu_uuids, self.network, self.mounts, user)
         config = container_config(launch, node, checkpoint_mtime, on)
         name = container_name(node, launch)
         try:

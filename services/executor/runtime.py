@@ -539,5 +539,9 @@ def load_records(path: Path) -> list[ProcessRecord]:
 def save_records(path: Path, records: list[ProcessRecord]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(msgspec.json.format(_records_encoder.encode(records), indent=1))
+    # 0600: the records hold every attempt's events token
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)
+    with os.fdopen(fd, "wb") as out:
+        out.write(msgspec.json.format(_records_encoder.encode(records), indent=1))
     os.replace(tmp, path)

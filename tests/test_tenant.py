@@ -6,6 +6,7 @@ tries, from inside its workload, each of the six ways in a security review found
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import shutil
@@ -65,15 +66,7 @@ def results(base: Path) -> Iterator[tuple[Path, dict[str, object]]]:
     fairlane("up", "--detach", "--gpus", "2", *ports, data_dir=data)
     try:
         for project in ("victim", "tenant"):  # the API may still be starting
-            _eventually(
-                lambda project=project: (
-                    fairlane(
-                        "project", "set", project, "--quota", "1", data_dir=data, check=False
-                    ).returncode
-                    == 0
-                ),
-                f"project {project}",
-            )
+            _eventually(functools.partial(_configured, data, project), f"project {project}")
         scripts = str(base / "scripts")
         submit = ["--gpus", "1", "--working-dir", scripts, "--", PYTHON]
         fairlane("submit", "victim", "--project", "victim", *submit, "victim.py", data_dir=data)
@@ -88,6 +81,11 @@ def results(base: Path) -> Iterator[tuple[Path, dict[str, object]]]:
         yield data, json.loads(line.removeprefix("RESULTS "))
     finally:
         fairlane("down", data_dir=data, check=False)
+
+
+def _configured(data: Path, project: str) -> bool:
+    done = fairlane("project", "set", project, "--quota", "1", data_dir=data, check=False)
+    return done.returncode == 0
 
 
 def _read(path: Path) -> str:

@@ -20,16 +20,25 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from services.executor.identity import job_user
+from services.executor import runtime
+from services.executor.docker import ContainerHost, container_config
+from services.executor.identity import REFUSAL, job_user
+from services.executor.runtime import Launch
 from services.runtime.servers import free_port
 
-pytestmark = [
+#: The cluster's tests: only root gives workloads users of their own (CI runs as root).
+live = [
     pytest.mark.slow,
-    pytest.mark.skipif(
-        os.geteuid() != 0, reason="only root gives workloads users of their own (CI is root)"
-    ),
+    pytest.mark.skipif(os.geteuid() != 0, reason="only root can switch users"),
     pytest.mark.skipif(not Path("/usr/bin/python3").exists(), reason="no /usr/bin/python3"),
 ]
+
+
+def _live(test: Callable[..., None]) -> Callable[..., None]:
+    for mark in live:
+        test = mark(test)
+    return test
+
 
 SCRIPTS = Path(__file__).parent / "tenant"
 #: An interpreter every user may run (the cluster's own may sit in root's home).
@@ -103,6 +112,7 @@ def _eventually(condition: Callable[[], bool], what: str, within: float = 60.0) 
         time.sleep(0.2)
 
 
+@_live
 def test_the_workload_runs_as_its_jobs_own_user(results: tuple[Path, dict[str, object]]) -> None:
     _, got = results
     assert got["uid"] == job_user("attack").uid != job_user("victim").uid
@@ -111,6 +121,7 @@ def test_the_workload_runs_as_its_jobs_own_user(results: tuple[Path, dict[str, o
     assert got["own_home"].startswith("GOT")  # type: ignore[attr-defined]
 
 
+@_live
 def test_1_admin_token_and_credentials_unreadable(results: tuple[Path, dict[str, object]]) -> None:
     _, got = results
     for attempt in ("admin_token", "credentials_listed", "admin_credentials", "data_listed"):
@@ -118,6 +129,7 @@ def test_1_admin_token_and_credentials_unreadable(results: tuple[Path, dict[str,
     assert got["cluster_file"] == "PermissionError"  # it holds PostgreSQL's DSN
 
 
+@_live
 def test_2_api_refuses_it_the_victims_cancel_and_a_quota(
     results: tuple[Path, dict[str, object]],
 ) -> None:
@@ -128,12 +140,14 @@ def test_2_api_refuses_it_the_victims_cancel_and_a_quota(
     assert any(j["job_id"] == "victim" and j["state"] == "running" for j in json.loads(jobs))
 
 
+@_live
 def test_3_nats_as_the_executor_refused(results: tuple[Path, dict[str, object]]) -> None:
     _, got = results
     assert got["executor_credentials"] == "PermissionError"
     assert "Authorization Violation" in str(got["nats_as_executor"])
 
 
+@_live
 def test_4_postgres_needs_a_password(results: tuple[Path, dict[str, object]]) -> None:
     data, got = results
     assert got["postgres_password"] == "PermissionError"
@@ -153,6 +167,7 @@ def test_4_postgres_needs_a_password(results: tuple[Path, dict[str, object]]) ->
     asyncio.run(connect((data / "postgres.password").read_text().strip()))
 
 
+@_live
 def test_5_another_tenants_output_and_checkpoint_refused(
     results: tuple[Path, dict[str, object]],
 ) -> None:
@@ -168,9 +183,58 @@ def test_5_another_tenants_output_and_checkpoint_refused(
     assert state.read_text() == "victim's state"
 
 
+@_live
 def test_6_another_attempts_token_unreadable(results: tuple[Path, dict[str, object]]) -> None:
     _, got = results
     environ = got["victim_environ"]
     assert isinstance(environ, dict)
     assert environ["readable"] == 0 and environ["refused"] > 0
     assert got["records"] == "PermissionError"  # the executor's records hold the tokens
+
+
+def test_a_container_runs_as_its_jobs_user_with_its_own_folders_only() -> None:
+    launch = Launch(
+        job_id="j",
+        attempt=1,
+        replica=0,
+        gpus=(),
+        command=("python3", "train.py"),
+        image="trainer:1",
+        env={},
+        checkpoint_dir=Path("/data/executor/checkpoints/j/replica-0"),
+        run_dir=Path("/data/executor/runs/j"),
+    )
+    user = job_user("j")
+    on = ContainerHost((), "host", (Path("/data/executor/endpoint"),), user)
+    config = container_config(launch, "n1", None, on)
+    host = config["HostConfig"]
+    assert config["User"] == f"{user.uid}:{user.gid}"
+    assert host["Privileged"] is False and host["SecurityOpt"] == ["no-new-privileges"]
+    assert host["Binds"] == [
+        "/data/executor/checkpoints/j/replica-0:/data/executor/checkpoints/j/replica-0",
+        "/data/executor/endpoint:/data/executor/endpoint",  # the events socket's folder
+    ]
+    assert "User" not in container_config(launch, "n1", None, ContainerHost(()))
+
+
+async def test_an_executor_that_cannot_switch_users_starts_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not root and no --insecure-same-user: the workload is not started and says why."""
+    monkeypatch.setattr(runtime, "can_switch_users", lambda: False)
+    ran = tmp_path / "ran"
+    launch = Launch(
+        job_id="j",
+        attempt=1,
+        replica=0,
+        gpus=(),
+        command=("touch", str(ran)),
+        image=None,
+        env={},
+        checkpoint_dir=tmp_path / "checkpoints/j/replica-0",
+        run_dir=tmp_path / "runs/j",
+    )
+    workload = await runtime.ProcessRuntime(same_user=False).start(launch, "n1", None)
+    assert await workload.wait() == 126
+    assert workload.failure == REFUSAL and "--insecure-same-user" in REFUSAL
+    assert not ran.exists()

@@ -20,9 +20,9 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from services.executor import runtime
+from services.executor import docker, runtime
 from services.executor.docker import ContainerHost, container_config
-from services.executor.identity import REFUSAL, job_user
+from services.executor.identity import REFUSAL, WorkloadUser, job_user
 from services.executor.runtime import Launch
 from services.runtime.servers import free_port
 
@@ -238,3 +238,45 @@ async def test_an_executor_that_cannot_switch_users_starts_nothing(
     assert await workload.wait() == 126
     assert workload.failure == REFUSAL and "--insecure-same-user" in REFUSAL
     assert not ran.exists()
+
+
+async def test_a_builtin_workload_its_user_cannot_run_is_refused_clearly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The built-in workload runs the executor's interpreter: one in a folder closed to other
+    users (root's home) is said to be so, not left to fail as "Permission denied"."""
+    monkeypatch.setattr(runtime, "can_switch_users", lambda: True)
+    closed = tmp_path / "closed"
+    closed.mkdir(mode=0o700)
+    python = closed / "python3"
+    python.write_text("#!/bin/sh\n")
+    python.chmod(0o755)
+    launch = Launch(
+        job_id="j",
+        attempt=1,
+        replica=0,
+        gpus=(),
+        command=(),
+        image=None,
+        env={},
+        checkpoint_dir=tmp_path / "checkpoints/j/replica-0",
+        run_dir=tmp_path / "runs/j",
+    )
+    rt = runtime.ProcessRuntime(python=str(python), same_user=False)
+    workload = await rt.start(launch, "n1", None)
+    assert await workload.wait() == 126
+    assert workload.failure is not None and "cannot run" in workload.failure
+
+
+def test_a_container_runs_as_the_jobs_uid_as_root_else_the_executors(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Its mounts are all a container reaches of the node: without root (the compose
+    deployment's executor) it runs as the executor's uid rather than being refused."""
+    launch = Launch("j", 1, 0, (), ("true",), "img", {}, Path("/c/j/replica-0"), Path("/r/j"))
+    monkeypatch.setattr(docker, "can_switch_users", lambda: True)
+    assert docker.DockerRuntime(same_user=False).user(launch) == job_user("j")
+    monkeypatch.setattr(docker, "can_switch_users", lambda: False)
+    own = WorkloadUser(os.getuid(), os.getgid())
+    assert docker.DockerRuntime(same_user=False).user(launch) == own
+    assert docker.DockerRuntime(same_user=True).user(launch) is None

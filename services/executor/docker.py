@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import re
 import signal
 import time
@@ -35,7 +36,6 @@ import structlog
 from aiodocker.exceptions import DockerError
 
 from services.executor.identity import (
-    REFUSAL,
     WorkloadUser,
     can_switch_users,
     job_user,
@@ -232,6 +232,18 @@ class DockerRuntime:
         self._docker: aiodocker.Docker | None = None
         self._tasks: set[asyncio.Task[None]] = set()
 
+    def user(self, launch: Launch) -> WorkloadUser | None:
+        """Whose uid the container runs as (None: the image's own user). As root, the job's
+        own, which its checkpoint folder is given to; otherwise the executor's own uid, which
+        may write that folder: a container reaches nothing of the node but its mounts (its own
+        folder, the events socket), so unlike a process it needs no uid of its own to be kept
+        from the data folder, and it refuses nothing."""
+        if self.same_user:
+            return None
+        if can_switch_users():
+            return job_user(launch.job_id)
+        return WorkloadUser(os.getuid(), os.getgid())
+
     @property
     def docker(self) -> aiodocker.Docker:
         if self._docker is None:  # made on first use: it needs the running loop
@@ -244,10 +256,8 @@ class DockerRuntime:
         launch.run_dir.mkdir(parents=True, exist_ok=True)
         launch.checkpoint_dir.mkdir(parents=True, exist_ok=True)
         launch.log_file.write_bytes(b"")
-        user = None if self.same_user else job_user(launch.job_id)
-        if user is not None:
-            if not can_switch_users():  # it could not give the folder to the job's uid
-                return self._failed(launch, REFUSAL)
+        user = self.user(launch)
+        if user is not None and can_switch_users():
             pass_through(launch.checkpoint_dir.parent.parent)
             own(launch.checkpoint_dir.parent, user)
             own(launch.checkpoint_dir, user, recursive=True)

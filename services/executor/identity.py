@@ -39,6 +39,14 @@ REFUSAL: Final = (
 )
 
 
+def unreachable(python: str) -> str:
+    return (
+        f"the built-in workload runs {python}, which the job's own user cannot run (a folder "
+        "on its way is closed to other users): nothing was started (install Python where "
+        "every user can run it, or name a command)"
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class WorkloadUser:
     uid: int
@@ -50,6 +58,20 @@ def job_user(job_id: str) -> WorkloadUser:
     digest = hashlib.sha256(job_id.encode()).digest()
     n = WORKLOAD_UID_BASE + int.from_bytes(digest[:8], "big") % WORKLOAD_UID_SPAN
     return WorkloadUser(n, n)
+
+
+def others_can_run(path: str) -> bool:
+    """Whether a user with no rights of its own here may run `path`: every folder on the way
+    crossable by others, the file executable by them (an interpreter under root's home, 0700,
+    is not)."""
+    target = Path(path).resolve()
+    try:
+        for folder in target.parents:
+            if not folder.stat().st_mode & 0o001:
+                return False
+        return bool(target.stat().st_mode & 0o001)
+    except OSError:
+        return False
 
 
 def can_switch_users() -> bool:

@@ -33,8 +33,10 @@ from services.executor.identity import (
     WorkloadUser,
     can_switch_users,
     job_user,
+    others_can_run,
     own,
     pass_through,
+    unreachable,
 )
 from services.executor.logs import job_dir_name
 from services.executor.shim import exit_code_of
@@ -370,7 +372,10 @@ class ProcessRuntime:
         env = launch.env
         if user is not None:
             if not can_switch_users():
-                return self._refused(launch, node, checkpoint_mtime, exit_file)
+                return self._refused(launch, node, checkpoint_mtime, exit_file, REFUSAL)
+            if not launch.command and not others_can_run(self.python):
+                why = unreachable(self.python)
+                return self._refused(launch, node, checkpoint_mtime, exit_file, why)
             env = self.prepare(launch, user)
         # 0600: the workload writes through the descriptor; no other job's user may read it
         output = os.open(launch.log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
@@ -415,10 +420,10 @@ class ProcessRuntime:
 
     @staticmethod
     def _refused(
-        launch: Launch, node: str, checkpoint_mtime: float | None, exit_file: Path
+        launch: Launch, node: str, checkpoint_mtime: float | None, exit_file: Path, why: str
     ) -> Workload:
-        """Not started: the executor cannot give it a user of its own (`identity.REFUSAL`)."""
-        log.error("workload not started: no user of its own", job=launch.job_id)
+        """Not started, for the reason `why` (it cannot run as a user of its own)."""
+        log.error("workload not started", job=launch.job_id, reason=why)
         exit_file.write_text("126\n")
         record = ProcessRecord(
             job_id=launch.job_id,
@@ -430,7 +435,7 @@ class ProcessRuntime:
             checkpoint_mtime=checkpoint_mtime,
             exit_file=str(exit_file),
         )
-        return ProcessWorkload(record, child=False, _code=126, _ended=True, _failure=REFUSAL)
+        return ProcessWorkload(record, child=False, _code=126, _ended=True, _failure=why)
 
     async def found(self, records_path: Path, node: str) -> list[ProcessRecord]:
         return [r for r in load_records(records_path) if r.node == node]

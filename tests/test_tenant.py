@@ -119,6 +119,7 @@ def test_the_workload_runs_as_its_jobs_own_user(results: tuple[Path, dict[str, o
     # what is its own stays usable
     assert got["own_checkpoint"].startswith("GOT")  # type: ignore[attr-defined]
     assert got["own_home"].startswith("GOT")  # type: ignore[attr-defined]
+    assert got["own_endpoint"] == "GOT 'HTTP/1.1 400 Bad Request'"  # its token taken, body not
 
 
 @_live

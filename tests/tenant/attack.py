@@ -67,6 +67,21 @@ def postgres_startup(path: str) -> str:
         return "trusted" if (kind, code) == (b"R", 0) else f"{kind.decode()} {code}"
 
 
+def own_endpoint() -> str:
+    """Its own attempt's events endpoint still answers it: an empty body with its own token
+    is refused as a body (400), after the token was taken (401 otherwise)."""
+    token = os.environ["FAIRLANE_EVENTS_TOKEN"]
+    with socket.socket(socket.AF_UNIX) as s:
+        s.settimeout(10)
+        s.connect(os.environ["FAIRLANE_EVENTS"])
+        s.sendall(
+            b"POST /v1/events HTTP/1.1\r\nHost: node\r\nContent-Type: application/json\r\n"
+            + f"Authorization: Bearer {token}\r\n".encode()
+            + b"Content-Length: 2\r\nConnection: close\r\n\r\n{}"
+        )
+        return s.recv(4096).decode(errors="replace").split("\r\n", 1)[0]
+
+
 def main() -> None:
     data, api_url, nats_port = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
     executor = data / "executor"
@@ -123,6 +138,7 @@ def main() -> None:
         lambda: Path(os.environ["FAIRLANE_CHECKPOINT_DIR"], "mine").write_text("ok")
     )
     got["own_home"] = outcome(lambda: Path(os.environ["HOME"], "mine").write_text("ok"))
+    got["own_endpoint"] = outcome(own_endpoint)
     print("RESULTS " + json.dumps(got), flush=True)
 
 

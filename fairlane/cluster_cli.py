@@ -4,6 +4,8 @@ commands talk to its HTTP API: fairlane/jobs_cli.py, fairlane/cluster_view_cli.p
 from __future__ import annotations
 
 import asyncio
+import os
+import re
 import signal
 import sys
 import time
@@ -56,6 +58,7 @@ def up_command(
     api_port: int | None = None,
     nodes: int = 1,
     heartbeat_timeout: float | None = None,
+    insecure_same_user: bool = False,
 ) -> None:
     """Start an embedded cluster: nats-server, PostgreSQL, the services and one node executor
     (or --nodes of them; `fairlane node start` adds more later).
@@ -87,6 +90,11 @@ def up_command(
     heartbeat_timeout
         Seconds without a node's heartbeat before it is declared lost and its jobs are
         queued again (default 10).
+    insecure_same_user
+        Run jobs as the user who runs `up`: every job can then read the cluster's
+        credentials, tokens and other jobs' files. Only for a machine whose jobs are all
+        yours; the default where `up` is not root, which cannot give each job a user of its
+        own (as root each job runs as a uid of its own).
     """
     if nodes < 1:
         err.print(f"[red]error:[/] --nodes {nodes}: run at least 1 node")
@@ -98,6 +106,14 @@ def up_command(
         err.print(f"[red]error:[/] --heartbeat-timeout {heartbeat_timeout:g}: not in (0, 86400]")
         sys.exit(2)
     configure_logging("warning")  # the table below says what started
+    same_user = insecure_same_user or os.geteuid() != 0
+    if same_user:
+        err.print(
+            "[yellow]warning:[/] jobs run as this user (--insecure-same-user"
+            + ("" if insecure_same_user else ": not root, so no user of their own")
+            + "): any job can read the cluster's credentials and tokens and other jobs' "
+            "files; fine for a machine whose jobs are all yours"
+        )
     extra: list[str] = []
 
     async def start() -> tuple[ClusterFile, list[ProgramStatus]]:
@@ -110,6 +126,7 @@ def up_command(
             nats_port=nats_port,
             api_port=api_port,
             heartbeat_timeout=heartbeat_timeout,
+            insecure_same_user=same_user,
         )
         if nodes > 1 and gpus is not None:
             from fairlane.nodes import NodeError, start_node  # noqa: PLC0415  (only for --nodes)
@@ -157,6 +174,11 @@ def up_command(
         sys.exit(code)
 
 
+def without_password(dsn: str) -> str:
+    """A DSN as it may be shown: a password in it replaced by ***."""
+    return re.sub(r"^([a-z]+://[^:/@]*:)[^@]+@", r"\1***@", dsn)
+
+
 async def _stop(data_dir: Path) -> None:
     console.print("stopping ...")
     stopped = await down(data_dir)
@@ -173,7 +195,7 @@ def _print_started(
     table.add_row("NATS (JetStream)", info.nats_url)
     if info.credentials_dir:
         table.add_row("NATS credentials", f"{info.credentials_dir} (one user per service)")
-    table.add_row("PostgreSQL", info.postgres_uri)
+    table.add_row("PostgreSQL", without_password(info.postgres_uri))
     table.add_row("node executor", f"node {info.node}, pool default")
     for node in extra:
         table.add_row("node executor", f"node {node}, pool default (fairlane node stop {node})")

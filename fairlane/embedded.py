@@ -11,6 +11,15 @@ The nats-server it starts takes only authenticated users, each service its own w
 own subjects (services/runtime/auth.py): the credentials are generated into
 `<data>/credentials/` (0600), the stream and buckets are created by the admin user before any
 service starts, and each program is told its own credentials file, never the password.
+
+The data folder is the cluster's user's alone (docs/operations.md, "What a tenant can
+reach"): 0711 where that user is root (PostgreSQL's user and the workloads, each a uid of its
+own, pass through to their own folders, and list nothing), 0700 otherwise; everything the
+services write in it is created under umask 077. PostgreSQL takes the password in
+`<data>/postgres.password`, which the projector and the API get in their environment, not on
+their command line (anyone may read another user's command line). As root the node's
+workloads run as users of their own; a cluster started by anyone else runs them as itself
+(`--insecure-same-user`, said by `fairlane up`), which only suits a machine of one person.
 """
 
 from __future__ import annotations
@@ -54,6 +63,7 @@ from services.runtime.auth import (
 )
 from services.runtime.connection import connect
 from services.runtime.eventlog import JetStreamLog
+from services.runtime.postgres import DSN_ENV
 from services.runtime.processes import pid_exists
 from services.runtime.provision import provision
 from services.runtime.servers import NatsServer, Postgres, free_port
@@ -84,6 +94,7 @@ async def up(  # noqa: PLR0913 (the `fairlane up` options)
     nats_port: int | None = None,
     api_port: int | None = None,
     heartbeat_timeout: float | None = None,
+    insecure_same_user: bool | None = None,
 ) -> ClusterFile:
     """Start what is missing and return where everything listens (nats-server and the API
     on their default ports where free, else on free ones, unless told which). A node whose
@@ -94,7 +105,10 @@ async def up(  # noqa: PLR0913 (the `fairlane up` options)
         raise EmbeddedError(f"a cluster already runs from {data_dir} (nats {running.nats_url})")
     if nats_url is not None:
         await _reachable(nats_url)
+    # where it is not root it cannot give workloads users of their own (`fairlane up` says so)
+    same_user = not is_root() if insecure_same_user is None else insecure_same_user
     (data_dir / "logs").mkdir(parents=True, exist_ok=True)
+    private_data(data_dir)
     pids: dict[str, int] = {}
     node = socket.gethostname().split(".")[0] or "local"
     files: dict[str, Path] = {}
@@ -116,6 +130,7 @@ async def up(  # noqa: PLR0913 (the `fairlane up` options)
         postgres = Postgres(data_dir / "postgres")
         await postgres.start()
         postgres_dsn = postgres.uri
+    private_data(data_dir)  # again: the PostgreSQL wheel opens the folders above its own
 
     def env(user: str) -> dict[str, str]:
         return {CREDENTIALS_ENV: str(files[user])} if files else {}
@@ -128,13 +143,7 @@ async def up(  # noqa: PLR0913 (the `fairlane up` options)
         )
         for name in SERVICES
     ]
-    executor = ["-m", "services.executor", "--nats", nats_url, "--node", node]
-    executor += ["--pool", "default", "--data-dir", str(data_dir / "executor")]
-    # `fairlane down` stops the workloads as a preemption does: they are queued again
-    executor += ["--shutdown-on-exit"]
-    executor += ["--runtime", runtime]
-    if gpus is not None:
-        executor += ["--gpus", str(gpus)]
+    executor = _executor_args(data_dir, nats_url, node, runtime, gpus, same_user)
     programs.append(
         Program(
             "executor",
@@ -155,7 +164,7 @@ async def up(  # noqa: PLR0913 (the `fairlane up` options)
         admin_credentials=str(files[ADMIN]) if files else None,
     )
     plan_file = data_dir / PLAN_FILE
-    plan_file.write_bytes(msgspec.json.encode(plan))
+    write_private(plan_file, msgspec.json.encode(plan))  # the programs' environments
     supervisor_status_file(data_dir).unlink(missing_ok=True)
     supervisor = ["-m", "fairlane.supervisor", "--plan", str(plan_file)]
     pids[SUPERVISOR] = await _spawn(SUPERVISOR, supervisor, data_dir)
@@ -170,10 +179,30 @@ async def up(  # noqa: PLR0913 (the `fairlane up` options)
         admin_token_file=str(token_file),
         credentials_dir=str(credentials_dir(data_dir)) if files else "",
     )
-    cluster_file(data_dir).write_bytes(msgspec.json.encode(info))
+    write_private(cluster_file(data_dir), msgspec.json.encode(info))  # the DSN's password
     admin_file = files[ADMIN] if files else None
     await _node_registered(nats_url, node, admin_file, data_dir)
     return info
+
+
+def _executor_args(  # noqa: PLR0913 (the executor's own flags)
+    data_dir: Path,
+    nats_url: str,
+    node: str,
+    runtime: str,
+    gpus: int | None,
+    insecure_same_user: bool,
+) -> list[str]:
+    executor = ["-m", "services.executor", "--nats", nats_url, "--node", node]
+    executor += ["--pool", "default", "--data-dir", str(data_dir / "executor")]
+    # `fairlane down` stops the workloads as a preemption does: they are queued again
+    executor += ["--shutdown-on-exit"]
+    executor += ["--runtime", runtime]
+    if insecure_same_user:
+        executor += ["--insecure-same-user"]
+    if gpus is not None:
+        executor += ["--gpus", str(gpus)]
+    return executor
 
 
 def _settings(service: str, heartbeat_timeout: float | None) -> dict[str, str]:
@@ -197,16 +226,41 @@ def _read_side(  # noqa: PLR0913 (where each part of the read side runs)
     has started."""
     token_file = data_dir / "admin-token"
     admin_token_file(token_file)
-    common = ["--nats", nats_url, "--postgres", postgres_dsn]
+    common = ["--nats", nats_url]
+    dsn = {DSN_ENV: postgres_dsn}  # not an argument: every user may read those
     projector = ["-m", "services.projector", *common, "--instance", "embedded"]
-    programs.append(Program("projector", projector, env("projector")))
+    programs.append(Program("projector", projector, {**env("projector"), **dsn}))
     port = api_port or (DEFAULT_API_PORT if _port_free(DEFAULT_API_PORT) else free_port())
     api = ["-m", "services.api", *common, "--port", str(port)]
     api += ["--admin-token-file", str(token_file)]
     if runtime in ("process", "docker"):  # its one node runs them so: the API refuses images
         api += ["--node-runtime", runtime]
-    programs.append(Program("api", api, env("api")))
+    programs.append(Program("api", api, {**env("api"), **dsn}))
     return f"http://127.0.0.1:{port}", token_file
+
+
+def is_root() -> bool:
+    return os.geteuid() == 0
+
+
+def private_data(data_dir: Path) -> None:
+    """The data folder as only the cluster's user may read it: where that is root, others may
+    pass through (PostgreSQL's own user to its folder, workloads to theirs) but list nothing,
+    and the folders of the servers and the logs are closed; no file in it is readable by
+    others (umask 077 for everything started from here, explicit modes for what `up`
+    writes)."""
+    os.umask(0o077)
+    data_dir.chmod(0o711 if is_root() else 0o700)
+    for name in ("logs", "nats"):
+        with contextlib.suppress(FileNotFoundError):
+            (data_dir / name).chmod(0o700)
+
+
+def write_private(path: Path, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # an older file of another mode keeps it through O_TRUNC
+    with os.fdopen(fd, "wb") as out:
+        out.write(data)
 
 
 def _exited(data_dir: Path, program: str) -> bool:

@@ -151,6 +151,10 @@ def executor_args(  # noqa: PLR0913 (the executor's own flags)
         args += ["--gpus", str(gpus)]
     if address is not None:
         args += ["--address", address]
+    if os.geteuid() != 0:
+        # as `fairlane up`: only root can give each job a user of its own; anyone else runs
+        # a machine of their own, whose workloads run as themselves
+        args += ["--insecure-same-user"]
     return args
 
 

@@ -25,7 +25,9 @@ async def cluster() -> AsyncIterator[ClusterFile]:
     # outside pytest's folder, which other pytest runs make private again: PostgreSQL runs
     # as another user (see the postgres_server fixture)
     with tempfile.TemporaryDirectory(prefix="fairlane-up-") as folder:
-        info = await up(Path(folder) / "fl", gpus=8)
+        # its jobs run this run's interpreter, which may sit where no job's own user may
+        # run it (root's home): workloads as users of their own are tests/test_tenant.py's
+        info = await up(Path(folder) / "fl", gpus=8, insecure_same_user=True)
         try:
             yield info
         finally:

@@ -62,7 +62,10 @@ def data() -> Iterator[Path]:
         data.mkdir()
         # ports of its own: another cluster on this machine may take the defaults meanwhile
         ports = ["--nats-port", str(free_port()), "--api-port", str(free_port())]
-        fairlane(data, "up", "--detach", "--gpus", "8", *ports, timeout=180)
+        # its jobs run this run's interpreter, which may sit where no job's own user may run
+        # it (root's home): workloads as users of their own are tests/test_tenant.py's
+        same_user = ["--insecure-same-user"]
+        fairlane(data, "up", "--detach", "--gpus", "8", *ports, *same_user, timeout=180)
         try:
             yield data
         finally:

@@ -491,6 +491,9 @@ async def test_a_restarted_executor_adopts_reports_and_cleans_up(cluster: Cluste
     data = cluster.tmp / "n1"
     argv = [sys.executable, "-m", "services.executor", "--nats", cluster.server.url]
     argv += ["--node", "n1", "--pool", POOL, "--gpus", "4", "--data-dir", str(data)]
+    # adoption is the point here; workloads as users of their own: tests/test_tenant.py (and
+    # pytest's folder, 0700, is no place the workloads' users could enter)
+    argv += ["--insecure-same-user"]
     output = (cluster.tmp / "executor.log").open("ab")
 
     def start() -> subprocess.Popen[bytes]:

@@ -93,6 +93,7 @@ async def test_a_node_whose_heartbeats_stop_is_lost_and_comes_back_reconciled(
     data = cluster.tmp / "n1"
     argv = [sys.executable, "-m", "services.executor", "--nats", url, "--node", "n1"]
     argv += ["--pool", POOL, "--gpus", "1", "--data-dir", str(data), "--heartbeat", "0.3"]
+    argv += ["--insecure-same-user"]  # pytest's folder (0700) admits no workload's own user
     output = (cluster.tmp / "n1.log").open("ab")
 
     def start_n1() -> subprocess.Popen[bytes]:

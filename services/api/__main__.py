@@ -5,18 +5,24 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 from pathlib import Path
 
 import uvicorn
 
 from services.api.app import Settings, create_app
 from services.runtime.main import configure_logging
+from services.runtime.postgres import DSN_ENV
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m services.api")
     parser.add_argument("--nats", default="nats://127.0.0.1:4222", help="NATS server URL")
-    parser.add_argument("--postgres", required=True, help="PostgreSQL DSN")
+    parser.add_argument(
+        "--postgres",
+        default=os.environ.get(DSN_ENV),
+        help=f"PostgreSQL DSN (default: {DSN_ENV}, which keeps a password out of the process list)",
+    )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8080)
     parser.add_argument(
@@ -29,6 +35,8 @@ def main() -> None:
     )
     parser.add_argument("--log-level", default="info")
     args = parser.parse_args()
+    if not args.postgres:
+        parser.error(f"--postgres or {DSN_ENV} is required")
     configure_logging(args.log_level)
     settings = Settings(
         args.nats, args.postgres, args.admin_token_file, node_runtime=args.node_runtime

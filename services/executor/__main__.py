@@ -163,6 +163,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "and report them stopped for a shut down: their jobs are queued again",
     )
     parser.add_argument(
+        "--insecure-same-user",
+        action="store_true",
+        help="run workloads as the executor's own user, which lets every job read what the "
+        "executor reads (credentials, tokens, other jobs' files): only where every job is "
+        "the operator's own; by default each job runs as a uid of its own, which needs root",
+    )
+    parser.add_argument(
         "--log-format", choices=("json", "console"), default="json", help="as the other services"
     )
     parser.add_argument("--log-level", default="info")
@@ -234,6 +241,7 @@ async def serve(args: argparse.Namespace) -> int:
         gpu_sample_s=args.gpu_sample or None,
         idle_after_s=args.idle_after,
         shutdown_on_exit=args.shutdown_on_exit,
+        same_user=args.insecure_same_user,
     )
     nc = await connect(args.nats, name=f"executor-{args.node}")
     # one executor per node: its durable consumer is named after the node (and its NATS user

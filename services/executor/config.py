@@ -51,6 +51,12 @@ class ExecutorConfig:
     #: On exit, stop the workloads as a preemption does and report them stopped for a shut
     #: down (`JobPreempted(reason="shutdown")`), so the jobs are queued again (see `shutdown`).
     shutdown_on_exit: bool = False
+    #: Run workloads as the executor's own user (`--insecure-same-user`): every job may then
+    #: read what the executor reads. False: each job's workloads run as a uid of their own,
+    #: which needs root; an executor that is not root refuses to start them
+    #: (`services.executor.identity`). True here for executors built in-process (tests and
+    #: benchmarks run their own code); `python -m services.executor` defaults to False.
+    same_user: bool = True
     #: Names this run of the executor in its `NodeRegistered` id.
     boot_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
 

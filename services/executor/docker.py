@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import re
 import signal
 import time
@@ -34,6 +35,13 @@ import msgspec
 import structlog
 from aiodocker.exceptions import DockerError
 
+from services.executor.identity import (
+    WorkloadUser,
+    can_switch_users,
+    job_user,
+    own,
+    pass_through,
+)
 from services.executor.runtime import TOKEN_ENV, Launch, ProcessRecord, Workload
 
 log = structlog.get_logger("fairlane.executor.docker")
@@ -73,6 +81,8 @@ class ContainerHost:
     gpu_uuids: tuple[str, ...]
     network: str = "host"
     mounts: tuple[Path, ...] = ()
+    #: the uid:gid the container runs as (None: the image's own user; `--insecure-same-user`)
+    user: WorkloadUser | None = None
 
 
 def container_config(
@@ -100,6 +110,12 @@ def container_config(
             f"{p.container}/tcp": [{"HostPort": str(p.host)}] for p in launch.ports
         }
         env["FAIRLANE_PORT"] = str(launch.ports[0].container)
+    if on.user is not None:
+        # as the job's own uid (`identity`), never privileged, no setuid way back to root:
+        # the job's checkpoint folder (its own) and the events socket are all it gets of the
+        # node, so another job's files, the credentials and the Docker socket stay out
+        host["Privileged"] = False
+        host["SecurityOpt"] = ["no-new-privileges"]
     if launch.gpus and gpu_uuids:
         host["DeviceRequests"] = [
             # no Driver: the engine picks the one that offers `gpu`, as `docker run --gpus` does
@@ -113,6 +129,8 @@ def container_config(
     }
     if exposed:
         config["ExposedPorts"] = exposed
+    if on.user is not None:
+        config["User"] = f"{on.user.uid}:{on.user.gid}"
     if launch.working_dir is not None:  # else the image's own
         config["WorkingDir"] = str(launch.working_dir)
     if launch.command:
@@ -215,13 +233,27 @@ class DockerRuntime:
         gpu_uuids: tuple[str, ...] = (),
         network: str = "host",
         mounts: tuple[Path, ...] = (),
+        same_user: bool = True,
     ) -> None:
         self.url = url
+        self.same_user = same_user
         self.gpu_uuids = gpu_uuids
         self.network = network
         self.mounts = mounts
         self._docker: aiodocker.Docker | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+
+    def user(self, launch: Launch) -> WorkloadUser | None:
+        """Whose uid the container runs as (None: the image's own user). As root, the job's
+        own, which its checkpoint folder is given to; otherwise the executor's own uid, which
+        may write that folder: a container reaches nothing of the node but its mounts (its own
+        folder, the events socket), so unlike a process it needs no uid of its own to be kept
+        from the data folder, and it refuses nothing."""
+        if self.same_user:
+            return None
+        if can_switch_users():
+            return job_user(launch.job_id)
+        return WorkloadUser(os.getuid(), os.getgid())
 
     @property
     def docker(self) -> aiodocker.Docker:
@@ -235,7 +267,12 @@ class DockerRuntime:
         launch.run_dir.mkdir(parents=True, exist_ok=True)
         launch.checkpoint_dir.mkdir(parents=True, exist_ok=True)
         launch.log_file.write_bytes(b"")
-        on = ContainerHost(self.gpu_uuids, self.network, self.mounts)
+        user = self.user(launch)
+        if user is not None and can_switch_users():
+            pass_through(launch.checkpoint_dir.parent.parent)
+            own(launch.checkpoint_dir.parent, user)
+            own(launch.checkpoint_dir, user, recursive=True)
+        on = ContainerHost(self.gpu_uuids, self.network, self.mounts, user)
         config = container_config(launch, node, checkpoint_mtime, on)
         name = container_name(node, launch)
         try:

@@ -93,8 +93,11 @@ class Endpoint:
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         await web.UnixSite(self._runner, str(self.path)).start()
-        # Workloads may run as any user in their container; the token is the check.
+        # Workloads may run as any user in their container, or as their job's own uid
+        # (`identity`), who pass through the folder (the socket is all there is in it) but
+        # list nothing; the token is the check.
         self.path.chmod(0o666)
+        self.path.parent.chmod(0o711)
 
     async def close(self) -> None:
         if self._runner is not None:

@@ -60,8 +60,9 @@ def runtime_for(config: ExecutorConfig) -> Runtime:
             gpu_uuids=config.gpu_uuids,
             network=config.docker_network,
             mounts=(endpoint_dir(config.data_dir.resolve()),),
+            same_user=config.same_user,
         )
-    return ProcessRuntime()
+    return ProcessRuntime(same_user=config.same_user)
 
 
 class Executor:

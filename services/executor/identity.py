@@ -1,0 +1,98 @@
+"""Whose uid a workload runs as, and the folders only that uid may enter.
+
+A workload is a tenant's code. Run as the cluster's own user it could read everything that
+user reads: the credentials, the admin token, the PostgreSQL socket, other jobs' folders and,
+through `/proc/<pid>/environ`, other attempts' event tokens. So an executor that runs as root
+runs each job's workloads as a uid of their own, `WORKLOAD_UID_BASE + hash(job id)`, with the
+same number as gid and no supplementary groups. No passwd entry is needed (`setuid` takes any
+number): nothing is created on the node, and the uid is the same on every node and attempt,
+so a checkpoint folder stays its job's wherever the job runs. Two jobs share a uid only on a
+hash collision (one in 2**24 for a pair).
+
+An executor that is not root cannot switch users: it refuses to start workloads (the attempt
+fails and says why) unless told `--insecure-same-user` (a laptop, where the only tenant is the
+one who started the cluster).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+#: The first uid of the workloads' range: far above the ids of people and services
+#: (useradd's SYS_UID_MAX and UID_MAX are 999 and 60000) and below 2**31 (some tools take
+#: uids as signed).
+WORKLOAD_UID_BASE: Final = 0x50000000
+WORKLOAD_UID_SPAN: Final = 1 << 24
+#: Folders the executor keeps workloads' folders in: others may pass through (to reach the
+#: one folder that is theirs) but not list them.
+PASS_THROUGH: Final = 0o711
+PRIVATE: Final = 0o700
+
+REFUSAL: Final = (
+    "the executor does not run as root, so it cannot run the workload as a user of its own, "
+    "and it does not run tenants' code as the cluster's user: nothing was started (start the "
+    "executor as root, or with --insecure-same-user where every job is the operator's own)"
+)
+
+
+def unreachable(python: str) -> str:
+    return (
+        f"the built-in workload runs {python}, which the job's own user cannot run (a folder "
+        "on its way is closed to other users): nothing was started (install Python where "
+        "every user can run it, or name a command)"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadUser:
+    uid: int
+    gid: int
+
+
+def job_user(job_id: str) -> WorkloadUser:
+    """The uid and gid every workload of this job runs as."""
+    digest = hashlib.sha256(job_id.encode()).digest()
+    n = WORKLOAD_UID_BASE + int.from_bytes(digest[:8], "big") % WORKLOAD_UID_SPAN
+    return WorkloadUser(n, n)
+
+
+def others_can_run(path: str) -> bool:
+    """Whether a user with no rights of its own here may run `path`: every folder on the way
+    crossable by others, the file executable by them (an interpreter under root's home, 0700,
+    is not)."""
+    target = Path(path).resolve()
+    try:
+        for folder in target.parents:
+            if not folder.stat().st_mode & 0o001:
+                return False
+        return bool(target.stat().st_mode & 0o001)
+    except OSError:
+        return False
+
+
+def can_switch_users() -> bool:
+    return os.geteuid() == 0
+
+
+def own(path: Path, user: WorkloadUser, *, recursive: bool = False) -> None:
+    """Give `path` (and with `recursive` everything under it) to the workload's user, 0700 for
+    folders: another job's uid cannot even list it. Links are changed, not followed."""
+    paths = [path]
+    if recursive and path.is_dir():
+        for root, dirs, files in os.walk(path):
+            paths += [Path(root) / name for name in (*dirs, *files)]
+    for p in paths:
+        os.chown(p, user.uid, user.gid, follow_symlinks=False)
+        if p.is_dir() and not p.is_symlink():
+            p.chmod(PRIVATE)
+
+
+def pass_through(*folders: Path) -> None:
+    """Folders of the executor that workloads must cross to reach their own: 0711."""
+    for folder in folders:
+        folder.mkdir(parents=True, exist_ok=True)
+        folder.chmod(PASS_THROUGH)

@@ -141,17 +141,19 @@ def executor_args(  # noqa: PLR0913 (the executor's own flags)
     data_dir: Path,
     runtime: Runtime,
     address: str | None = None,
+    same_user: bool = False,
 ) -> list[str]:
     """The executor's command line after the interpreter. Its workloads stop with it (as the
     embedded cluster's own node's do): a node that is stopped is gone, and what ran there
-    resumes elsewhere, never twice."""
+    resumes elsewhere, never twice. `same_user`: the cluster's own node runs its workloads as
+    the cluster's user (`fairlane up --insecure-same-user`), so the nodes added to it do too."""
     args = ["-m", "services.executor", "--nats", nats_url, "--node", node, "--pool", pool]
     args += ["--data-dir", str(data_dir), "--runtime", runtime, "--stop-workloads-on-exit"]
     if gpus is not None:  # else the executor asks NVML
         args += ["--gpus", str(gpus)]
     if address is not None:
         args += ["--address", address]
-    if os.geteuid() != 0:
+    if same_user or os.geteuid() != 0:
         # as `fairlane up`: only root can give each job a user of its own; anyone else runs
         # a machine of their own, whose workloads run as themselves
         args += ["--insecure-same-user"]
@@ -366,6 +368,7 @@ async def start_node(  # noqa: PLR0913 (the `fairlane node start` options)
                 data_dir=folder / "executor",
                 runtime=runtime,
                 address=address,
+                same_user=any("--insecure-same-user" in p.args for p in plan.programs),
             )
             program = Program(program_name(node), args, env)
             write_plan(plan_file, with_program(plan, program))

@@ -91,7 +91,9 @@ def test_audit_a_running_embedded_cluster_as_its_admin(tmp_path: Path) -> None:
     """`fairlane up` secures NATS: the audit reads the log with the cluster's admin credentials,
     and a reclaim that really happened there audits clean, from the stream and from a file."""
     data = tmp_path / "fl"
-    assert _cli("up", "--detach", "--gpus", "2", data_dir=data).returncode == 0
+    assert (
+        _cli("up", "--detach", "--gpus", "2", "--insecure-same-user", data_dir=data).returncode == 0
+    )
     try:
         for project in ("a", "b"):
             assert _cli("project", "set", project, "--quota", "1", data_dir=data).returncode == 0

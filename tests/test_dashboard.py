@@ -53,7 +53,7 @@ async def cluster() -> AsyncIterator[Cluster]:
     each) and a token for project-b."""
     binaries()  # no cluster for nothing when the browser is missing
     with tempfile.TemporaryDirectory(prefix="fairlane-ui-") as folder:
-        info = await up(Path(folder) / "fl", gpus=8)
+        info = await up(Path(folder) / "fl", gpus=8, insecure_same_user=True)
         try:
             admin = Path(info.admin_token_file).read_text().strip()
             async with httpx.AsyncClient(

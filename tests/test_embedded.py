@@ -23,7 +23,12 @@ def fairlane(*args: str, data_dir: Path, check: bool = True) -> subprocess.Compl
         (args, ()) if "--" not in args else (args[: args.index("--")], args[args.index("--") :])
     )
     cmd = [sys.executable, "-m", "fairlane.cli", *options, "--data-dir", str(data_dir), *command]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=check)
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+    # a failure says what the command said, not only its exit status
+    assert not check or done.returncode == 0, (
+        f"{cmd}: {done.returncode}\n{done.stdout}{done.stderr}"
+    )
+    return done
 
 
 def test_up_submit_pause_delete_down(tmp_path: Path) -> None:
@@ -134,7 +139,7 @@ def test_down_and_up_keep_the_running_jobs(tmp_path: Path) -> None:
     checkpoints: neither is failed, and "Ran" counts only the time they ran."""
     data = tmp_path / "fl"
     ports = ["--nats-port", str(free_port()), "--api-port", str(free_port())]
-    fairlane("up", "--detach", "--gpus", "2", *ports, data_dir=data)
+    fairlane("up", "--detach", "--gpus", "2", "--insecure-same-user", *ports, data_dir=data)
     try:
         fairlane("project", "set", "team", "--quota", "2", data_dir=data)
         train = [
@@ -160,7 +165,7 @@ def test_down_and_up_keep_the_running_jobs(tmp_path: Path) -> None:
         fairlane("down", data_dir=data)
     down_at = time.time()
     time.sleep(5.0)  # the cluster is down a while: not counted as running time
-    fairlane("up", "--detach", "--gpus", "2", *ports, data_dir=data)
+    fairlane("up", "--detach", "--gpus", "2", "--insecure-same-user", *ports, data_dir=data)
     try:
 
         def resumed(name: str) -> bool:

@@ -90,7 +90,9 @@ async def cluster() -> AsyncIterator[Cluster]:
         os.environ.update(nvml.env())
         os.environ.update({"FAIRLANE_GPU_SAMPLE": "1", "FAIRLANE_IDLE_AFTER": f"{IDLE_AFTER_S}s"})
         try:
-            info = await up(Path(folder) / "fl")  # no --gpus: NVML (the fake) says how many
+            info = await up(
+                Path(folder) / "fl", insecure_same_user=True
+            )  # no --gpus: NVML (the fake) says how many
         finally:
             os.environ.clear()
             os.environ.update(saved)

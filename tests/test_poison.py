@@ -69,7 +69,7 @@ async def cluster() -> AsyncIterator[Cluster]:
     # as another user (see the postgres_server fixture)
     with tempfile.TemporaryDirectory(prefix="fairlane-poison-") as folder:
         data = Path(folder) / "fl"
-        info = await up(data, gpus=8)
+        info = await up(data, gpus=8, insecure_same_user=True)
         admin = Path(info.admin_token_file).read_text().strip()
         creds = load_credentials(Path(info.credentials_dir) / f"{ADMIN}.json")
         nc = await connect(info.nats_url, "test-admin", credentials=creds)

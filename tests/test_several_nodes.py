@@ -30,6 +30,10 @@ from services.runtime.servers import free_port
 from tests import test_embedded
 
 TRAIN = str(Path(__file__).resolve().parent.parent / "examples" / "train.py")
+#: its jobs run this run's interpreter, which may sit where no job's own user may run it
+#: (root's home): workloads as users of their own are tests/test_tenant.py's; the nodes added
+#: to the cluster follow its choice
+SAME_USER = ("--insecure-same-user",)
 T = TypeVar("T")
 
 
@@ -90,7 +94,17 @@ def test_a_job_moves_between_two_nodes_on_one_machine_drained_then_lost(tmp_path
     data = tmp_path / "fl"
     ports = ("--nats-port", str(free_port()), "--api-port", str(free_port()))
     try:
-        fairlane("up", "--detach", "--gpus", "1", "--heartbeat-timeout", "3", *ports, data_dir=data)
+        fairlane(
+            "up",
+            "--detach",
+            "--gpus",
+            "1",
+            "--heartbeat-timeout",
+            "3",
+            *ports,
+            *SAME_USER,
+            data_dir=data,
+        )
         info = json.loads((data / "cluster.json").read_text())
         host = info["node"]
         started = fairlane("node", "start", "gpu-b", "--gpus", "1", data_dir=data)

@@ -28,9 +28,11 @@ from events import (
     JobScheduled,
     JobSpec,
     NodeLost,
+    NodeRegistered,
     Replica,
     WorkRelayed,
     encode_event,
+    subject_for,
 )
 from events.commands import SetPool, SetProject
 from policy.snapshot import encode_snapshot
@@ -138,6 +140,7 @@ PLACEMENT = JobScheduled(
 )
 COMPLETION = JobCompleted(id="forged-done", time=0.0, actor=NODE, job_id="victim", attempt=1)
 LOST = NodeLost(id="forged-lost", time=0.0, actor=NODE, node=NODE, reason="lost")
+LOST_SUBJECT = subject_for(LOST)
 WORK = WorkRelayed(
     id="forged-work", time=0.0, actor="nodewatch", node=NODE, source_seq=1, event=PLACEMENT
 )
@@ -156,7 +159,7 @@ PROJECTOR_ASIDE = msgspec.structs.replace(ASIDE, id="forged-projector-aside", se
 FORGERIES = {
     "placement": ("fl.job.victim.job_scheduled", encode_event(PLACEMENT), STREAM, "scheduler"),
     "completion": ("fl.job.victim.job_completed", encode_event(COMPLETION), STREAM, "executor"),
-    "node_lost": (f"fl.node.{NODE}.node_lost", encode_event(LOST), STREAM, "executor"),
+    "node_lost": (f"fl.node.{NODE}.node_lost", encode_event(LOST), STREAM, "nodewatch"),
     "work": (f"fl.work.{NODE}", encode_event(WORK), STREAM, "nodewatch"),
     # a forged set-aside would make the node watcher drop a relay
     "set_aside": ("fl.aside.nodewatch", encode_event(ASIDE), STREAM, "nodewatch"),
@@ -211,6 +214,19 @@ async def test_an_executor_reports_only_for_its_own_node(secured: Secured) -> No
     errors = await try_publish(secured, "scheduler", "fl.node.n1.node_lost", encode_event(other))
     assert any("permissions violation" in e.lower() for e in errors), errors
     assert await stored_count(secured, STREAM) == before
+
+
+async def test_an_executor_cannot_declare_its_own_node_lost(secured: Secured) -> None:
+    """A NodeLost stops every attempt on the node: only the node watcher may write one."""
+    before = await stored_count(secured, STREAM)
+    errors = await try_publish(secured, executor_user(NODE), LOST_SUBJECT, encode_event(LOST))
+    assert any("permissions violation" in e.lower() for e in errors), errors
+    assert await stored_count(secured, STREAM) == before
+    # its registration it still writes
+    registered = NodeRegistered(id="reg", time=0.0, actor=NODE, node=NODE, pool="default", gpus=1)
+    subject = subject_for(registered)
+    assert await try_publish(secured, executor_user(NODE), subject, encode_event(registered)) == []
+    assert await stored_count(secured, STREAM) == before + 1
 
 
 def relay(node: str, seq: int) -> WorkRelayed:
@@ -336,7 +352,7 @@ def test_a_node_added_later_keeps_every_other_nodes_user(tmp_path: Path) -> None
     for node in (NODE, "n1"):
         entry = users[executor_user(node)]
         assert entry["password"] == load_credentials(files[executor_user(node)]).password
-        assert f"fl.node.{node}.>" in entry["permissions"]["publish"]
+        assert f"fl.node.{node}.node_registered" in entry["permissions"]["publish"]
     assert node_of(first) == NODE and node_of(load_credentials(files[ADMIN])) is None
 
 

@@ -6,7 +6,9 @@ snapshot, or delete the stream. With it, the server itself refuses all of that:
 
 - only the scheduler publishes placements and only the preemptor preemptions and nominations,
   and each writes only its own lease key and term subject;
-- only an executor publishes its node's reports (`fl.node.<its node>.>`) and attempts' outcomes;
+- only an executor registers its node (`fl.node.<its node>.node_registered`, nothing else of
+  the node's: only the node watcher declares a node lost, a node never itself) and publishes
+  attempts' outcomes;
 - only the node watcher relays work to a node (`fl.work.<node>`), and an executor reads only
   its own node's work, through its own consumer (it reads nothing else of the log);
 - only the ledger writes configuration events (a node's cordon among them) and snapshots;
@@ -231,7 +233,9 @@ def _own_work(node: str) -> list[str]:
 
 
 def _executor(node: str, inbox: list[str]) -> Permissions:
-    publish = _own_work(node) + _jobs(EXECUTOR_EVENTS) + [f"fl.node.{node}.>"]
+    # its node's registration only: a NodeLost of its own node would stop every attempt there
+    # (only the node watcher, which watches the heartbeats, declares a node lost)
+    publish = _own_work(node) + _jobs(EXECUTOR_EVENTS) + [f"fl.node.{node}.node_registered"]
     publish += [*_reading(f"KV_{HEARTBEATS}"), f"$KV.{HEARTBEATS}.{node}"]
     # its own node's workload output, and where its shipping of a replica got to
     publish += [f"{LOG_PREFIX}.{node}.>", f"$JS.API.STREAM.INFO.{LOG_STREAM}"]

@@ -269,6 +269,59 @@ async def test_an_executor_reads_only_its_own_work_and_cannot_write_any(secured:
     await nc.close()
 
 
+async def refused_on_executors_consumer(secured: Secured, user: str) -> None:
+    """`user` tries everything one can do to a consumer on the executor's; each is refused,
+    and `user` still reads the log with consumers of its own."""
+    errors: list[str] = []
+    nc = await secured.connect(user, errors)
+    js, consumer = nc.jetstream(timeout=1.0), executor_consumer(NODE)
+    pull = json.dumps({"batch": 10, "expires": 500_000_000}).encode()
+    inbox = nc.new_inbox()
+    await nc.subscribe(inbox)
+    for attempt in (
+        lambda: nc.publish(f"$JS.API.CONSUMER.MSG.NEXT.{STREAM}.{consumer}", pull, inbox),
+        lambda: nc.publish(f"$JS.ACK.{STREAM}.{consumer}.1.2.2.0.0", b"+ACK"),
+        lambda: js.consumer_info(STREAM, consumer),
+        lambda: js.delete_consumer(STREAM, consumer),
+        # binding it as its own durable (which deletes it first, to make it again)
+        lambda: anext(aiter(JetStreamLog(nc, durable=consumer).read(1, subject="fl.>"))),
+    ):
+        errors.clear()
+        with contextlib.suppress(nats.errors.TimeoutError, StopAsyncIteration):
+            await attempt()
+        await nc.flush()
+        await asyncio.sleep(0.1)  # let the server's -ERR arrive
+        assert any("permissions violation" in e.lower() for e in errors), (user, errors)
+    errors.clear()
+    assert len([s async for s in JetStreamLog(nc).read(1)]) == 2
+    assert errors == [], (user, errors)
+    await nc.close()
+
+
+async def test_no_service_takes_or_deletes_an_executors_consumer(secured: Secured) -> None:
+    """The api's user pulled and acked what was relayed to a node (its jobs stayed
+    `starting`): every service reads the log with consumers of its own, and none may pull,
+    ack, look at, make or delete an executor's."""
+    watcher = JetStreamLog(await secured.connect("nodewatch"))
+    await watcher.publish(relay(NODE, 1))
+    executor = await secured.connect(executor_user(NODE))
+    own = JetStreamLog(executor, durable=executor_consumer(NODE))
+    # the executor makes its consumer and reads its work through it; more work comes
+    assert [s.event.id async for s in own.read(1, subject=f"fl.work.{NODE}")] == [f"work/{NODE}/1"]
+    await executor.close()  # its pull request goes with it
+    await asyncio.sleep(0.2)
+    await watcher.publish(relay(NODE, 2))
+    await watcher.nc.close()
+    consumer = executor_consumer(NODE)
+    for user in ("api", "scheduler"):
+        await refused_on_executors_consumer(secured, user)
+    # the executor's consumer is still there, and the new work is still for it to take
+    admin = await secured.connect(ADMIN)
+    info = await admin.jetstream().consumer_info(STREAM, consumer)
+    assert (info.delivered.consumer_seq, info.num_pending) == (1, 1), info
+    await admin.close()
+
+
 async def test_a_client_cannot_read_others_replies_or_the_log(secured: Secured) -> None:
     errors: list[str] = []
     nc = await secured.connect(CLIENT, errors)

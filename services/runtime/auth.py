@@ -10,7 +10,8 @@ snapshot, or delete the stream. With it, the server itself refuses all of that:
   the node's: only the node watcher declares a node lost, a node never itself) and publishes
   attempts' outcomes;
 - only the node watcher relays work to a node (`fl.work.<node>`), and an executor reads only
-  its own node's work, through its own consumer (it reads nothing else of the log);
+  its own node's work, through its own consumer (it reads nothing else of the log); no other
+  user may make, bind, pull from, ack or delete that consumer (denied by name);
 - only the ledger writes configuration events (a node's cordon among them) and snapshots;
 - executors read and write the objects of the cluster's checkpoint store (a job resumes on any
   node, so any node's executor reads any job's; the object store's subjects carry no job to
@@ -103,6 +104,15 @@ class Permissions(msgspec.Struct, frozen=True, omit_defaults=True):
     subscribe: list[str]
     #: may answer the requests it receives (and nothing else by way of replies)
     allow_responses: bool = False
+    #: refused even where `publish` allows it (the server's deny wins over its allow)
+    deny_publish: list[str] = []
+
+    def server_config(self) -> dict[str, object]:
+        """As nats-server's `permissions` block reads it."""
+        config = msgspec.to_builtins(self)
+        if self.deny_publish:
+            config["publish"] = {"allow": self.publish, "deny": config.pop("deny_publish")}
+        return config  # type: ignore[no-any-return]
 
 
 def inbox_prefix(user: str) -> str:
@@ -148,8 +158,8 @@ def _jobs(events: tuple[str, ...]) -> list[str]:
     return [f"fl.job.*.{event}" for event in events]
 
 
-def permissions(user: str) -> Permissions | None:
-    """The permissions of one user; None for the admin (everything)."""
+def permissions(user: str, nodes: list[str] | tuple[str, ...] = ()) -> Permissions | None:
+    """The permissions of one user, in a cluster of `nodes`; None for the admin (everything)."""
     if user == ADMIN:
         return None
     inbox = [f"{inbox_prefix(user)}.>"]
@@ -158,7 +168,16 @@ def permissions(user: str) -> Permissions | None:
     grant = _GRANTS.get(user)
     if grant is None:
         raise ValueError(f"no permissions defined for NATS user {user!r}")
-    return grant(user, inbox)
+    granted = grant(user, inbox)
+    if granted.publish and any(p.startswith("$JS.") for p in granted.publish):
+        # A reader's grants name consumers by a wildcard (the server names an ephemeral one,
+        # and a subject permission matches whole tokens only, never a name's prefix), which
+        # would let it pull, ack or delete an executor's consumer: a reader that pulled an
+        # executor's work took it from the executor, and the jobs never started. Every
+        # executor's consumer has a fixed name, so each is refused by name.
+        deny = [s for node in nodes for s in _consumer_subjects(STREAM, executor_consumer(node))]
+        granted = msgspec.structs.replace(granted, deny_publish=deny)
+    return granted
 
 
 _COMMANDS: Final = [ADMISSION_SUBJECT, LEDGER_SUBJECT]
@@ -214,6 +233,21 @@ def executor_consumer(node: str) -> str:
     """The one consumer an executor reads its work with: services/executor/__main__.py names
     its durable consumer so."""
     return executor_user(node)
+
+
+def _consumer_subjects(stream: str, consumer: str) -> list[str]:
+    """Every subject that makes, binds, reads, acks or deletes the consumer `consumer`."""
+    api = "$JS.API.CONSUMER"
+    return [
+        f"{api}.CREATE.{stream}.{consumer}",
+        f"{api}.CREATE.{stream}.{consumer}.>",
+        f"{api}.DURABLE.CREATE.{stream}.{consumer}",
+        f"{api}.INFO.{stream}.{consumer}",
+        f"{api}.DELETE.{stream}.{consumer}",
+        f"{api}.MSG.NEXT.{stream}.{consumer}",
+        f"$JS.ACK.{stream}.{consumer}.>",
+        f"$JS.FC.{stream}.{consumer}.>",
+    ]
 
 
 def _own_work(node: str) -> list[str]:
@@ -312,9 +346,9 @@ def write_auth(data_dir: Path, config: Path, nodes: list[str]) -> dict[str, Path
         _write_private(path, msgspec.json.encode(creds))
         files[user] = path
         entry: dict[str, object] = {"user": user, "password": creds.password}
-        granted = permissions(user)
+        granted = permissions(user, nodes)
         if granted is not None:
-            entry["permissions"] = msgspec.to_builtins(granted)
+            entry["permissions"] = granted.server_config()
         entries.append(entry)
     # nats-server reads JSON as its own config format
     _write_private(config, msgspec.json.encode({"authorization": {"users": entries}}))

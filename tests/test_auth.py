@@ -23,12 +23,18 @@ import pytest
 from nats.aio.client import Client
 
 from events import (
+    Event,
     EventSetAside,
+    JobAdmitted,
     JobCompleted,
     JobScheduled,
     JobSpec,
+    JobSubmitted,
     NodeLost,
     NodeRegistered,
+    PoolConfigured,
+    ProjectConfigured,
+    ProjectTerms,
     Replica,
     WorkRelayed,
     encode_event,
@@ -138,7 +144,9 @@ PLACEMENT = JobScheduled(
     pool="default",
     replicas=(Replica(NODE, (0, 1)),),
 )
-COMPLETION = JobCompleted(id="forged-done", time=0.0, actor=NODE, job_id="victim", attempt=1)
+COMPLETION = JobCompleted(
+    id="forged-done", time=0.0, actor=NODE, job_id="victim", attempt=1, node=NODE
+)
 LOST = NodeLost(id="forged-lost", time=0.0, actor=NODE, node=NODE, reason="lost")
 LOST_SUBJECT = subject_for(LOST)
 WORK = WorkRelayed(
@@ -158,7 +166,7 @@ PROJECTOR_ASIDE = msgspec.structs.replace(ASIDE, id="forged-projector-aside", se
 #: forgery: (subject, payload, stream it would land in, the one user allowed to write there)
 FORGERIES = {
     "placement": ("fl.job.victim.job_scheduled", encode_event(PLACEMENT), STREAM, "scheduler"),
-    "completion": ("fl.job.victim.job_completed", encode_event(COMPLETION), STREAM, "executor"),
+    "completion": (subject_for(COMPLETION), encode_event(COMPLETION), STREAM, "executor"),
     "node_lost": (f"fl.node.{NODE}.node_lost", encode_event(LOST), STREAM, "nodewatch"),
     "work": (f"fl.work.{NODE}", encode_event(WORK), STREAM, "nodewatch"),
     # a forged set-aside would make the node watcher drop a relay
@@ -227,6 +235,77 @@ async def test_an_executor_cannot_declare_its_own_node_lost(secured: Secured) ->
     subject = subject_for(registered)
     assert await try_publish(secured, executor_user(NODE), subject, encode_event(registered)) == []
     assert await stored_count(secured, STREAM) == before + 1
+
+
+async def test_an_executor_reports_only_on_its_own_nodes_subjects(secured: Secured) -> None:
+    """A node's report goes on `fl.job.<job>.<event>.<node>`: the server takes an executor's
+    only on its own node's, never on another node's nor on one naming no node."""
+    elsewhere = msgspec.structs.replace(COMPLETION, id="elsewhere", node="n1")
+    unnamed = msgspec.structs.replace(COMPLETION, id="unnamed", node=None)
+    before = await stored_count(secured, STREAM)
+    for event in (elsewhere, unnamed):
+        subject = subject_for(event)
+        errors = await try_publish(secured, executor_user(NODE), subject, encode_event(event))
+        assert any("permissions violation" in e.lower() for e in errors), (subject, errors)
+    assert await stored_count(secured, STREAM) == before
+    own = subject_for(COMPLETION)
+    assert own == f"fl.job.victim.job_completed.{NODE}"
+    assert await try_publish(secured, executor_user(NODE), own, encode_event(COMPLETION)) == []
+    assert await stored_count(secured, STREAM) == before + 1
+
+
+async def test_a_report_naming_another_node_than_its_subject_is_read_as_no_event(
+    secured: Secured,
+) -> None:
+    """The server pins the subject, not what the event says: a report written on the
+    executor's own subject that names another node (or none) is skipped by every reader,
+    so it never reaches a fold as that node's word."""
+    nc = await secured.connect(executor_user(NODE))
+    own = JetStreamLog(nc)
+    subject = f"fl.job.victim.job_completed.{NODE}"
+    for event in (
+        msgspec.structs.replace(COMPLETION, id="says-n1", node="n1"),
+        msgspec.structs.replace(COMPLETION, id="says-none", node=None),
+    ):
+        await own.publish_raw(subject, encode_event(event))
+    await own.publish(COMPLETION)
+    await nc.close()
+    reader = JetStreamLog(await secured.connect(ADMIN))
+    read = [s.event.id async for s in reader.read(1)]
+    assert read == [COMPLETION.id]
+    assert reader.skipped == 2
+    await reader.nc.close()
+
+
+async def test_a_node_cannot_complete_a_job_running_on_another(secured: Secured) -> None:
+    """An executor's credentials completed a job running on another node, and that node
+    killed it. Now its report is stored (on its own subject) and the fold refuses it."""
+    state = ClusterState()
+    setup: list[Event] = [
+        PoolConfigured(id="pool", time=0.0, actor="ledger", pool="default"),
+        NodeRegistered(id="n1", time=0.0, actor="n1", node="n1", pool="default", gpus=2),
+        ProjectConfigured(
+            id="proj", time=0.0, actor="ledger", project="a",
+            terms={"default": ProjectTerms(quota=2)},
+        ),
+        JobSubmitted(id="sub", time=0.0, actor="admission", job_id="victim",
+                     spec=JobSpec(project="a", gpus=2)),
+        JobAdmitted(id="adm", time=0.0, actor="admission", job_id="victim", project="a",
+                    priority=0, preemptible=True, gpus=2, replicas=1, min_replicas=1,
+                    pools=("default",)),
+        msgspec.structs.replace(PLACEMENT, replicas=(Replica("n1", (0, 1)),)),
+    ]  # fmt: skip
+    admin = JetStreamLog(await secured.connect(ADMIN))
+    for event in setup:
+        await admin.publish(event)
+    nc = await secured.connect(executor_user(NODE))
+    await JetStreamLog(nc).publish(COMPLETION)  # n0 says it completed what runs on n1
+    await nc.close()
+    verdicts = {s.event.id: state.apply(s.event, s.seq) async for s in admin.read(1)}
+    await admin.nc.close()
+    assert verdicts[PLACEMENT.id].applied
+    assert verdicts[COMPLETION.id].reason == f"node {NODE} holds no replica of attempt 1"
+    assert state.jobs["victim"].phase == "starting"
 
 
 def relay(node: str, seq: int) -> WorkRelayed:

@@ -8,7 +8,7 @@ snapshot, or delete the stream. With it, the server itself refuses all of that:
   and each writes only its own lease key and term subject;
 - only an executor registers its node (`fl.node.<its node>.node_registered`, nothing else of
   the node's: only the node watcher declares a node lost, a node never itself) and publishes
-  attempts' outcomes;
+  the reports of attempts on its own node (`fl.job.*.<event>.<its node>`);
 - only the node watcher relays work to a node (`fl.work.<node>`), and an executor reads only
   its own node's work, through its own consumer (it reads nothing else of the log); no other
   user may make, bind, pull from, ack or delete that consumer (denied by name);
@@ -67,7 +67,8 @@ SERVICES: Final = (
 ADMIN: Final = "admin"
 CLIENT: Final = "client"
 
-#: The job events each writer records (`fl.job.<job id>.<event>`).
+#: The job events each writer records (`fl.job.<job id>.<event>`; an executor's reports,
+#: `fl.job.<job id>.<event>.<node>`).
 ADMISSION_EVENTS: Final = (
     "job_submitted",
     "job_admitted",
@@ -154,8 +155,10 @@ def _log_reader() -> list[str]:
     return [*_reading(STREAM), *_reading(f"OBJ_{SNAPSHOTS}"), "$JS.API.STREAM.NAMES"]
 
 
-def _jobs(events: tuple[str, ...]) -> list[str]:
-    return [f"fl.job.*.{event}" for event in events]
+def _jobs(events: tuple[str, ...], node: str | None = None) -> list[str]:
+    """The subjects of these job events (`subject_for`): of a node's reports, only those
+    that name `node` (`fl.job.<job>.<event>.<node>`)."""
+    return [f"fl.job.*.{event}" + ("" if node is None else f".{node}") for event in events]
 
 
 def permissions(user: str, nodes: list[str] | tuple[str, ...] = ()) -> Permissions | None:
@@ -269,7 +272,10 @@ def _own_work(node: str) -> list[str]:
 def _executor(node: str, inbox: list[str]) -> Permissions:
     # its node's registration only: a NodeLost of its own node would stop every attempt there
     # (only the node watcher, which watches the heartbeats, declares a node lost)
-    publish = _own_work(node) + _jobs(EXECUTOR_EVENTS) + [f"fl.node.{node}.node_registered"]
+    # and the reports of attempts on its own node only (the fold takes a report only from a
+    # node the attempt has a replica on; the subject keeps one node from speaking for another)
+    publish = _own_work(node) + _jobs(EXECUTOR_EVENTS, node)
+    publish.append(f"fl.node.{node}.node_registered")
     publish += [*_reading(f"KV_{HEARTBEATS}"), f"$KV.{HEARTBEATS}.{node}"]
     # its own node's workload output, and where its shipping of a replica got to
     publish += [f"{LOG_PREFIX}.{node}.>", f"$JS.API.STREAM.INFO.{LOG_STREAM}"]

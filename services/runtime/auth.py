@@ -25,6 +25,10 @@ Every user gets its own inbox prefix (`_INBOX_<user>`), so nobody can read anoth
 Readers get what reading the log takes (stream info, consumers, pull, ack, message get), never
 the subjects that purge, delete or change a stream.
 
+The servers of a cluster authenticate one another too: a route port takes only a server that
+logs in as the routes' user (`Cluster`, `route_credentials`), or anyone who reached it would
+join as a server and see every message.
+
 `write_auth` generates the passwords into `<data>/credentials/<user>.json` (mode 0600, in a
 0700 folder) and the server's `authorization` block into a config file (mode 0600). Passwords
 are never logged; services read theirs from the file named by `FAIRLANE_NATS_CREDENTIALS`.
@@ -330,10 +334,57 @@ def credentials_file(data_dir: Path, user: str) -> Path:
     return credentials_dir(data_dir) / f"{user}.json"
 
 
-def write_auth(data_dir: Path, config: Path, nodes: list[str]) -> dict[str, Path]:
+#: The user one nats-server of a cluster connects to another's route port as: not a client
+#: user (it is in no server's `authorization` block, and no client may use it).
+ROUTE_USER: Final = "route"
+
+
+class Cluster(msgspec.Struct, frozen=True):
+    """How the servers of one NATS cluster reach each other: the cluster's name, where this
+    server listens for routes, and every server's route address (`host:port`, its own among
+    them: a server ignores a route to itself)."""
+
+    name: str
+    listen: str
+    routes: list[str]
+
+
+def route_credentials(data_dir: Path) -> Credentials:
+    """The routes' user and password (made once, then kept: a server restarted with a new
+    one would be cut off from the others)."""
+    path = credentials_file(data_dir, ROUTE_USER)
+    creds = _existing(path, ROUTE_USER)
+    if creds is None:
+        creds = Credentials(ROUTE_USER, secrets.token_urlsafe(32), inbox_prefix(ROUTE_USER))
+        _write_private(path, msgspec.json.encode(creds))
+    return creds
+
+
+def route_urls(creds: Credentials, routes: list[str]) -> list[str]:
+    """Route URLs that log in as the routes' user (its password is URL-safe)."""
+    return [f"nats-route://{creds.user}:{creds.password}@{route}" for route in routes]
+
+
+def _cluster_block(data_dir: Path, cluster: Cluster) -> dict[str, object]:
+    """A cluster whose route port takes only servers that know the routes' password: without
+    it, anyone who reaches the port joins as a server, and sees and sends every message of
+    every account, whatever the users' permissions."""
+    creds = route_credentials(data_dir)
+    return {
+        "name": cluster.name,
+        "listen": cluster.listen,
+        "authorization": {"user": creds.user, "password": creds.password, "timeout": 2},
+        "routes": route_urls(creds, cluster.routes),
+    }
+
+
+def write_auth(
+    data_dir: Path, config: Path, nodes: list[str], cluster: Cluster | None = None
+) -> dict[str, Path]:
     """Generate a password for every user (kept if already generated: a restarted cluster's
     clients keep working), write each to its own 0600 file and the server's authorization
-    block to `config` (0600). Returns each user's credentials file.
+    block to `config` (0600). Returns each user's credentials file. With `cluster`, the
+    config has the cluster's block too, its routes logging in as `ROUTE_USER`.
 
     The nodes made before stay in the config beside `nodes`: adding a node that joins later
     (`fairlane node credentials`, `fairlane deploy secrets --node`) never takes another
@@ -356,8 +407,11 @@ def write_auth(data_dir: Path, config: Path, nodes: list[str]) -> dict[str, Path
         if granted is not None:
             entry["permissions"] = granted.server_config()
         entries.append(entry)
+    server: dict[str, object] = {"authorization": {"users": entries}}
+    if cluster is not None:
+        server["cluster"] = _cluster_block(data_dir, cluster)
     # nats-server reads JSON as its own config format
-    _write_private(config, msgspec.json.encode({"authorization": {"users": entries}}))
+    _write_private(config, msgspec.json.encode(server))
     return files
 
 

@@ -114,10 +114,10 @@ class Permissions(msgspec.Struct, frozen=True, omit_defaults=True):
 
     def server_config(self) -> dict[str, object]:
         """As nats-server's `permissions` block reads it."""
-        config = msgspec.to_builtins(self)
+        config: dict[str, object] = msgspec.to_builtins(self)
         if self.deny_publish:
             config["publish"] = {"allow": self.publish, "deny": config.pop("deny_publish")}
-        return config  # type: ignore[no-any-return]
+        return config
 
 
 def inbox_prefix(user: str) -> str:
@@ -176,7 +176,7 @@ def permissions(user: str, nodes: list[str] | tuple[str, ...] = ()) -> Permissio
     if grant is None:
         raise ValueError(f"no permissions defined for NATS user {user!r}")
     granted = grant(user, inbox)
-    if granted.publish and any(p.startswith("$JS.") for p in granted.publish):
+    if any(p.startswith("$JS.API.CONSUMER.") for p in granted.publish):
         # A reader's grants name consumers by a wildcard (the server names an ephemeral one,
         # and a subject permission matches whole tokens only, never a name's prefix), which
         # would let it pull, ack or delete an executor's consumer: a reader that pulled an
@@ -274,11 +274,11 @@ def _own_work(node: str) -> list[str]:
 
 
 def _executor(node: str, inbox: list[str]) -> Permissions:
+    # the reports of attempts on its own node only: the subject keeps one node from speaking
+    # for another (and the fold takes a report only from a node the attempt has a replica on)
+    publish = _own_work(node) + _jobs(EXECUTOR_EVENTS, node)
     # its node's registration only: a NodeLost of its own node would stop every attempt there
     # (only the node watcher, which watches the heartbeats, declares a node lost)
-    # and the reports of attempts on its own node only (the fold takes a report only from a
-    # node the attempt has a replica on; the subject keeps one node from speaking for another)
-    publish = _own_work(node) + _jobs(EXECUTOR_EVENTS, node)
     publish.append(f"fl.node.{node}.node_registered")
     publish += [*_reading(f"KV_{HEARTBEATS}"), f"$KV.{HEARTBEATS}.{node}"]
     # its own node's workload output, and where its shipping of a replica got to

@@ -22,7 +22,7 @@ Each executor reads only its node's relayed work (`fl.work.<node>`, written by t
 watcher); reported: the events in the stream over the run (what each executor read when it
 followed the whole stream) against the relays per node (what it reads now).
 
-The watcher that times starts reads only `fl.job.*.job_started` (a filtered consumer), so
+The watcher that times starts reads only `fl.job.*.job_started.*` (a filtered consumer), so
 measuring adds little to what is measured.
 
     uv run python -m bench.pipeline [--jobs 3000] [--nodes 100] [--clients 8]
@@ -281,7 +281,7 @@ async def run(  # noqa: PLR0915 (the bench's whole run: options in, figures out)
             starts = Starts()
 
             async def watch() -> None:
-                async for stored in log.follow(1, subject="fl.job.*.job_started"):
+                async for stored in log.follow(1, subject="fl.job.*.job_started.*"):
                     e = stored.event
                     if isinstance(e, JobStarted) and e.attempt == 1:
                         starts.record(e.job_id, e.time)

@@ -1,6 +1,7 @@
 """Fairlane's events: the only API between services, and the input of the pure policy."""
 
 from events.catalogue import (
+    NODE_REPORTS,
     SCHEMA_VERSION,
     ClusterConfigured,
     Event,
@@ -33,6 +34,7 @@ from events.catalogue import (
     SchedulingHeld,
     WorkRelayed,
     encode_event,
+    on_its_subject,
     set_aside_id,
     set_aside_subject,
     subject_for,
@@ -53,6 +55,7 @@ from events.model import (
 from events.versions import NotAnEvent, Undecodable, decode_event
 
 __all__ = [
+    "NODE_REPORTS",
     "SCHEMA_VERSION",
     "CheckpointModel",
     "ClusterConfigured",
@@ -98,6 +101,7 @@ __all__ = [
     "WorkRelayed",
     "decode_event",
     "encode_event",
+    "on_its_subject",
     "set_aside_id",
     "set_aside_subject",
     "subject_for",

@@ -209,6 +209,10 @@ class JobStarted(Event, frozen=True, kw_only=True):
     job_id: str
     attempt: int
     resumed: bool = False
+    #: The node whose executor reported it (None: written before reports named their node).
+    #: Optional, so neither an older event nor an older reader needs an upcast. It is in the
+    #: subject too (`subject_for`), where the server holds each executor to its own node.
+    node: str | None = None
 
 
 class JobPreemptionRequested(Event, frozen=True, kw_only=True):
@@ -240,6 +244,10 @@ class JobPreempted(Event, frozen=True, kw_only=True):
     #: the samples its executor took during the attempt (None: not known, no NVML there).
     #: Optional: no upcast needed.
     gpu_utilization: float | None = None
+    #: The node whose executor reported it (None: written before reports named their node).
+    #: Optional, so neither an older event nor an older reader needs an upcast. It is in the
+    #: subject too (`subject_for`), where the server holds each executor to its own node.
+    node: str | None = None
 
 
 class JobCheckpointed(Event, frozen=True, kw_only=True):
@@ -249,6 +257,10 @@ class JobCheckpointed(Event, frozen=True, kw_only=True):
     #: Told by the workload itself (`fairlane.workload`): the step saved and its size.
     step: int | None = None
     size_bytes: int | None = None
+    #: The node whose executor reported it (None: written before reports named their node).
+    #: Optional, so neither an older event nor an older reader needs an upcast. It is in the
+    #: subject too (`subject_for`), where the server holds each executor to its own node.
+    node: str | None = None
 
 
 class JobProgress(Event, frozen=True, kw_only=True):
@@ -259,6 +271,10 @@ class JobProgress(Event, frozen=True, kw_only=True):
     step: int | None = None
     epoch: int | None = None
     metrics: dict[str, float] = {}
+    #: The node whose executor reported it (None: written before reports named their node).
+    #: Optional, so neither an older event nor an older reader needs an upcast. It is in the
+    #: subject too (`subject_for`), where the server holds each executor to its own node.
+    node: str | None = None
 
 
 class JobMessage(Event, frozen=True, kw_only=True):
@@ -267,6 +283,10 @@ class JobMessage(Event, frozen=True, kw_only=True):
     job_id: str
     attempt: int
     text: str
+    #: The node whose executor reported it (None: written before reports named their node).
+    #: Optional, so neither an older event nor an older reader needs an upcast. It is in the
+    #: subject too (`subject_for`), where the server holds each executor to its own node.
+    node: str | None = None
 
 
 class JobPaused(Event, frozen=True, kw_only=True):
@@ -284,6 +304,10 @@ class JobCompleted(Event, frozen=True, kw_only=True):
     #: the samples its executor took during the attempt (None: not known, no NVML there).
     #: Optional: no upcast needed.
     gpu_utilization: float | None = None
+    #: The node whose executor reported it (None: written before reports named their node).
+    #: Optional, so neither an older event nor an older reader needs an upcast. It is in the
+    #: subject too (`subject_for`), where the server holds each executor to its own node.
+    node: str | None = None
 
 
 class JobFailed(Event, frozen=True, kw_only=True):
@@ -295,6 +319,10 @@ class JobFailed(Event, frozen=True, kw_only=True):
     #: the samples its executor took during the attempt (None: not known, no NVML there).
     #: Optional: no upcast needed.
     gpu_utilization: float | None = None
+    #: The node whose executor reported it (None: written before reports named their node).
+    #: Optional, so neither an older event nor an older reader needs an upcast. It is in the
+    #: subject too (`subject_for`), where the server holds each executor to its own node.
+    node: str | None = None
 
 
 class JobCancelled(Event, frozen=True, kw_only=True):
@@ -456,10 +484,35 @@ def encode_event(event: Event) -> bytes:
 _SNAKE = re.compile(r"(?<!^)(?=[A-Z])")
 
 
+#: What an executor reports of the attempts on its node. Each names its node, in the event and
+#: at the end of its subject: `fl.job.<job>.<event>.<node>`, the one subject the node's
+#: executor may write it on (services/runtime/auth.py), and the fold takes it only from a node
+#: the attempt has a replica on. One written before reports named their node has none, and
+#: its subject stays `fl.job.<job>.<event>`.
+NODE_REPORTS: Final = (
+    JobStarted,
+    JobPreempted,
+    JobCheckpointed,
+    JobCompleted,
+    JobFailed,
+    JobProgress,
+    JobMessage,
+)
+_NAMES: Final[dict[type, str]] = {}
+
+
+def _name(kind: type) -> str:
+    """`JobStarted` -> `job_started`, worked out once per type (replays ask per event)."""
+    name = _NAMES.get(kind)
+    if name is None:
+        name = _NAMES[kind] = _SNAKE.sub("_", kind.__name__).lower()
+    return name
+
+
 def subject_for(event: Event) -> str:
     """The stream subject of an event: `fl.<aggregate>.<key>.<event>` (a node's relayed work:
-    `fl.work.<node>`)."""
-    name = _SNAKE.sub("_", type(event).__name__).lower()
+    `fl.work.<node>`; a node's report, `fl.job.<job>.<event>.<node>`)."""
+    name = _name(type(event))
     match event:
         case (
             NodeRegistered(node=node)
@@ -485,4 +538,14 @@ def subject_for(event: Event) -> str:
             if job_id is None:
                 raise TypeError(f"no subject for event type {type(event).__name__}")
             subject = f"fl.job.{job_id}.{name}"
+            if isinstance(event, NODE_REPORTS) and event.node is not None:
+                subject = f"{subject}.{event.node}"
     return subject
+
+
+def on_its_subject(subject: str, event: Event) -> bool:
+    """Whether a node's report was stored on the subject that names its node: the server
+    holds an executor to its own node's subjects, not to what the event says inside, so a
+    report whose `node` is not its subject's (or that names none on a node's subject) is
+    another node's word and is read as no event. Other events are not checked."""
+    return not isinstance(event, NODE_REPORTS) or subject == subject_for(event)

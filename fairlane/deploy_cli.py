@@ -1,7 +1,8 @@
 """`fairlane deploy`: what a deployment outside the embedded cluster (deploy/compose.yaml) needs
 done once: its secrets, the stream and buckets, and the read models' schema.
 
-- `secrets DIR`: the nats-server authorization config and one credentials file per NATS user,
+- `secrets DIR`: the nats-server authorization config (and the same with the cluster's
+  authenticated routes, for compose.cluster.yaml) and one credentials file per NATS user,
   made by the same code as the embedded cluster's (services/runtime/auth.py), so a compose
   deployment has the same least privilege; plus PostgreSQL's password and the API's admin
   token. Existing secrets are kept (running containers keep working). Compose secrets without
@@ -22,14 +23,20 @@ import os
 import secrets
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Final
 
 import asyncpg
 import cyclopts
 from rich.console import Console
 
 from services.api.tokens import admin_token_file
-from services.runtime.auth import ADMIN, credentials_dir, credentials_from_env, write_auth
+from services.runtime.auth import (
+    ADMIN,
+    Cluster,
+    credentials_dir,
+    credentials_from_env,
+    write_auth,
+)
 from services.runtime.connection import connect
 from services.runtime.main import configure_logging
 from services.runtime.postgres import connect_pool, migrate
@@ -41,6 +48,13 @@ console = Console(highlight=False, soft_wrap=True)
 
 #: The files `secrets` writes, relative to its folder (deploy/compose.yaml names them).
 NATS_CONFIG = "nats-server.conf"
+#: The same users, and the cluster block of compose.cluster.yaml's three servers: their routes
+#: log in (the flags `--cluster` and `--routes` would drop that: a `--cluster` URL without a
+#: user clears the config's route login, so that file gives none)
+NATS_CLUSTER_CONFIG = "nats-cluster.conf"
+COMPOSE_CLUSTER: Final = Cluster(
+    name="fairlane", listen="0.0.0.0:6222", routes=["nats:6222", "nats-2:6222", "nats-3:6222"]
+)
 POSTGRES_PASSWORD = "postgres-password"
 API_ADMIN_TOKEN = "api-admin-token"
 #: How long `provision` and `migrate` wait for their servers.
@@ -76,7 +90,8 @@ def write_secrets(folder: Path, nodes: list[str]) -> list[Path]:
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     os.chmod(folder, 0o700)
     files = list(write_auth(folder, folder / NATS_CONFIG, nodes).values())
-    files.append(folder / NATS_CONFIG)
+    write_auth(folder, folder / NATS_CLUSTER_CONFIG, nodes, cluster=COMPOSE_CLUSTER)
+    files += [folder / NATS_CONFIG, folder / NATS_CLUSTER_CONFIG]
     password = folder / POSTGRES_PASSWORD
     if not password.exists():
         fd = os.open(password, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)

@@ -23,11 +23,13 @@ from events import (
     JobCheckpointed,
     JobCompleted,
     JobFailed,
+    JobMessage,
     JobNominated,
     JobPaused,
     JobPreempted,
     JobPreemptionRequested,
     JobPriorityChanged,
+    JobProgress,
     JobRejected,
     JobResumed,
     JobScheduled,
@@ -657,6 +659,8 @@ def _job_started(state: ClusterState, e: JobStarted) -> Refusal:
         return _UNKNOWN_JOB
     if e.attempt != job.attempt or job.phase != "starting":
         return "not the job's starting attempt"
+    if (foreign := _foreign_node(job, e.node)) is not None:
+        return foreign
     job.phase, job.started_at = "running", e.time
     return None
 
@@ -692,6 +696,8 @@ def _job_preempted(state: ClusterState, e: JobPreempted) -> Refusal:
         return _UNKNOWN_JOB
     if e.attempt != job.attempt or not job.held:
         return "not the job's current attempt, or it holds nothing"
+    if (foreign := _foreign_node(job, e.node)) is not None:
+        return foreign
     whole = e.replicas == 0 or e.replicas >= len(job.held)
     if not whole and job.stop_replicas < e.replicas:
         return "no stop of that many replicas was asked"  # a repeat, or a forgery
@@ -725,6 +731,8 @@ def _job_checkpointed(state: ClusterState, e: JobCheckpointed) -> Refusal:
         return _UNKNOWN_JOB
     if e.attempt != job.attempt:
         return "not the job's current attempt"
+    if (foreign := _foreign_node(job, e.node)) is not None:
+        return foreign
     job.last_checkpoint_at = e.time
     if e.save_s:
         job.save_s = e.save_s
@@ -752,7 +760,9 @@ def _job_resumed(state: ClusterState, e: JobResumed) -> Refusal:
     return None
 
 
-def _job_ended(state: ClusterState, job_id: str, phase: JobPhase, attempt: int | None) -> Refusal:
+def _job_ended(
+    state: ClusterState, job_id: str, phase: JobPhase, attempt: int | None, node: str | None = None
+) -> Refusal:
     job = state.jobs.get(job_id)
     if job is None:
         return _UNKNOWN_JOB
@@ -760,6 +770,8 @@ def _job_ended(state: ClusterState, job_id: str, phase: JobPhase, attempt: int |
         return f"job is {job.phase} already"
     if attempt is not None and attempt != job.attempt:
         return "not the job's current attempt"
+    if (foreign := _foreign_node(job, node)) is not None:
+        return foreign
     job.phase = phase
     if phase != "cancelled":
         state._give_back(job, job.held)
@@ -770,11 +782,11 @@ def _job_ended(state: ClusterState, job_id: str, phase: JobPhase, attempt: int |
 
 
 def _job_completed(state: ClusterState, e: JobCompleted) -> Refusal:
-    return _job_ended(state, e.job_id, "completed", e.attempt)
+    return _job_ended(state, e.job_id, "completed", e.attempt, e.node)
 
 
 def _job_failed(state: ClusterState, e: JobFailed) -> Refusal:
-    return _job_ended(state, e.job_id, "failed", e.attempt)
+    return _job_ended(state, e.job_id, "failed", e.attempt, e.node)
 
 
 def _job_cancelled(state: ClusterState, e: JobCancelled) -> Refusal:
@@ -789,6 +801,25 @@ def _job_priority_changed(state: ClusterState, e: JobPriorityChanged) -> Refusal
         return f"job is {job.phase}"
     job.priority = e.priority
     return None
+
+
+def _workload_report(state: ClusterState, e: JobProgress | JobMessage) -> Refusal:
+    """A workload's own progress or message changes no state; only one from a node that runs
+    none of the attempt's replicas is refused (so no read model shows another node's word)."""
+    job = state.jobs.get(e.job_id)
+    if job is None or e.attempt != job.attempt:
+        return None  # as before reports named their node: nothing here to check it against
+    return _foreign_node(job, e.node)
+
+
+def _foreign_node(job: Job, node: str | None) -> Refusal:
+    """Why a node's report about the job's current attempt is refused: the node holds no
+    replica of it (an executor's credentials reported, for a job running elsewhere, an outcome
+    that the node running it then acted on). None when the node has a replica, or the report
+    names no node (written before reports named theirs: applied as it always was)."""
+    if node is None or any(r.node == node for r in job.held):
+        return None
+    return f"node {node} holds no replica of attempt {job.attempt}"
 
 
 def _gpus_in(replicas: list[Replica] | tuple[Replica, ...]) -> int:
@@ -823,4 +854,6 @@ _HANDLERS: Final[dict[type[Event], Callable[[ClusterState, Any], Refusal]]] = {
     JobFailed: _job_failed,
     JobCancelled: _job_cancelled,
     JobPriorityChanged: _job_priority_changed,
+    JobProgress: _workload_report,
+    JobMessage: _workload_report,
 }

@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from events import NodeLost
+from events import JobMessage, NodeLost
 from services.api import app as app_module
 from services.api.app import Settings, create_app
 from services.projector.service import Projector
@@ -357,6 +357,31 @@ async def test_live_stream_resumes_after_last_event_id(
         ("id", str(api.last_seq - 1)), ("event", "JobScheduled"),
         ("id", str(api.last_seq)), ("event", "JobStarted"),
     ])  # fmt: skip
+
+
+async def test_a_jobs_live_stream_carries_its_nodes_reports(
+    api: Api, nats_server: NatsServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A node's report is on `fl.job.<job>.<event>.<node>`, a token more than the job's
+    other events: the job's own stream still carries it."""
+    monkeypatch.setattr(app_module, "KEEP_ALIVE_S", 0.3)
+    log = JetStreamLog(await connect(nats_server.url, "test"))
+    said = JobMessage(id="said", time=1.0, actor="n0", job_id="large-training-job", attempt=1,
+                      text="hello", node="n0")  # fmt: skip
+    seq = await log.publish(said)
+    await log.nc.close()
+    headers = {**api.admin, "Last-Event-ID": str(seq - 1)}
+    seen: list[str] = []
+    params = {"job": "large-training-job"}
+    async with api.client.stream("GET", "/v1/events", headers=headers, params=params) as response:
+        assert response.status_code == 200
+        async with asyncio.timeout(10):
+            async for line in response.aiter_lines():
+                if line.startswith("event:"):
+                    seen.append(line.partition(":")[2].strip())
+                if line.startswith(":"):
+                    break
+    assert seen == ["JobMessage"]
 
 
 @pytest.mark.slow

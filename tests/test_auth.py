@@ -23,14 +23,22 @@ import pytest
 from nats.aio.client import Client
 
 from events import (
+    Event,
     EventSetAside,
+    JobAdmitted,
     JobCompleted,
     JobScheduled,
     JobSpec,
+    JobSubmitted,
     NodeLost,
+    NodeRegistered,
+    PoolConfigured,
+    ProjectConfigured,
+    ProjectTerms,
     Replica,
     WorkRelayed,
     encode_event,
+    subject_for,
 )
 from events.commands import SetPool, SetProject
 from policy.snapshot import encode_snapshot
@@ -138,8 +146,11 @@ PLACEMENT = JobScheduled(
     pool="default",
     replicas=(Replica(NODE, (0, 1)),),
 )
-COMPLETION = JobCompleted(id="forged-done", time=0.0, actor=NODE, job_id="victim", attempt=1)
+COMPLETION = JobCompleted(
+    id="forged-done", time=0.0, actor=NODE, job_id="victim", attempt=1, node=NODE
+)
 LOST = NodeLost(id="forged-lost", time=0.0, actor=NODE, node=NODE, reason="lost")
+LOST_SUBJECT = subject_for(LOST)
 WORK = WorkRelayed(
     id="forged-work", time=0.0, actor="nodewatch", node=NODE, source_seq=1, event=PLACEMENT
 )
@@ -157,8 +168,8 @@ PROJECTOR_ASIDE = msgspec.structs.replace(ASIDE, id="forged-projector-aside", se
 #: forgery: (subject, payload, stream it would land in, the one user allowed to write there)
 FORGERIES = {
     "placement": ("fl.job.victim.job_scheduled", encode_event(PLACEMENT), STREAM, "scheduler"),
-    "completion": ("fl.job.victim.job_completed", encode_event(COMPLETION), STREAM, "executor"),
-    "node_lost": (f"fl.node.{NODE}.node_lost", encode_event(LOST), STREAM, "executor"),
+    "completion": (subject_for(COMPLETION), encode_event(COMPLETION), STREAM, "executor"),
+    "node_lost": (f"fl.node.{NODE}.node_lost", encode_event(LOST), STREAM, "nodewatch"),
     "work": (f"fl.work.{NODE}", encode_event(WORK), STREAM, "nodewatch"),
     # a forged set-aside would make the node watcher drop a relay
     "set_aside": ("fl.aside.nodewatch", encode_event(ASIDE), STREAM, "nodewatch"),
@@ -215,6 +226,90 @@ async def test_an_executor_reports_only_for_its_own_node(secured: Secured) -> No
     assert await stored_count(secured, STREAM) == before
 
 
+async def test_an_executor_cannot_declare_its_own_node_lost(secured: Secured) -> None:
+    """A NodeLost stops every attempt on the node: only the node watcher may write one."""
+    before = await stored_count(secured, STREAM)
+    errors = await try_publish(secured, executor_user(NODE), LOST_SUBJECT, encode_event(LOST))
+    assert any("permissions violation" in e.lower() for e in errors), errors
+    assert await stored_count(secured, STREAM) == before
+    # its registration it still writes
+    registered = NodeRegistered(id="reg", time=0.0, actor=NODE, node=NODE, pool="default", gpus=1)
+    subject = subject_for(registered)
+    assert await try_publish(secured, executor_user(NODE), subject, encode_event(registered)) == []
+    assert await stored_count(secured, STREAM) == before + 1
+
+
+async def test_an_executor_reports_only_on_its_own_nodes_subjects(secured: Secured) -> None:
+    """A node's report goes on `fl.job.<job>.<event>.<node>`: the server takes an executor's
+    only on its own node's, never on another node's nor on one naming no node."""
+    elsewhere = msgspec.structs.replace(COMPLETION, id="elsewhere", node="n1")
+    unnamed = msgspec.structs.replace(COMPLETION, id="unnamed", node=None)
+    before = await stored_count(secured, STREAM)
+    for event in (elsewhere, unnamed):
+        subject = subject_for(event)
+        errors = await try_publish(secured, executor_user(NODE), subject, encode_event(event))
+        assert any("permissions violation" in e.lower() for e in errors), (subject, errors)
+    assert await stored_count(secured, STREAM) == before
+    own = subject_for(COMPLETION)
+    assert own == f"fl.job.victim.job_completed.{NODE}"
+    assert await try_publish(secured, executor_user(NODE), own, encode_event(COMPLETION)) == []
+    assert await stored_count(secured, STREAM) == before + 1
+
+
+async def test_a_report_naming_another_node_than_its_subject_is_read_as_no_event(
+    secured: Secured,
+) -> None:
+    """The server pins the subject, not what the event says: a report written on the
+    executor's own subject that names another node (or none) is skipped by every reader,
+    so it never reaches a fold as that node's word."""
+    nc = await secured.connect(executor_user(NODE))
+    own = JetStreamLog(nc)
+    subject = f"fl.job.victim.job_completed.{NODE}"
+    for event in (
+        msgspec.structs.replace(COMPLETION, id="says-n1", node="n1"),
+        msgspec.structs.replace(COMPLETION, id="says-none", node=None),
+    ):
+        await own.publish_raw(subject, encode_event(event))
+    await own.publish(COMPLETION)
+    await nc.close()
+    reader = JetStreamLog(await secured.connect(ADMIN))
+    read = [s.event.id async for s in reader.read(1)]
+    assert read == [COMPLETION.id]
+    assert reader.skipped == 2
+    await reader.nc.close()
+
+
+async def test_a_node_cannot_complete_a_job_running_on_another(secured: Secured) -> None:
+    """An executor's credentials completed a job running on another node, and that node
+    killed it. Now its report is stored (on its own subject) and the fold refuses it."""
+    state = ClusterState()
+    setup: list[Event] = [
+        PoolConfigured(id="pool", time=0.0, actor="ledger", pool="default"),
+        NodeRegistered(id="n1", time=0.0, actor="n1", node="n1", pool="default", gpus=2),
+        ProjectConfigured(
+            id="proj", time=0.0, actor="ledger", project="a",
+            terms={"default": ProjectTerms(quota=2)},
+        ),
+        JobSubmitted(id="sub", time=0.0, actor="admission", job_id="victim",
+                     spec=JobSpec(project="a", gpus=2)),
+        JobAdmitted(id="adm", time=0.0, actor="admission", job_id="victim", project="a",
+                    priority=0, preemptible=True, gpus=2, replicas=1, min_replicas=1,
+                    pools=("default",)),
+        msgspec.structs.replace(PLACEMENT, replicas=(Replica("n1", (0, 1)),)),
+    ]  # fmt: skip
+    admin = JetStreamLog(await secured.connect(ADMIN))
+    for event in setup:
+        await admin.publish(event)
+    nc = await secured.connect(executor_user(NODE))
+    await JetStreamLog(nc).publish(COMPLETION)  # n0 says it completed what runs on n1
+    await nc.close()
+    verdicts = {s.event.id: state.apply(s.event, s.seq) async for s in admin.read(1)}
+    await admin.nc.close()
+    assert verdicts[PLACEMENT.id].applied
+    assert verdicts[COMPLETION.id].reason == f"node {NODE} holds no replica of attempt 1"
+    assert state.jobs["victim"].phase == "starting"
+
+
 def relay(node: str, seq: int) -> WorkRelayed:
     lost = NodeLost(id=f"lost-{node}-{seq}", time=0.0, actor="nodewatch", node=node)
     return WorkRelayed(
@@ -253,6 +348,59 @@ async def test_an_executor_reads_only_its_own_work_and_cannot_write_any(secured:
         await asyncio.sleep(0.1)  # let the server's -ERR arrive
         assert any("permissions violation" in e.lower() for e in errors), errors
     await nc.close()
+
+
+async def refused_on_executors_consumer(secured: Secured, user: str) -> None:
+    """`user` tries everything one can do to a consumer on the executor's; each is refused,
+    and `user` still reads the log with consumers of its own."""
+    errors: list[str] = []
+    nc = await secured.connect(user, errors)
+    js, consumer = nc.jetstream(timeout=1.0), executor_consumer(NODE)
+    pull = json.dumps({"batch": 10, "expires": 500_000_000}).encode()
+    inbox = nc.new_inbox()
+    await nc.subscribe(inbox)
+    for attempt in (
+        lambda: nc.publish(f"$JS.API.CONSUMER.MSG.NEXT.{STREAM}.{consumer}", pull, inbox),
+        lambda: nc.publish(f"$JS.ACK.{STREAM}.{consumer}.1.2.2.0.0", b"+ACK"),
+        lambda: js.consumer_info(STREAM, consumer),
+        lambda: js.delete_consumer(STREAM, consumer),
+        # binding it as its own durable (which deletes it first, to make it again)
+        lambda: anext(aiter(JetStreamLog(nc, durable=consumer).read(1, subject="fl.>"))),
+    ):
+        errors.clear()
+        with contextlib.suppress(nats.errors.TimeoutError, StopAsyncIteration):
+            await attempt()
+        await nc.flush()
+        await asyncio.sleep(0.1)  # let the server's -ERR arrive
+        assert any("permissions violation" in e.lower() for e in errors), (user, errors)
+    errors.clear()
+    assert len([s async for s in JetStreamLog(nc).read(1)]) == 2
+    assert errors == [], (user, errors)
+    await nc.close()
+
+
+async def test_no_service_takes_or_deletes_an_executors_consumer(secured: Secured) -> None:
+    """The api's user pulled and acked what was relayed to a node (its jobs stayed
+    `starting`): every service reads the log with consumers of its own, and none may pull,
+    ack, look at, make or delete an executor's."""
+    watcher = JetStreamLog(await secured.connect("nodewatch"))
+    await watcher.publish(relay(NODE, 1))
+    executor = await secured.connect(executor_user(NODE))
+    own = JetStreamLog(executor, durable=executor_consumer(NODE))
+    # the executor makes its consumer and reads its work through it; more work comes
+    assert [s.event.id async for s in own.read(1, subject=f"fl.work.{NODE}")] == [f"work/{NODE}/1"]
+    await executor.close()  # its pull request goes with it
+    await asyncio.sleep(0.2)
+    await watcher.publish(relay(NODE, 2))
+    await watcher.nc.close()
+    consumer = executor_consumer(NODE)
+    for user in ("api", "scheduler"):
+        await refused_on_executors_consumer(secured, user)
+    # the executor's consumer is still there, and the new work is still for it to take
+    admin = await secured.connect(ADMIN)
+    info = await admin.jetstream().consumer_info(STREAM, consumer)
+    assert (info.delivered.consumer_seq, info.num_pending) == (1, 1), info
+    await admin.close()
 
 
 async def test_a_client_cannot_read_others_replies_or_the_log(secured: Secured) -> None:
@@ -338,7 +486,7 @@ def test_a_node_added_later_keeps_every_other_nodes_user(tmp_path: Path) -> None
     for node in (NODE, "n1"):
         entry = users[executor_user(node)]
         assert entry["password"] == load_credentials(files[executor_user(node)]).password
-        assert f"fl.node.{node}.>" in entry["permissions"]["publish"]
+        assert f"fl.node.{node}.node_registered" in entry["permissions"]["publish"]
     assert node_of(first) == NODE and node_of(load_credentials(files[ADMIN])) is None
 
 

@@ -5,41 +5,53 @@ many in flight at once, all land; a newer term still fences them out."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from nats.aio.msg import Msg
 from nats.js.api import StreamConfig
 from nats.js.errors import APIError, NoStreamResponseError, ServiceUnavailableError
 
 from events import JobCancelled, LeaderElected
+from services.runtime.auth import ADMIN, load_credentials, route_credentials, route_urls, write_auth
+from services.runtime.auth import Cluster as AuthCluster
 from services.runtime.eventlog import STREAM, SUBJECTS, Conflict, JetStreamLog, connect
 from services.runtime.servers import NatsServer, free_port
 
 pytestmark = pytest.mark.nats
 
 
+@dataclass
+class Cluster:
+    servers: list[NatsServer]
+    routes: list[str]  # each server's route address, host:port
+    files: dict[str, Path]  # each user's credentials file
+    data_dir: Path
+
+
 @pytest.fixture
-async def cluster(tmp_path: Path) -> AsyncIterator[list[NatsServer]]:
-    routes = [free_port() for _ in range(3)]
-    servers = []
+async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
+    """Three servers whose routes log in (as `fairlane deploy secrets` writes them for
+    deploy/compose.cluster.yaml), with the users and permissions of any Fairlane server."""
+    routes = [f"127.0.0.1:{free_port()}" for _ in range(3)]
+    servers, files = [], {}
     for i, route in enumerate(routes):
         config = tmp_path / f"n{i}.conf"
-        others = ", ".join(f"nats://127.0.0.1:{r}" for r in routes)
-        config.write_text(
-            f"server_name: n{i}\n"
-            f"cluster {{ name: fl, listen: 127.0.0.1:{route}, routes: [{others}] }}\n"
-        )
-        servers.append(NatsServer(store_dir=tmp_path / f"n{i}", config=config))
+        files = write_auth(tmp_path, config, [], cluster=AuthCluster("fl", route, routes))
+        servers.append(NatsServer(store_dir=tmp_path / f"n{i}", config=config, name=f"n{i}"))
     try:
         await asyncio.gather(*(s.start() for s in servers))
-        yield servers
+        yield Cluster(servers, routes, files, tmp_path)
     finally:
         await asyncio.gather(*(s.stop() for s in servers))
 
 
-async def replicated_log(url: str) -> JetStreamLog:
-    log = JetStreamLog(await connect(url, "test"))
+async def replicated_log(cluster: Cluster) -> JetStreamLog:
+    admin = load_credentials(cluster.files[ADMIN])
+    log = JetStreamLog(await connect(cluster.servers[0].url, "test", credentials=admin))
     config = StreamConfig(name=STREAM, subjects=SUBJECTS, num_replicas=3, duplicate_window=120.0)
     for _ in range(150):  # until the cluster has elected its JetStream leaders
         try:
@@ -58,9 +70,9 @@ def term(n: int) -> LeaderElected:
 
 
 async def test_a_window_of_fenced_decisions_lands_on_a_replicated_stream(
-    cluster: list[NatsServer],
+    cluster: Cluster,
 ) -> None:
-    log = await replicated_log(cluster[0].url)
+    log = await replicated_log(cluster)
     info = await log.js.stream_info(STREAM)
     assert info.config.num_replicas == 3
     fence = ("fl.leader.scheduler", await log.publish_durably(term(1)))
@@ -72,3 +84,49 @@ async def test_a_window_of_fenced_decisions_lands_on_a_replicated_stream(
         await log.publish_durably(JobCancelled(id="late/c", time=0.0, actor="t", job_id="late"),
                                   fence=fence)  # fmt: skip
     await log.nc.close()
+
+
+async def joined_by(cluster: Cluster, tmp_path: Path, routes: list[str]) -> bool:
+    """Whether a fourth server, routing to the cluster with `routes`, joins it: a message
+    published on it reaches a subscriber on the cluster (routes carry both)."""
+    tmp_path.mkdir(parents=True)
+    config = tmp_path / "stranger.conf"
+    listen = f"127.0.0.1:{free_port()}"
+    config.write_text(json.dumps({"cluster": {"name": "fl", "listen": listen, "routes": routes}}))
+    stranger = NatsServer(store_dir=tmp_path / "stranger", config=config, name="stranger")
+    await stranger.start()
+    admin = load_credentials(cluster.files[ADMIN])
+    member = await connect(cluster.servers[0].url, "member", credentials=admin)
+    outsider = await connect(stranger.url, "outsider")
+    got: list[bytes] = []
+
+    async def received(msg: Msg) -> None:
+        got.append(msg.data)
+
+    await member.subscribe("fl.probe", cb=received)
+    await member.flush()
+    try:
+        for _ in range(40):  # routes connect within a second or two
+            await outsider.publish("fl.probe", b"hello")
+            await outsider.flush()
+            await asyncio.sleep(0.1)
+            if got:
+                return True
+        return False
+    finally:
+        await outsider.close()
+        await member.close()
+        await stranger.stop()
+
+
+async def test_a_server_whose_route_does_not_log_in_is_refused(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """Anyone who reaches a route port would otherwise join as a server and see and send
+    every message, whatever the users' permissions."""
+    assert not await joined_by(cluster, tmp_path / "plain", [f"nats-route://{cluster.routes[0]}"])
+    wrong = f"nats-route://route:wrong@{cluster.routes[0]}"
+    assert not await joined_by(cluster, tmp_path / "wrong", [wrong])
+    # the same server with the routes' password joins: the refusal was the password's doing
+    creds = route_credentials(cluster.data_dir)
+    assert await joined_by(cluster, tmp_path / "known", route_urls(creds, cluster.routes[:1]))

@@ -12,6 +12,7 @@ once and placed again; and the API's read models must agree with it.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import shutil
@@ -31,8 +32,14 @@ import pytest
 from ruamel.yaml import YAML
 
 from events import JobCompleted, JobPreempted, JobScheduled, JobStarted, JobSubmitted, LeaderElected
-from fairlane.deploy_cli import API_ADMIN_TOKEN, write_secrets
-from services.runtime.auth import ADMIN, credentials_file, load_credentials
+from fairlane.deploy_cli import API_ADMIN_TOKEN, NATS_CLUSTER_CONFIG, write_secrets
+from services.runtime.auth import (
+    ADMIN,
+    credentials_file,
+    load_credentials,
+    route_credentials,
+    route_urls,
+)
 from services.runtime.eventlog import STREAM, JetStreamLog, Stored, connect
 from tests.compose_support import build_images, docker, project_name, remove_stale_stacks
 from tests.docker_support import DOCKER_HOST, REPO, missing
@@ -141,6 +148,7 @@ def stack() -> Iterator[Stack]:
     except PermissionError:  # not root: let the image's user in all the same
         executor_data.chmod(0o777)
     clients, routes, monitors = free_ports(3), free_ports(3), free_ports(3)
+    login = route_credentials(secrets)  # written by write_secrets with the cluster's config
     postgres, api = free_ports(2)
     nats_url = ",".join(f"nats://127.0.0.1:{p}" for p in clients)
     env = {
@@ -153,7 +161,8 @@ def stack() -> Iterator[Stack]:
         "FAIRLANE_NATS_URL": nats_url,
         "FAIRLANE_POSTGRES_DSN": f"postgresql://fairlane@127.0.0.1:{postgres}/fairlane",
         "FAIRLANE_EXECUTOR_DATA": str(executor_data),
-        "FAIRLANE_TEST_ROUTES": ",".join(f"nats://127.0.0.1:{p}" for p in routes),
+        "FAIRLANE_TEST_ROUTES": ",".join(route_urls(login, [f"127.0.0.1:{p}" for p in routes])),
+        "FAIRLANE_TEST_ROUTE_LOGIN": f"{login.user}:{login.password}",
         "FAIRLANE_TEST_POSTGRES": str(postgres),
         "FAIRLANE_TEST_API": str(api),
     }
@@ -427,3 +436,15 @@ def test_deploy_secrets_are_kept_and_private(tmp_path: Path) -> None:
         creds = load_credentials(credentials_file(folder, user))
         assert creds.user == user and creds.password in config
     assert (folder / API_ADMIN_TOKEN).read_text().startswith("fl_")
+    # compose.cluster.yaml's servers: the same users, and routes that log in
+    cluster = json.loads((folder / NATS_CLUSTER_CONFIG).read_text())
+    assert cluster["authorization"] == json.loads(config)["authorization"]
+    login = load_credentials(credentials_file(folder, "route"))
+    assert cluster["cluster"]["authorization"] == {
+        "user": "route",
+        "password": login.password,
+        "timeout": 2,
+    }
+    assert cluster["cluster"]["routes"] == [
+        f"nats-route://route:{login.password}@{host}:6222" for host in ("nats", "nats-2", "nats-3")
+    ]

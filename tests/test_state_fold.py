@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 
 from events import (
+    JobCheckpointed,
+    JobCompleted,
+    JobFailed,
+    JobMessage,
     JobPreempted,
     JobPreemptionRequested,
+    JobProgress,
     JobScheduled,
     JobSpec,
+    JobStarted,
     NodeLost,
     PortMapping,
     ProjectTerms,
@@ -16,6 +24,7 @@ from events import (
     SchedulingHeld,
 )
 from policy.cycle import decide
+from policy.state import Verdict
 from simulation.virtual_cluster import VirtualCluster
 
 
@@ -178,3 +187,66 @@ def test_a_placement_that_would_publish_a_host_port_twice_on_a_node_is_refused()
     )
     verdict = vc.record(two)
     assert not verdict.applied and "another replica" in verdict.reason
+
+
+def two_nodes() -> VirtualCluster:
+    """j1 runs on n0 (both its GPUs); n1 runs nothing of it."""
+    vc = VirtualCluster()
+    vc.add_pool("default")
+    vc.add_node("n0", "default", 2)
+    vc.add_node("n1", "default", 2)
+    vc.set_project("a", {"default": ProjectTerms(quota=2)})
+    vc.submit("j1", JobSpec(project="a", gpus=2))
+    vc.settle()
+    assert [r.node for r in vc.state.jobs["j1"].held] == ["n0"]
+    return vc
+
+
+REPORT: dict[str, Any] = {"time": 1.0, "actor": "executor", "job_id": "j1", "attempt": 1}
+
+
+def test_a_report_from_a_node_without_a_replica_of_the_attempt_is_refused() -> None:
+    """An executor's credentials completed a job running on another node, and that node
+    killed it: a node speaks only for the attempts it runs a replica of."""
+    vc = two_nodes()
+    for forged in (
+        JobCompleted(id="f1", node="n1", **REPORT),
+        JobFailed(id="f2", node="n1", **REPORT),
+        JobPreempted(id="f3", node="n1", reason="priority", **REPORT),
+        JobCheckpointed(id="f4", node="n1", **REPORT),
+        JobProgress(id="f5", node="n1", step=3, **REPORT),
+        JobMessage(id="f6", node="n1", text="hi", **REPORT),
+    ):
+        verdict = vc.record(forged)
+        assert verdict == Verdict(False, "node n1 holds no replica of attempt 1"), forged
+    job = vc.state.jobs["j1"]
+    assert (job.phase, [r.node for r in job.held], job.last_checkpoint_at) == (
+        "running",
+        ["n0"],
+        None,
+    )
+    # its own node's word is taken
+    assert vc.record(JobCompleted(id="own", node="n0", **REPORT)).applied
+    assert vc.state.jobs["j1"].phase == "completed"
+
+
+def test_a_start_from_another_node_is_refused() -> None:
+    vc = VirtualCluster()
+    vc.add_pool("default")
+    vc.add_node("n0", "default", 2)
+    vc.add_node("n1", "default", 2)
+    vc.set_project("a", {"default": ProjectTerms(quota=2)})
+    vc.submit("j1", JobSpec(project="a", gpus=2))
+    vc.record(scheduled("j1", "n0", (0, 1)))
+    assert vc.state.jobs["j1"].phase == "starting"
+    started = JobStarted(id="s", node="n1", **REPORT)
+    assert vc.record(started).reason == "node n1 holds no replica of attempt 1"
+    assert vc.state.jobs["j1"].phase == "starting"
+    assert vc.record(msgspec.structs.replace(started, id="s0", node="n0")).applied
+
+
+def test_a_report_naming_no_node_is_applied_as_before() -> None:
+    """Logs written before reports named their node fold as they always did."""
+    vc = two_nodes()
+    assert vc.record(JobCompleted(id="old", **REPORT)).applied
+    assert vc.state.jobs["j1"].phase == "completed"

@@ -39,7 +39,7 @@ Verdict = JobAdmitted | JobRejected
 
 def job_subjects(job_id: str) -> str:
     """Every subject of one job's events: the expectation that makes a job once."""
-    return f"fl.job.{job_id}.*"
+    return f"fl.job.{job_id}.>"
 
 
 class Admission:

@@ -1002,7 +1002,8 @@ async def event_stream(
         await _readable_job(ctx, caller, job)
     log_ = JetStreamLog(ctx.nc)
     start = (after + 1) if after is not None else (await log_.last_seq()) + 1
-    subject = f"fl.job.{job}.*" if job is not None else None
+    # `>`: a node's report has its node after the event (`fl.job.<job>.<event>.<node>`)
+    subject = f"fl.job.{job}.>" if job is not None else None
     seen = _Visibility(ctx, caller.visible)
     return ServerSentEvent(_stream(ctx.streams.take(), log_, start, subject, seen))
 

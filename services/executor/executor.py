@@ -20,7 +20,14 @@ from typing import TYPE_CHECKING
 import msgspec
 import structlog
 
-from events import Event, JobPreemptionRequested, JobScheduled, NodeLost, NodeRegistered
+from events import (
+    NODE_REPORTS,
+    Event,
+    JobPreemptionRequested,
+    JobScheduled,
+    NodeLost,
+    NodeRegistered,
+)
 from events.model import Replica
 from services.executor.checkpoints import poll_checkpoints
 from services.executor.config import ExecutorConfig
@@ -280,7 +287,11 @@ class Executor:
     # -- plumbing --------------------------------------------------------------------------------
 
     async def publish(self, event: Event, give_up_after: float = 300.0) -> None:
-        """Publish until stored: ids are deterministic, so a retry is never a duplicate."""
+        """Publish until stored: ids are deterministic, so a retry is never a duplicate. A
+        report of an attempt here names this node: the server takes one only on this node's
+        subject, and the fold only from a node the attempt has a replica on."""
+        if isinstance(event, NODE_REPORTS) and event.node is None:
+            event = msgspec.structs.replace(event, node=self.node)
         await self.log.publish_durably(event, give_up_after=give_up_after)
 
     def spawn(self, coro: Awaitable[object]) -> None:

@@ -6,9 +6,12 @@ snapshot, or delete the stream. With it, the server itself refuses all of that:
 
 - only the scheduler publishes placements and only the preemptor preemptions and nominations,
   and each writes only its own lease key and term subject;
-- only an executor publishes its node's reports (`fl.node.<its node>.>`) and attempts' outcomes;
+- only an executor registers its node (`fl.node.<its node>.node_registered`, nothing else of
+  the node's: only the node watcher declares a node lost, a node never itself) and publishes
+  the reports of attempts on its own node (`fl.job.*.<event>.<its node>`);
 - only the node watcher relays work to a node (`fl.work.<node>`), and an executor reads only
-  its own node's work, through its own consumer (it reads nothing else of the log);
+  its own node's work, through its own consumer (it reads nothing else of the log); no other
+  user may make, bind, pull from, ack or delete that consumer (denied by name);
 - only the ledger writes configuration events (a node's cordon among them) and snapshots;
 - executors read and write the objects of the cluster's checkpoint store (a job resumes on any
   node, so any node's executor reads any job's; the object store's subjects carry no job to
@@ -21,6 +24,10 @@ snapshot, or delete the stream. With it, the server itself refuses all of that:
 Every user gets its own inbox prefix (`_INBOX_<user>`), so nobody can read another's replies.
 Readers get what reading the log takes (stream info, consumers, pull, ack, message get), never
 the subjects that purge, delete or change a stream.
+
+The servers of a cluster authenticate one another too: a route port takes only a server that
+logs in as the routes' user (`Cluster`, `route_credentials`), or anyone who reached it would
+join as a server and see every message.
 
 `write_auth` generates the passwords into `<data>/credentials/<user>.json` (mode 0600, in a
 0700 folder) and the server's `authorization` block into a config file (mode 0600). Passwords
@@ -65,7 +72,8 @@ SERVICES: Final = (
 ADMIN: Final = "admin"
 CLIENT: Final = "client"
 
-#: The job events each writer records (`fl.job.<job id>.<event>`).
+#: The job events each writer records (`fl.job.<job id>.<event>`; an executor's reports,
+#: `fl.job.<job id>.<event>.<node>`).
 ADMISSION_EVENTS: Final = (
     "job_submitted",
     "job_admitted",
@@ -102,6 +110,15 @@ class Permissions(msgspec.Struct, frozen=True, omit_defaults=True):
     subscribe: list[str]
     #: may answer the requests it receives (and nothing else by way of replies)
     allow_responses: bool = False
+    #: refused even where `publish` allows it (the server's deny wins over its allow)
+    deny_publish: list[str] = []
+
+    def server_config(self) -> dict[str, object]:
+        """As nats-server's `permissions` block reads it."""
+        config: dict[str, object] = msgspec.to_builtins(self)
+        if self.deny_publish:
+            config["publish"] = {"allow": self.publish, "deny": config.pop("deny_publish")}
+        return config
 
 
 def inbox_prefix(user: str) -> str:
@@ -143,12 +160,14 @@ def _log_reader() -> list[str]:
     return [*_reading(STREAM), *_reading(f"OBJ_{SNAPSHOTS}"), "$JS.API.STREAM.NAMES"]
 
 
-def _jobs(events: tuple[str, ...]) -> list[str]:
-    return [f"fl.job.*.{event}" for event in events]
+def _jobs(events: tuple[str, ...], node: str | None = None) -> list[str]:
+    """The subjects of these job events (`subject_for`): of a node's reports, only those
+    that name `node` (`fl.job.<job>.<event>.<node>`)."""
+    return [f"fl.job.*.{event}" + ("" if node is None else f".{node}") for event in events]
 
 
-def permissions(user: str) -> Permissions | None:
-    """The permissions of one user; None for the admin (everything)."""
+def permissions(user: str, nodes: list[str] | tuple[str, ...] = ()) -> Permissions | None:
+    """The permissions of one user, in a cluster of `nodes`; None for the admin (everything)."""
     if user == ADMIN:
         return None
     inbox = [f"{inbox_prefix(user)}.>"]
@@ -157,7 +176,16 @@ def permissions(user: str) -> Permissions | None:
     grant = _GRANTS.get(user)
     if grant is None:
         raise ValueError(f"no permissions defined for NATS user {user!r}")
-    return grant(user, inbox)
+    granted = grant(user, inbox)
+    if any(p.startswith("$JS.API.CONSUMER.") for p in granted.publish):
+        # A reader's grants name consumers by a wildcard (the server names an ephemeral one,
+        # and a subject permission matches whole tokens only, never a name's prefix), which
+        # would let it pull, ack or delete an executor's consumer: a reader that pulled an
+        # executor's work took it from the executor, and the jobs never started. Every
+        # executor's consumer has a fixed name, so each is refused by name.
+        deny = [s for node in nodes for s in _consumer_subjects(STREAM, executor_consumer(node))]
+        granted = msgspec.structs.replace(granted, deny_publish=deny)
+    return granted
 
 
 _COMMANDS: Final = [ADMISSION_SUBJECT, LEDGER_SUBJECT]
@@ -217,6 +245,21 @@ def executor_consumer(node: str) -> str:
     return executor_user(node)
 
 
+def _consumer_subjects(stream: str, consumer: str) -> list[str]:
+    """Every subject that makes, binds, reads, acks or deletes the consumer `consumer`."""
+    api = "$JS.API.CONSUMER"
+    return [
+        f"{api}.CREATE.{stream}.{consumer}",
+        f"{api}.CREATE.{stream}.{consumer}.>",
+        f"{api}.DURABLE.CREATE.{stream}.{consumer}",
+        f"{api}.INFO.{stream}.{consumer}",
+        f"{api}.DELETE.{stream}.{consumer}",
+        f"{api}.MSG.NEXT.{stream}.{consumer}",
+        f"$JS.ACK.{stream}.{consumer}.>",
+        f"$JS.FC.{stream}.{consumer}.>",
+    ]
+
+
 def _own_work(node: str) -> list[str]:
     """Reading one node's relayed work and nothing else of the log: the consumer's create
     request names its filter in the subject (`CONSUMER.CREATE.<stream>.<name>.<filter>`), so
@@ -234,7 +277,12 @@ def _own_work(node: str) -> list[str]:
 
 
 def _executor(node: str, inbox: list[str]) -> Permissions:
-    publish = _own_work(node) + _jobs(EXECUTOR_EVENTS) + [f"fl.node.{node}.>"]
+    # the reports of attempts on its own node only: the subject keeps one node from speaking
+    # for another (and the fold takes a report only from a node the attempt has a replica on)
+    publish = _own_work(node) + _jobs(EXECUTOR_EVENTS, node)
+    # its node's registration only: a NodeLost of its own node would stop every attempt there
+    # (only the node watcher, which watches the heartbeats, declares a node lost)
+    publish.append(f"fl.node.{node}.node_registered")
     publish += [*_reading(f"KV_{HEARTBEATS}"), f"$KV.{HEARTBEATS}.{node}"]
     # its own node's GPU samples, under its node's key only
     publish += [*_reading(f"KV_{GPU_SAMPLES}"), f"$KV.{GPU_SAMPLES}.{node}"]
@@ -291,10 +339,57 @@ def credentials_file(data_dir: Path, user: str) -> Path:
     return credentials_dir(data_dir) / f"{user}.json"
 
 
-def write_auth(data_dir: Path, config: Path, nodes: list[str]) -> dict[str, Path]:
+#: The user one nats-server of a cluster connects to another's route port as: not a client
+#: user (it is in no server's `authorization` block, and no client may use it).
+ROUTE_USER: Final = "route"
+
+
+class Cluster(msgspec.Struct, frozen=True):
+    """How the servers of one NATS cluster reach each other: the cluster's name, where this
+    server listens for routes, and every server's route address (`host:port`, its own among
+    them: a server ignores a route to itself)."""
+
+    name: str
+    listen: str
+    routes: list[str]
+
+
+def route_credentials(data_dir: Path) -> Credentials:
+    """The routes' user and password (made once, then kept: a server restarted with a new
+    one would be cut off from the others)."""
+    path = credentials_file(data_dir, ROUTE_USER)
+    creds = _existing(path, ROUTE_USER)
+    if creds is None:
+        creds = Credentials(ROUTE_USER, secrets.token_urlsafe(32), inbox_prefix(ROUTE_USER))
+        _write_private(path, msgspec.json.encode(creds))
+    return creds
+
+
+def route_urls(creds: Credentials, routes: list[str]) -> list[str]:
+    """Route URLs that log in as the routes' user (its password is URL-safe)."""
+    return [f"nats-route://{creds.user}:{creds.password}@{route}" for route in routes]
+
+
+def _cluster_block(data_dir: Path, cluster: Cluster) -> dict[str, object]:
+    """A cluster whose route port takes only servers that know the routes' password: without
+    it, anyone who reaches the port joins as a server, and sees and sends every message of
+    every account, whatever the users' permissions."""
+    creds = route_credentials(data_dir)
+    return {
+        "name": cluster.name,
+        "listen": cluster.listen,
+        "authorization": {"user": creds.user, "password": creds.password, "timeout": 2},
+        "routes": route_urls(creds, cluster.routes),
+    }
+
+
+def write_auth(
+    data_dir: Path, config: Path, nodes: list[str], cluster: Cluster | None = None
+) -> dict[str, Path]:
     """Generate a password for every user (kept if already generated: a restarted cluster's
     clients keep working), write each to its own 0600 file and the server's authorization
-    block to `config` (0600). Returns each user's credentials file.
+    block to `config` (0600). Returns each user's credentials file. With `cluster`, the
+    config has the cluster's block too, its routes logging in as `ROUTE_USER`.
 
     The nodes made before stay in the config beside `nodes`: adding a node that joins later
     (`fairlane node credentials`, `fairlane deploy secrets --node`) never takes another
@@ -313,12 +408,15 @@ def write_auth(data_dir: Path, config: Path, nodes: list[str]) -> dict[str, Path
         _write_private(path, msgspec.json.encode(creds))
         files[user] = path
         entry: dict[str, object] = {"user": user, "password": creds.password}
-        granted = permissions(user)
+        granted = permissions(user, nodes)
         if granted is not None:
-            entry["permissions"] = msgspec.to_builtins(granted)
+            entry["permissions"] = granted.server_config()
         entries.append(entry)
+    server: dict[str, object] = {"authorization": {"users": entries}}
+    if cluster is not None:
+        server["cluster"] = _cluster_block(data_dir, cluster)
     # nats-server reads JSON as its own config format
-    _write_private(config, msgspec.json.encode({"authorization": {"users": entries}}))
+    _write_private(config, msgspec.json.encode(server))
     return files
 
 

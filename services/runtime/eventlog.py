@@ -33,7 +33,15 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StreamConfig
 from nats.js.errors import APIError, NotFoundError
 
-from events import Event, NotAnEvent, Undecodable, decode_event, encode_event, subject_for
+from events import (
+    Event,
+    NotAnEvent,
+    Undecodable,
+    decode_event,
+    encode_event,
+    on_its_subject,
+    subject_for,
+)
 from events.catalogue import AnyEvent
 from services.runtime.connection import connect as connect  # noqa: PLC0414 (callers import it here)
 from services.runtime.retry import TRANSIENT as TRANSIENT  # noqa: PLC0414 (likewise)
@@ -130,7 +138,7 @@ def stored_or_skip(seq: int, subject: str, data: bytes) -> Stored | None:
     Raises `Undecodable` for a known event type that cannot be read: skipping it would fold
     a different state from everyone else's."""
     try:
-        return Stored(seq, decode_event(data))
+        event = decode_event(data)
     except NotAnEvent as e:
         log.warning(
             "skipped a message that is not an event", seq=seq, subject=subject, error=str(e)
@@ -139,6 +147,12 @@ def stored_or_skip(seq: int, subject: str, data: bytes) -> Stored | None:
     except Undecodable as e:
         log.error("stopped at an unreadable event", seq=seq, subject=subject, error=str(e))
         raise Undecodable(f"at sequence {seq} ({subject}): {e}") from None
+    if not on_its_subject(subject, event):
+        # the server let its writer write there, not say what it says: a node's report on
+        # another node's subject (or naming another node) is skipped by every reader alike
+        log.warning("skipped a node's report on a subject not its node's", seq=seq, subject=subject)
+        return None
+    return Stored(seq, event)
 
 
 def durable_name(*parts: str) -> str:

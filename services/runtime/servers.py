@@ -67,6 +67,8 @@ class NatsServer:
     #: a config file (the users and their permissions: services/runtime/auth.py); the
     #: command-line flags here take precedence over anything else in it
     config: Path | None = None
+    #: its name in a cluster (servers of one cluster must have different names)
+    name: str | None = None
     #: a plain `subprocess.Popen`, not asyncio's process: from Python 3.12 on, asyncio kills a
     #: child it still tracks when the interpreter exits, and `fairlane up --detach` exits
     #: leaving this server running
@@ -80,6 +82,8 @@ class NatsServer:
         self.store_dir.mkdir(parents=True, exist_ok=True)
         log = self.store_dir / "nats-server.log"
         config = ["-c", str(self.config)] if self.config is not None else []
+        if self.name is not None:
+            config += ["--server_name", self.name]
         self.process = subprocess.Popen(  # noqa: ASYNC220  (returns once the child is exec'd)
             [
                 str(nats_server_binary()),

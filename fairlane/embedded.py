@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -25,6 +26,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Final, NamedTuple
 
 import msgspec
 import nats
@@ -47,15 +49,24 @@ from services.runtime.auth import (
 )
 from services.runtime.connection import connect
 from services.runtime.eventlog import JetStreamLog
+from services.runtime.logstream import DEFAULT_LOG_MAX_BYTES
 from services.runtime.processes import pid_exists
-from services.runtime.provision import provision
-from services.runtime.servers import NatsServer, Postgres, free_port
+from services.runtime.provision import DEFAULT_MAX_BYTES, provision
+from services.runtime.servers import (
+    NatsServer,
+    Postgres,
+    ServerError,
+    free_port,
+    nats_server_binary,
+)
 
 SERVICES = ("admission", "ledger", "scheduler", "preemptor", "nodewatch")
 SUPERVISOR = "supervisor"
 #: The services' instance name: the same across restarts, so their durable consumers are
 #: reused, not left behind one per process.
 INSTANCE = "embedded"
+NATS_SERVER = "nats-server"
+POSTGRES = "postgres"
 DEFAULT_NATS_PORT = 4222
 DEFAULT_API_PORT = 8080
 
@@ -64,7 +75,7 @@ class EmbeddedError(RuntimeError):
     pass
 
 
-async def up(  # noqa: PLR0913 (the `fairlane up` options)
+async def up(  # noqa: PLR0913, PLR0915 (the `fairlane up` options, in the order they start)
     data_dir: Path,
     gpus: int | None = None,
     nats_url: str | None = None,
@@ -84,61 +95,63 @@ async def up(  # noqa: PLR0913 (the `fairlane up` options)
     if nats_url is not None:
         await _reachable(nats_url)
     (data_dir / "logs").mkdir(parents=True, exist_ok=True)
+    sizes: StoreSizes | None = None
     pids: dict[str, int] = {}
     node = socket.gethostname().split(".")[0] or "local"
     files: dict[str, Path] = {}
+    servers: list[Program] = []
+    server: NatsServer | None = None
     if nats_url is None:
+        sizes = store_sizes(data_dir)  # before anything starts: it may refuse a small disk
         port = nats_port or (DEFAULT_NATS_PORT if _port_free(DEFAULT_NATS_PORT) else free_port())
-        config = credentials_dir(data_dir) / "nats-server.conf"
-        files = write_auth(data_dir, config, [node])
-        server = NatsServer(store_dir=data_dir / "nats", port=port, config=config)
-        await server.start()
-        assert server.process is not None
-        pids["nats-server"] = server.process.pid
+        auth = credentials_dir(data_dir) / "nats-server.conf"
+        files = write_auth(data_dir, auth, [node])
+        server = NatsServer(store_dir=data_dir / "nats", port=port, config=_limits(auth, sizes))
+        binary = str(nats_server_binary())
+        servers.append(Program(NATS_SERVER, server.arguments(), executable=binary, stop_last=True))
         nats_url = server.url
-        admin = await connect(nats_url, "fairlane-up", credentials=load_credentials(files[ADMIN]))
-        try:
-            await provision(admin.jetstream())
-        finally:
-            await admin.close()
+    url: str = nats_url  # (for the closure below)
+    postgres = Postgres(data_dir / "postgres")
     if postgres_dsn is None:
-        postgres = Postgres(data_dir / "postgres")
-        await postgres.start()
-        postgres_dsn = postgres.uri
+        postgres.uri_file.unlink(missing_ok=True)
+        keeper = ["-m", "services.runtime.servers", "postgres", str(postgres.data_dir)]
+        servers.append(Program(POSTGRES, keeper, stop_last=True))
+    plan_file = data_dir / "supervisor-plan.json"
+
+    def plan(programs: list[Program]) -> Plan:
+        return Plan(
+            programs=programs,
+            log_dir=str(data_dir / "logs"),
+            status_file=str(supervisor_status_file(data_dir)),
+            nats_url=url if files else None,
+            admin_credentials=str(files[ADMIN]) if files else None,
+        )
+
+    # the servers first, under the supervisor, so that it restarts them like any service;
+    # the services join once the stream is provisioned (a service may not create it)
+    plan_file.write_bytes(msgspec.json.encode(plan(servers)))
+    supervisor_status_file(data_dir).unlink(missing_ok=True)
+    supervisor = ["-m", "fairlane.supervisor", "--plan", str(plan_file)]
+    pids[SUPERVISOR] = await _spawn(SUPERVISOR, supervisor, data_dir)
+    try:
+        postgres_dsn = await _servers_up(data_dir, server, sizes, files, postgres_dsn)
+    except Exception as e:  # leave nothing running: stop the supervisor and its servers
+        await _stop(pids[SUPERVISOR], 25.0)
+        if postgres.pid() is not None:
+            await postgres.stop()
+        why = str(e) if isinstance(e, EmbeddedError | ServerError) else repr(e)
+        raise EmbeddedError(f"{why} (everything started was stopped again)") from e
 
     def env(user: str) -> dict[str, str]:
         return {CREDENTIALS_ENV: str(files[user])} if files else {}
 
-    programs = [
-        Program(
-            name,
-            ["-m", f"services.{name}", "--nats", nats_url, "--instance", INSTANCE],
-            {**env(name), **_settings(name, heartbeat_timeout)},
-        )
-        for name in SERVICES
-    ]
-    executor = ["-m", "services.executor", "--nats", nats_url, "--node", node]
-    executor += ["--pool", "default", "--data-dir", str(data_dir / "executor")]
-    executor += ["--stop-workloads-on-exit"]  # `fairlane down` stops the workloads too
-    executor += ["--runtime", runtime]
-    if gpus is not None:
-        executor += ["--gpus", str(gpus)]
-    programs.append(Program("executor", executor, env(executor_user(node))))
+    programs = _services(nats_url, node, gpus, runtime, heartbeat_timeout, data_dir, env)
     api_url, token_file = _read_side(
         data_dir, nats_url, postgres_dsn, programs, env, api_port, runtime
     )
-    plan = Plan(
-        programs=programs,
-        log_dir=str(data_dir / "logs"),
-        status_file=str(supervisor_status_file(data_dir)),
-        nats_url=nats_url if files else None,
-        admin_credentials=str(files[ADMIN]) if files else None,
-    )
-    plan_file = data_dir / "supervisor-plan.json"
-    plan_file.write_bytes(msgspec.json.encode(plan))
-    supervisor_status_file(data_dir).unlink(missing_ok=True)
-    supervisor = ["-m", "fairlane.supervisor", "--plan", str(plan_file)]
-    pids[SUPERVISOR] = await _spawn(SUPERVISOR, supervisor, data_dir)
+    plan_file.write_bytes(msgspec.json.encode(plan([*servers, *programs])))
+    os.kill(pids[SUPERVISOR], signal.SIGHUP)  # it reads the plan again: the services join
+    await _planned(data_dir, [p.name for p in programs])
     info = ClusterFile(
         nats_url=nats_url,
         postgres_uri=postgres_dsn,
@@ -154,6 +167,150 @@ async def up(  # noqa: PLR0913 (the `fairlane up` options)
     admin_file = files[ADMIN] if files else None
     await _node_registered(nats_url, node, admin_file, data_dir)
     return info
+
+
+async def _servers_up(
+    data_dir: Path,
+    server: NatsServer | None,
+    sizes: StoreSizes | None,
+    files: dict[str, Path],
+    postgres_dsn: str | None,
+) -> str:
+    """Wait for the servers the supervisor starts and provision the stream; returns the
+    PostgreSQL DSN."""
+    status = supervisor_status_file(data_dir)
+    deadline = time.monotonic() + 15.0
+    while read_status(status) is None:  # its signal handlers are set once it has said so
+        if time.monotonic() > deadline:
+            raise EmbeddedError(f"the supervisor did not start; see {data_dir}/logs/supervisor.log")
+        await asyncio.sleep(0.05)
+    if server is not None and sizes is not None:
+        await _server_up(data_dir, server)
+        admin = await connect(server.url, "fairlane-up", 10.0, load_credentials(files[ADMIN]))
+        try:
+            await provision(admin.jetstream(), sizes.events, log_max_bytes=sizes.logs)
+        finally:
+            await admin.close()
+    if postgres_dsn is None:
+        postgres_dsn = await _postgres_up(data_dir, Postgres(data_dir / POSTGRES))
+    return postgres_dsn
+
+
+def _services(  # noqa: PLR0913 (what `up` was told)
+    nats_url: str,
+    node: str,
+    gpus: int | None,
+    runtime: str,
+    heartbeat_timeout: float | None,
+    data_dir: Path,
+    env: Callable[[str], dict[str, str]],
+) -> list[Program]:
+    programs = [
+        Program(
+            name,
+            ["-m", f"services.{name}", "--nats", nats_url, "--instance", INSTANCE],
+            {**env(name), **_settings(name, heartbeat_timeout)},
+        )
+        for name in SERVICES
+    ]
+    executor = ["-m", "services.executor", "--nats", nats_url, "--node", node]
+    executor += ["--pool", "default", "--data-dir", str(data_dir / "executor")]
+    executor += ["--stop-workloads-on-exit"]  # `fairlane down` stops the workloads too
+    executor += ["--runtime", runtime]
+    if gpus is not None:
+        executor += ["--gpus", str(gpus)]
+    programs.append(Program("executor", executor, env(executor_user(node))))
+    return programs
+
+
+class StoreSizes(NamedTuple):
+    """What the event log may take of the disk it is on (bytes)."""
+
+    store: int  # JetStream's whole file store (nats-server's max_file_store)
+    events: int  # the event stream's max_bytes
+    logs: int  # the workloads' output stream's max_bytes
+
+
+#: The share of the free space (plus what the store already holds) that JetStream may take:
+#: the rest is for PostgreSQL, the logs and the jobs' own files.
+STORE_SHARE: Final = 0.5
+#: Below this much for JetStream the event log would be full after a few hundred jobs.
+MIN_STORE_BYTES: Final = 64 << 20
+
+
+def store_sizes(data_dir: Path) -> StoreSizes:
+    """Size the event log to the disk under `data_dir`: STORE_SHARE of what is free (and
+    what the store already holds), the event stream 80% of that, at most its default; or
+    EmbeddedError naming how much is needed and how much is free."""
+    free = shutil.disk_usage(data_dir).free
+    store = int((free + _size_of(data_dir / "nats")) * STORE_SHARE)
+    if store < MIN_STORE_BYTES:
+        need = int(MIN_STORE_BYTES / STORE_SHARE)
+        raise EmbeddedError(
+            f"not enough disk space for the event log in {data_dir}: {_mib(free)} free, "
+            f"{_mib(need)} needed ({STORE_SHARE:.0%} of the free space goes to JetStream, at "
+            f"least {_mib(MIN_STORE_BYTES)}); free some space or choose another --data-dir"
+        )
+    events = min(DEFAULT_MAX_BYTES, int(store * 0.8))
+    logs = min(DEFAULT_LOG_MAX_BYTES, int(store * 0.1))
+    return StoreSizes(store=store, events=events, logs=logs)
+
+
+def _size_of(folder: Path) -> int:
+    total = 0
+    for root, _, names in os.walk(folder):
+        for name in names:
+            with contextlib.suppress(OSError):
+                total += (Path(root) / name).stat().st_size
+    return total
+
+
+def _mib(size: float) -> str:
+    return f"{size / (1 << 20):.0f} MiB"
+
+
+def _limits(auth: Path, sizes: StoreSizes) -> Path:
+    """nats-server's config: JetStream's store bounded to `sizes.store` (else it takes 75% of
+    the disk, and refuses the stream's limits on a small one), and the users from `auth`
+    (included, so that `fairlane node start` rewrites them and a SIGHUP reloads both)."""
+    config = auth.with_name("nats-server-main.conf")
+    text = f"jetstream {{\n  max_file_store: {sizes.store}\n}}\ninclude ./{auth.name}\n"
+    config.touch(mode=0o600)
+    config.write_text(text)
+    return config
+
+
+async def _planned(data_dir: Path, names: list[str], within: float = 15.0) -> None:
+    """Wait until the supervisor has taken the services into its plan (`started` waits on
+    what its status lists)."""
+    deadline = time.monotonic() + within
+    while not set(names) <= {p.name for p in supervisor_status(data_dir)}:
+        if time.monotonic() > deadline:
+            raise EmbeddedError(f"the supervisor did not start the services; see {data_dir}/logs")
+        await asyncio.sleep(0.05)
+
+
+async def _server_up(data_dir: Path, server: NatsServer, within: float = 20.0) -> None:
+    log = f"see {data_dir}/logs/{NATS_SERVER}.log"
+    await server.listening(within, lambda: _failing(data_dir, NATS_SERVER), log)
+
+
+async def _postgres_up(data_dir: Path, postgres: Postgres, within: float = 90.0) -> str:
+    """The URI its keeper writes once PostgreSQL takes connections."""
+    deadline = time.monotonic() + within
+    while not postgres.uri_file.exists():
+        if _failing(data_dir, POSTGRES) or time.monotonic() > deadline:
+            raise EmbeddedError(f"PostgreSQL did not start; see {data_dir}/logs/{POSTGRES}.log")
+        await asyncio.sleep(0.1)
+    return postgres.uri_file.read_text()
+
+
+def server_pid(data_dir: Path, name: str) -> int | None:
+    """The process id of a supervised server now (it changes when one is restarted)."""
+    for program in supervisor_status(data_dir):
+        if program.name == name and program.state == "running":
+            return program.pid
+    return None
 
 
 def _settings(service: str, heartbeat_timeout: float | None) -> dict[str, str]:
@@ -193,6 +350,12 @@ def _exited(data_dir: Path, program: str) -> bool:
     return any(p.name == program and p.restarts > 0 for p in supervisor_status(data_dir))
 
 
+def _failing(data_dir: Path, program: str, tries: int = 3) -> bool:
+    """A server that failed `tries` times (a first failure may pass: the supervisor starts it
+    again, and PostgreSQL's folder permissions, say, are set again on each start)."""
+    return any(p.name == program and p.restarts >= tries for p in supervisor_status(data_dir))
+
+
 def supervisor_status_file(data_dir: Path) -> Path:
     return data_dir / "supervisor-status.json"
 
@@ -214,13 +377,19 @@ async def started(data_dir: Path, within: float = STARTUP_S + 10.0) -> list[Prog
     deadline = time.monotonic() + within
     while True:
         programs = supervisor_status(data_dir)
-        failed = [p for p in programs if p.restarts > 0]
+        # a server running again is up: `up` waited for it to take connections (its first
+        # start may fail where another process meddles with its folder, and be retried)
+        failed = [p for p in programs if p.restarts > 0 and not _server_running(p)]
         settled = programs and all(
             p.state == "running" and time.time() - p.started_at >= STARTUP_S for p in programs
         )
         if failed or settled or time.monotonic() > deadline:
             return failed
         await asyncio.sleep(0.2)
+
+
+def _server_running(program: ProgramStatus) -> bool:
+    return program.name in (NATS_SERVER, POSTGRES) and program.state == "running"
 
 
 async def down(data_dir: Path) -> list[str]:
@@ -233,7 +402,7 @@ async def down(data_dir: Path) -> list[str]:
         info = None
     stopped: list[str] = []
     if info is not None:
-        order = [n for n in info.pids if n != "nats-server"] + ["nats-server"]
+        order = [n for n in info.pids if n != NATS_SERVER] + [NATS_SERVER]
         for name in order:
             pid = info.pids.get(name)
             # the supervisor stops its programs first: give it their grace as well
@@ -247,9 +416,9 @@ async def down(data_dir: Path) -> list[str]:
                     if program.pid is not None and await _stop(program.pid):
                         stopped.append(program.name)
     postgres = Postgres(data_dir / "postgres")
-    if (postgres.data_dir / "postmaster.pid").exists():
+    if postgres.pid() is not None:  # its keeper was killed, say: the server outlived it
         await postgres.stop()
-        stopped.append("postgres")
+        stopped.append(POSTGRES)
     with contextlib.suppress(FileNotFoundError):
         path.unlink()
     return stopped

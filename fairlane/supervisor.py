@@ -1,19 +1,24 @@
-"""Keeping the embedded cluster's services running: restart what exits, with backoff.
+"""Keeping the embedded cluster running: restart what exits, with backoff.
 
 `fairlane up` writes a plan (what to run, with which arguments and environment) and starts
-`python -m fairlane.supervisor --plan PLAN` in the background. The supervisor starts every
-program, and when one exits it logs why (exit status, how long it ran) and starts it again
-after a pause that doubles from RESTART_FIRST_S up to RESTART_MAX_S (and is forgotten once a
-run lasted STABLE_S). A program that exits within STARTUP_S of its start *failed to start*.
-What every program is doing is written to a status file after each change, which `fairlane
-up` reads to report a service that failed to start and `fairlane status` shows. The
-supervisor also checks the event log's limits every LIMITS_EVERY_S and records a warning
-from 80% full (services/runtime/provision.py).
+`python -m fairlane.supervisor --plan PLAN` in the background. The plan holds the servers
+(nats-server, and PostgreSQL through its keeper `python -m services.runtime.servers
+postgres`) as well as the services, so a server killed -9 comes back like any service, with
+its data folder and on its port. The supervisor starts every program, and when one exits
+it logs why (exit status, how long it ran) and starts it again after a pause that doubles
+from RESTART_FIRST_S up to RESTART_MAX_S (and is forgotten once a run lasted STABLE_S).
+A program that exits within STARTUP_S of its start *failed to start*. What every program
+is doing is written to a status file after each change, which `fairlane up` reads to report
+a service that failed to start and `fairlane status` shows. The supervisor also checks the
+event log's limits every LIMITS_EVERY_S and records a warning from 80% full
+(services/runtime/provision.py).
 
-SIGTERM stops it: every program gets SIGTERM, and SIGKILL after STOP_GRACE_S. SIGHUP makes it
-read the plan again: it starts the programs the plan gained and stops (as SIGTERM does) those
-it lost, leaving the others running; `fairlane node start` and `node stop` add and remove a
-node's executor so (fairlane/nodes.py).
+SIGTERM stops it: every program gets SIGTERM, and SIGKILL after STOP_GRACE_S; the servers
+(`stop_last`) only once the others have stopped. SIGHUP makes it read the plan again: it
+starts the programs the plan gained and stops (as SIGTERM does) those it lost, leaving the
+others running; `fairlane up` adds the services so once the servers take connections, and
+`fairlane node start` and `node stop` add and remove a node's executor so
+(fairlane/nodes.py).
 """
 
 from __future__ import annotations
@@ -51,6 +56,11 @@ class Program(msgspec.Struct, frozen=True):
     name: str
     args: list[str]  # after the Python interpreter: ["-m", "services.ledger", ...]
     env: dict[str, str] = {}
+    #: run this binary with `args` instead of the Python interpreter (nats-server)
+    executable: str | None = None
+    #: a server the others stand on (nats-server, PostgreSQL): stopped after every other
+    #: program, so that those can still write their last events and close cleanly
+    stop_last: bool = False
 
 
 class Plan(msgspec.Struct, frozen=True):
@@ -220,7 +230,7 @@ class Supervisor:
         path = Path(self.plan.log_dir) / f"{program.name}.log"
         with path.open("ab") as out:
             return await asyncio.create_subprocess_exec(
-                sys.executable,
+                program.executable or sys.executable,
                 *program.args,
                 stdout=out,
                 stderr=out,
@@ -229,7 +239,9 @@ class Supervisor:
             )
 
     async def _stop_all(self) -> None:
-        await self._terminate(list(self.processes.values()))
+        last = {p.name for p in self.plan.programs if p.stop_last}
+        await self._terminate([p for n, p in self.processes.items() if n not in last])
+        await self._terminate([p for n, p in self.processes.items() if n in last])
 
     async def _terminate(self, processes: list[asyncio.subprocess.Process]) -> None:
         """SIGTERM, and SIGKILL after STOP_GRACE_S, to those still running."""

@@ -19,6 +19,7 @@ from fairlane.supervisor import Plan, Program, read_status
 from services.runtime.auth import ADMIN, credentials_file, load_credentials
 from services.runtime.connection import connect
 from services.runtime.eventlog import STREAM
+from services.runtime.servers import free_port
 from tests.test_embedded import fairlane
 
 pytestmark = pytest.mark.slow
@@ -136,3 +137,42 @@ def test_sighup_starts_what_the_plan_gained_and_stops_what_it_lost(tmp_path: Pat
     for pid in after.values():
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+
+
+def test_nats_server_and_postgres_killed_9_come_back_by_themselves(tmp_path: Path) -> None:
+    """Both servers run under the supervisor: each killed -9 is started again on its data
+    folder (the stream, the read models) and its port, and a job submitted after runs."""
+    data = tmp_path / "fl"
+    ports = ["--nats-port", str(free_port()), "--api-port", str(free_port())]
+    fairlane("up", "--detach", "--gpus", "2", *ports, data_dir=data)
+    try:
+        deadline = time.monotonic() + 30
+        while (project := fairlane("project", "set", "t", data_dir=data, check=False)).returncode:
+            assert time.monotonic() < deadline, project.stderr  # the API is slow to listen
+            time.sleep(0.5)
+        for name in ("nats-server", "postgres"):
+            victim = programs(data)[name]["pid"]
+            if name == "postgres":  # the server itself, not its keeper
+                victim = int((data / "postgres" / "postmaster.pid").read_text().split()[0])
+            assert isinstance(victim, int)
+            os.kill(victim, signal.SIGKILL)
+            deadline = time.monotonic() + 60
+            while (program := programs(data)[name])["restarts"] != 1 or program["state"] != (
+                "running"
+            ):
+                assert time.monotonic() < deadline, program
+                time.sleep(0.2)
+        submit = ["submit", "after", "--project", "t", "--gpus", "1", "--command", "true"]
+        submitted = fairlane(*submit, data_dir=data, check=False)
+        assert submitted.returncode == 0, submitted.stderr
+        deadline = time.monotonic() + 60
+        while True:  # read through the API, from PostgreSQL, fed from the stream
+            job = fairlane("describe", "after", "-o", "json", data_dir=data, check=False)
+            if job.returncode == 0 and json.loads(job.stdout)["state"] == "completed":
+                break
+            assert time.monotonic() < deadline, job.stdout + job.stderr
+            time.sleep(0.5)
+        assert {p["state"] for p in programs(data).values()} == {"running"}
+    finally:
+        down = fairlane("down", data_dir=data)
+    assert "nats-server" in down.stdout and "postgres" in down.stdout

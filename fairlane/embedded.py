@@ -186,11 +186,17 @@ async def _servers_up(
         await asyncio.sleep(0.05)
     if server is not None and sizes is not None:
         await _server_up(data_dir, server)
-        admin = await connect(server.url, "fairlane-up", 10.0, load_credentials(files[ADMIN]))
         try:
-            await provision(admin.jetstream(), sizes.events, log_max_bytes=sizes.logs)
-        finally:
-            await admin.close()
+            async with asyncio.timeout(30.0):
+                admin = await connect(
+                    server.url, "fairlane-up", 10.0, load_credentials(files[ADMIN])
+                )
+                try:
+                    await provision(admin.jetstream(), sizes.events, log_max_bytes=sizes.logs)
+                finally:
+                    await admin.close()
+        except TimeoutError:
+            raise EmbeddedError(f"nats-server at {server.url} did not answer within 30s") from None
     if postgres_dsn is None:
         postgres_dsn = await _postgres_up(data_dir, Postgres(data_dir / POSTGRES))
     return postgres_dsn

@@ -36,7 +36,7 @@ from fairlane.cluster_file import (
     cluster_file,
     read_cluster,
 )
-from fairlane.supervisor import STARTUP_S, Plan, Program, ProgramStatus, read_status
+from fairlane.supervisor import NATS_SERVER, STARTUP_S, Plan, Program, ProgramStatus, read_status
 from services.api.tokens import admin_token_file
 from services.nodewatch.service import TIMEOUT_ENV
 from services.runtime.auth import (
@@ -65,7 +65,6 @@ SUPERVISOR = "supervisor"
 #: The services' instance name: the same across restarts, so their durable consumers are
 #: reused, not left behind one per process.
 INSTANCE = "embedded"
-NATS_SERVER = "nats-server"
 POSTGRES = "postgres"
 DEFAULT_NATS_PORT = 4222
 DEFAULT_API_PORT = 8080
@@ -125,6 +124,7 @@ async def up(  # noqa: PLR0913, PLR0915 (the `fairlane up` options, in the order
             status_file=str(supervisor_status_file(data_dir)),
             nats_url=url if files else None,
             admin_credentials=str(files[ADMIN]) if files else None,
+            jetstream_store=str(server.store_dir) if server is not None else None,
         )
 
     # the servers first, under the supervisor, so that it restarts them like any service;
@@ -248,7 +248,8 @@ def store_sizes(data_dir: Path) -> StoreSizes:
     """Size the event log to the disk under `data_dir`: STORE_SHARE of what is free (and
     what the store already holds), the event stream 80% of that, at most its default; or
     EmbeddedError naming how much is needed and how much is free."""
-    free = shutil.disk_usage(data_dir).free
+    where = data_dir / "nats" if (data_dir / "nats").is_dir() else data_dir  # a disk of its own?
+    free = shutil.disk_usage(where).free
     store = int((free + _size_of(data_dir / "nats")) * STORE_SHARE)
     if store < MIN_STORE_BYTES:
         need = int(MIN_STORE_BYTES / STORE_SHARE)

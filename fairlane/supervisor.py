@@ -27,6 +27,7 @@ import argparse
 import asyncio
 import contextlib
 import os
+import shutil
 import signal
 import sys
 import time
@@ -47,6 +48,15 @@ STABLE_S: Final = 60.0
 STARTUP_S: Final = 3.0
 STOP_GRACE_S: Final = 10.0
 LIMITS_EVERY_S: Final = 60.0
+#: How often nats-server's log is read for a write that failed (a full disk).
+STORE_EVERY_S: Final = 1.0
+#: Free space on the JetStream store's disk from which a nats-server that failed a write is
+#: restarted: after a failed write it refuses every later write to that stream, even once
+#: space returns, until it is restarted (it reads the stream back from its files then).
+STORE_FREE_BYTES: Final = 8 << 20
+#: What nats-server logs when a stream's file store failed a write.
+WRITE_FAILED: Final = ("critical write error", "no space left on device")
+NATS_SERVER: Final = "nats-server"
 log = structlog.get_logger("fairlane.supervisor")
 
 State = Literal["starting", "running", "restarting", "stopped"]
@@ -70,6 +80,9 @@ class Plan(msgspec.Struct, frozen=True):
     #: where to check the event log's limits from (the admin's credentials), if anywhere
     nats_url: str | None = None
     admin_credentials: str | None = None
+    #: the JetStream store folder of the program named NATS_SERVER, if it runs one: a write
+    #: that failed there for want of space has it restarted once space returns
+    jetstream_store: str | None = None
 
 
 class ProgramStatus(msgspec.Struct):
@@ -125,13 +138,14 @@ class Supervisor:
         for program in self.plan.programs:
             self.keepers[program.name] = asyncio.create_task(self._keep(program))
         watching = asyncio.create_task(self._watch_limits())
+        store = asyncio.create_task(self._watch_store())
         await self.stopping.wait()
         async with self._reloading:  # a reload half done would start what is being stopped
             await self._stop_all()
         keepers = list(self.keepers.values())
-        for task in [*keepers, watching, *self._reloads]:
+        for task in [*keepers, watching, store, *self._reloads]:
             task.cancel()
-        await asyncio.gather(*keepers, watching, *self._reloads, return_exceptions=True)
+        await asyncio.gather(*keepers, watching, store, *self._reloads, return_exceptions=True)
         for status in self.status.programs.values():
             status.state, status.pid = "stopped", None
         self._save()
@@ -275,12 +289,54 @@ class Supervisor:
             with contextlib.suppress(Exception):
                 await nc.close()
 
+    async def _watch_store(self) -> None:
+        """Restart nats-server once the disk has room again after it failed a write there."""
+        store = self.plan.jetstream_store
+        if store is None:
+            return
+        path = Path(self.plan.log_dir) / f"{NATS_SERVER}.log"
+        offset = path.stat().st_size if path.exists() else 0  # what it logs from now on
+        failed = False
+        while True:
+            await asyncio.sleep(STORE_EVERY_S)
+            offset, lines = _read_on(path, offset)
+            if any(w in line.lower() for line in lines for w in WRITE_FAILED):
+                failed = True
+            if not failed or shutil.disk_usage(store).free < STORE_FREE_BYTES:
+                continue
+            failed = False
+            process = self.processes.get(NATS_SERVER)
+            if process is None or process.returncode is not None:
+                continue  # it exited anyway: it is being started again
+            log.warning(
+                "nats-server failed a write for want of disk space and space is back: "
+                "restarting it (until then it refuses every write to that stream)",
+                store=store,
+                free=shutil.disk_usage(store).free,
+            )
+            with contextlib.suppress(ProcessLookupError):
+                process.send_signal(signal.SIGTERM)  # its keeper starts it again
+
     def _save(self) -> None:
         self.status.updated_at = time.time()
         path = Path(self.plan.status_file)
         tmp = path.with_suffix(".tmp")
         tmp.write_bytes(msgspec.json.encode(self.status))
         tmp.replace(path)
+
+
+def _read_on(path: Path, offset: int) -> tuple[int, list[str]]:
+    """The lines written to `path` after `offset`, and the offset after them (from the start
+    of a file that was cut shorter)."""
+    try:
+        with path.open("rb") as f:
+            if f.seek(0, os.SEEK_END) < offset:
+                offset = 0
+            f.seek(offset)
+            data = f.read()
+    except OSError:
+        return offset, []
+    return offset + len(data), data.decode(errors="replace").splitlines()
 
 
 def main() -> None:

@@ -1,24 +1,32 @@
 """A small or full disk, on a filesystem of the test's own (a tmpfs: root only).
 
 `fairlane up` sizes JetStream to the disk or refuses it, naming what it needs, and leaves
-nothing running when it fails.
+nothing running when it fails. When the disk under JetStream fills, submissions are answered
+"unavailable" (503) and none of those is carried out later; once space returns, nats-server
+is restarted by the supervisor (it refuses writes to a stream that failed one until then),
+and the services and the executor carry on by themselves.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import socket
 import subprocess
+import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import httpx
 import pytest
 
+from events import JobCompleted, JobSubmitted
 from services.runtime.auth import ADMIN, credentials_file, load_credentials
 from services.runtime.connection import connect
-from services.runtime.eventlog import STREAM
+from services.runtime.eventlog import STREAM, JetStreamLog
 from services.runtime.servers import free_port
 from tests.test_embedded import fairlane
 
@@ -27,6 +35,7 @@ pytestmark = pytest.mark.slow
 NO_POSTGRES = ("--postgres", "postgresql://unused")
 
 
+@contextlib.contextmanager
 def mounted(path: Path, size: str) -> Iterator[Path]:
     """A tmpfs of `size` at `path`, unmounted afterwards."""
     if os.geteuid() != 0:
@@ -43,12 +52,14 @@ def mounted(path: Path, size: str) -> Iterator[Path]:
 
 @pytest.fixture
 def tiny_disk(tmp_path: Path) -> Iterator[Path]:
-    yield from mounted(tmp_path / "tiny", "48m")
+    with mounted(tmp_path / "tiny", "48m") as path:
+        yield path
 
 
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
-    yield from mounted(tmp_path / "small", "200m")
+    with mounted(tmp_path / "small", "200m") as path:
+        yield path
 
 
 def left_running(data: Path) -> list[str]:
@@ -109,3 +120,72 @@ def test_up_sizes_the_event_log_to_a_small_disk(small_disk: Path) -> None:
     finally:
         fairlane("down", data_dir=data)
     assert left_running(data) == []
+
+
+async def events(data: Path, url: str) -> list[object]:
+    creds = load_credentials(credentials_file(data, ADMIN))
+    log = JetStreamLog(await connect(url, "test", credentials=creds))
+    try:
+        return [s.event async for s in log.read(1)]
+    finally:
+        await log.nc.close()
+
+
+def test_a_full_disk_is_ridden_out_and_nothing_answered_503_is_created(tmp_path: Path) -> None:
+    data = tmp_path / "fl"
+    ports = ["--nats-port", str(free_port()), "--api-port", str(free_port())]
+    with mounted(data / "nats", "160m") as store:  # JetStream's store only: a disk of its own
+        fairlane("up", "--detach", "--gpus", "2", *ports, data_dir=data)  # the API needs PostgreSQL
+        try:
+            info = json.loads((data / "cluster.json").read_text())
+            token = (data / "admin-token").read_text().strip()
+            api = httpx.Client(
+                base_url=info["api_url"], headers={"Authorization": f"Bearer {token}"}, timeout=90
+            )
+            deadline = time.monotonic() + 30
+            while (made := fairlane("project", "set", "t", data_dir=data, check=False)).returncode:
+                assert time.monotonic() < deadline, made.stderr  # the API is slow to listen
+                time.sleep(0.5)
+
+            def submit(job: str, *command: str) -> httpx.Response:
+                body = {"job_id": job, "project": "t", "gpus": 1, "idempotency_key": job}
+                return api.post("/v1/jobs", json={**body, "command": list(command or ["true"])})
+
+            assert submit("before", "sleep", "3").status_code == 201
+            filler = store / "filler"
+            fill = ["dd", "if=/dev/zero", f"of={filler}", "bs=1M"]
+            subprocess.run(fill, capture_output=True, check=False)  # until the disk is full
+            # at once: admission carries them out one at a time, the later ones wait in line
+            with ThreadPoolExecutor(5) as pool:  # (the first may fit in what was allocated)
+                full = dict(enumerate(pool.map(submit, [f"full{i}" for i in range(5)])))
+            codes = [r.status_code for r in full.values()]
+            assert codes.count(503) >= 3 and set(codes) <= {201, 503}, [
+                r.text for r in full.values()
+            ]
+            filler.unlink()  # space returns: nobody restarts anything by hand
+            deadline = time.monotonic() + 60
+            while (after := submit("after")).status_code != 201:
+                assert time.monotonic() < deadline, after.text
+                time.sleep(1)
+            while True:  # nothing stuck: the job running through it and the one after end
+                stored = asyncio.run(events(data, info["nats_url"]))
+                done = {e.job_id for e in stored if isinstance(e, JobCompleted)}
+                if {"before", "after"} <= done:
+                    break
+                assert time.monotonic() < deadline, done
+                time.sleep(1)
+            created = [e.job_id for e in stored if isinstance(e, JobSubmitted)]
+            for i, answer in full.items():
+                if answer.status_code == 201:
+                    continue
+                if "may still take effect" not in answer.text:  # it said nothing was written
+                    assert f"full{i}" not in created, answer.text
+                    continue
+                assert f"idempotency key 'full{i}'" in answer.text, answer.text
+                again = submit(f"full{i}")  # how to learn its outcome, as the answer says
+                assert again.status_code == 201, again.text
+            stored = asyncio.run(events(data, info["nats_url"]))
+            created = [e.job_id for e in stored if isinstance(e, JobSubmitted)]
+            assert len(created) == len(set(created)), created  # none carried out twice
+        finally:
+            fairlane("down", data_dir=data)

@@ -1,8 +1,10 @@
 """The embedded cluster: everything Fairlane needs on one machine, from its own wheels.
 
 `fairlane up` starts nats-server (JetStream) and PostgreSQL under a data folder, the services
-and one node executor for this machine under a supervisor that restarts whatever exits
-(fairlane/supervisor.py); `fairlane down` (or Ctrl-C on a foreground `up`) stops them all.
+and one node executor for this machine, all under a supervisor that restarts whatever exits
+(fairlane/supervisor.py): the servers first, the services once the stream exists. JetStream
+is sized to the disk it is on (`store_sizes`). `fairlane down` (or Ctrl-C on a foreground
+`up`) stops them all.
 `fairlane node start` adds more nodes to the supervisor's plan (fairlane/nodes.py).
 What runs where is written to `<data>/cluster.json`, so `down`, the job commands and the demo
 find a running cluster.

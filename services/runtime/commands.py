@@ -49,7 +49,16 @@ class MayTakeEffect(Exception):
         super().__init__(f"unavailable: {cause!r}; {may_take_effect(command)}")
 
 
-def _outcome_unknown(error: BaseException) -> bool:
+def time_left(give_up_after: float = GIVE_UP_AFTER_S) -> float:
+    """How long to wait on the log for the command being answered: `give_up_after`, or less,
+    to answer before its sender stops listening."""
+    deadline = _deadline.get()
+    if deadline is None:
+        return give_up_after
+    return max(0.0, min(give_up_after, deadline - time.time() - ANSWER_MARGIN_S))
+
+
+def outcome_unknown(error: BaseException) -> bool:
     """A write that failed so may have been stored (no answer came): not one the server
     refused outright, nor one that reached no server."""
     refused = nats.errors.NoRespondersError | APIError
@@ -77,16 +86,14 @@ async def carry_out(
             outcome = decide_command(follower.state, command, now, follower.applied_seq)
     if isinstance(outcome, Refused):
         raise Refusal(outcome.reason)
-    deadline = _deadline.get()
-    if deadline is not None:  # answer before the sender stops listening
-        give_up_after = max(0.0, min(give_up_after, deadline - time.time() - ANSWER_MARGIN_S))
+    give_up_after = time_left(give_up_after)  # answer before the sender stops listening
     seq = 0
     for i, event in enumerate(outcome.events):
         try:
             seq = await log.publish_durably(event, give_up_after=give_up_after)
         except Exception as e:
             # nothing is written only if this was the first event and the server refused it
-            if is_transient(e) and (i > 0 or _outcome_unknown(e)):
+            if is_transient(e) and (i > 0 or outcome_unknown(e)):
                 raise MayTakeEffect(command, e) from e
             raise
     try:

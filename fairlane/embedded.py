@@ -113,6 +113,7 @@ async def up(  # noqa: PLR0913, PLR0915 (the `fairlane up` options, in the order
         nats_url = server.url
     url: str = nats_url  # (for the closure below)
     postgres = Postgres(data_dir / "postgres")
+    own_postgres = postgres_dsn is None
     if postgres_dsn is None:
         postgres.uri_file.unlink(missing_ok=True)
         keeper = ["-m", "services.runtime.servers", "postgres", str(postgres.data_dir)]
@@ -135,39 +136,41 @@ async def up(  # noqa: PLR0913, PLR0915 (the `fairlane up` options, in the order
     supervisor_status_file(data_dir).unlink(missing_ok=True)
     supervisor = ["-m", "fairlane.supervisor", "--plan", str(plan_file)]
     pids[SUPERVISOR] = await _spawn(SUPERVISOR, supervisor, data_dir)
-    try:
-        postgres_dsn = await _servers_up(data_dir, server, sizes, files, postgres_dsn)
-    except Exception as e:  # leave nothing running: stop the supervisor and its servers
-        await _stop(pids[SUPERVISOR], 25.0)
-        if postgres.pid() is not None:
-            await postgres.stop()
-        why = str(e) if isinstance(e, EmbeddedError | ServerError) else repr(e)
-        raise EmbeddedError(f"{why} (everything started was stopped again)") from e
 
     def env(user: str) -> dict[str, str]:
         return {CREDENTIALS_ENV: str(files[user])} if files else {}
 
-    programs = _services(nats_url, node, gpus, runtime, heartbeat_timeout, data_dir, env)
-    api_url, token_file = _read_side(
-        data_dir, nats_url, postgres_dsn, programs, env, api_port, runtime
-    )
-    plan_file.write_bytes(msgspec.json.encode(plan([*servers, *programs])))
-    os.kill(pids[SUPERVISOR], signal.SIGHUP)  # it reads the plan again: the services join
-    await _planned(data_dir, [p.name for p in programs])
-    info = ClusterFile(
-        nats_url=nats_url,
-        postgres_uri=postgres_dsn,
-        data_dir=str(data_dir),
-        node=node,
-        pids=pids,
-        started_at=time.time(),
-        api_url=api_url,
-        admin_token_file=str(token_file),
-        credentials_dir=str(credentials_dir(data_dir)) if files else "",
-    )
-    cluster_file(data_dir).write_bytes(msgspec.json.encode(info))
-    admin_file = files[ADMIN] if files else None
-    await _node_registered(nats_url, node, admin_file, data_dir)
+    try:
+        postgres_dsn = await _servers_up(data_dir, server, sizes, files, postgres_dsn)
+        programs = _services(url, node, gpus, runtime, heartbeat_timeout, data_dir, env)
+        api_url, token_file = _read_side(
+            data_dir, url, postgres_dsn, programs, env, api_port, runtime
+        )
+        plan_file.write_bytes(msgspec.json.encode(plan([*servers, *programs])))
+        os.kill(pids[SUPERVISOR], signal.SIGHUP)  # it reads the plan again: the services join
+        await _planned(data_dir, [p.name for p in programs])
+        info = ClusterFile(
+            nats_url=url,
+            postgres_uri=postgres_dsn,
+            data_dir=str(data_dir),
+            node=node,
+            pids=pids,
+            started_at=time.time(),
+            api_url=api_url,
+            admin_token_file=str(token_file),
+            credentials_dir=str(credentials_dir(data_dir)) if files else "",
+        )
+        cluster_file(data_dir).write_bytes(msgspec.json.encode(info))
+        await _node_registered(url, node, files[ADMIN] if files else None, data_dir)
+        if own_postgres:  # (the API waits for a PostgreSQL given to it, however long)
+            await _listening(api_url, data_dir)
+    except Exception as e:  # leave nothing running: the supervisor stops what it runs
+        await _stop(pids[SUPERVISOR], 25.0)
+        if postgres.pid() is not None:  # (should the keeper have been killed)
+            await postgres.stop()
+        cluster_file(data_dir).unlink(missing_ok=True)
+        why = str(e) if isinstance(e, EmbeddedError | ServerError) else repr(e)
+        raise EmbeddedError(f"{why} (everything started was stopped again)") from e
     return info
 
 
@@ -287,6 +290,22 @@ def _limits(auth: Path, sizes: StoreSizes) -> Path:
     config.touch(mode=0o600)
     config.write_text(text)
     return config
+
+
+async def _listening(api_url: str, data_dir: Path, within: float = 30.0) -> None:
+    """Wait until the API takes connections, so that a command right after `up` reaches it;
+    one that does not within `within` seconds is left to `started` to report."""
+    host, port = api_url.removeprefix("http://").rsplit(":", 1)
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline and not _exited(data_dir, "api"):
+        try:
+            _, writer = await asyncio.open_connection(host, int(port))
+        except OSError:
+            await asyncio.sleep(0.1)
+            continue
+        writer.close()
+        await writer.wait_closed()
+        return
 
 
 async def _planned(data_dir: Path, names: list[str], within: float = 15.0) -> None:

@@ -16,7 +16,8 @@ _encode = msgspec.json.Encoder().encode
 
 #: The request header in which a sender says until when it waits for the answer (seconds
 #: since the epoch): a command still waiting in line after that is not carried out, since
-#: nobody would hear how it went (the sender has answered "unavailable" meanwhile).
+#: nobody would hear how it went (the sender has answered "unavailable" meanwhile). The
+#: clocks of sender and service are taken to agree, as the events' own timestamps do.
 DEADLINE_HEADER: Final = "Fairlane-Deadline"
 
 

@@ -118,8 +118,8 @@ def test_a_full_disk_is_ridden_out_and_nothing_answered_503_is_created(tmp_path:
     data = tmp_path / "fl"
     ports = ["--nats-port", str(free_port()), "--api-port", str(free_port())]
     with mounted(data / "nats", "160m") as store:  # JetStream's store only: a disk of its own
-        fairlane("up", "--detach", "--gpus", "2", *ports, data_dir=data)  # the API needs PostgreSQL
-        try:
+        try:  # (a failed `up` leaves the cluster to `down` too)
+            fairlane("up", "--detach", "--gpus", "2", *ports, data_dir=data)  # the API: PostgreSQL
             info = json.loads((data / "cluster.json").read_text())
             # sized to the store's disk: 80% of the half of its ~160 MiB that JetStream takes
             assert 40 << 20 < asyncio.run(max_bytes(data, info["nats_url"])) < 80 << 20

@@ -144,8 +144,8 @@ def test_nats_server_and_postgres_killed_9_come_back_by_themselves(tmp_path: Pat
     folder (the stream, the read models) and its port, and a job submitted after runs."""
     data = tmp_path / "fl"
     ports = ["--nats-port", str(free_port()), "--api-port", str(free_port())]
-    fairlane("up", "--detach", "--gpus", "2", *ports, data_dir=data)
-    try:
+    try:  # (a failed `up` leaves the cluster to `down` too)
+        fairlane("up", "--detach", "--gpus", "2", *ports, data_dir=data)
         deadline = time.monotonic() + 30
         while (project := fairlane("project", "set", "t", data_dir=data, check=False)).returncode:
             assert time.monotonic() < deadline, project.stderr  # the API is slow to listen

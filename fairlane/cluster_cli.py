@@ -220,9 +220,7 @@ def _print_started(
 
 
 def _log_of(name: str, data_dir: str) -> str:
-    """Where a program `up` started writes its log (nats-server beside its store)."""
-    if name == "nats-server":
-        return f"{data_dir}/nats/nats-server.log"
+    """Where a program `up` started writes its log."""
     return f"{data_dir}/logs/{name}.log"
 
 

@@ -1,8 +1,10 @@
 """The embedded cluster: everything Fairlane needs on one machine, from its own wheels.
 
 `fairlane up` starts nats-server (JetStream) and PostgreSQL under a data folder, the services
-and one node executor for this machine under a supervisor that restarts whatever exits
-(fairlane/supervisor.py); `fairlane down` (or Ctrl-C on a foreground `up`) stops them all.
+and one node executor for this machine, all under a supervisor that restarts whatever exits
+(fairlane/supervisor.py): the servers first, the services once the stream exists. JetStream
+is sized to the disk it is on (`store_sizes`). `fairlane down` (or Ctrl-C on a foreground
+`up`) stops them all.
 `fairlane node start` adds more nodes to the supervisor's plan (fairlane/nodes.py).
 What runs where is written to `<data>/cluster.json`, so `down`, the job commands and the demo
 find a running cluster.
@@ -27,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -34,6 +37,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Final, NamedTuple
 
 import msgspec
 import nats
@@ -44,6 +48,7 @@ from fairlane.cluster_file import (
     read_cluster,
 )
 from fairlane.supervisor import (
+    NATS_SERVER,
     STARTUP_S,
     Plan,
     Program,
@@ -63,10 +68,17 @@ from services.runtime.auth import (
 )
 from services.runtime.connection import connect
 from services.runtime.eventlog import JetStreamLog
+from services.runtime.logstream import DEFAULT_LOG_MAX_BYTES
 from services.runtime.postgres import DSN_ENV
 from services.runtime.processes import pid_exists
-from services.runtime.provision import provision
-from services.runtime.servers import NatsServer, Postgres, free_port
+from services.runtime.provision import DEFAULT_MAX_BYTES, provision
+from services.runtime.servers import (
+    NatsServer,
+    Postgres,
+    ServerError,
+    free_port,
+    nats_server_binary,
+)
 
 SERVICES = ("admission", "ledger", "scheduler", "preemptor", "nodewatch")
 SUPERVISOR = "supervisor"
@@ -74,6 +86,7 @@ PLAN_FILE = "supervisor-plan.json"
 #: The services' instance name: the same across restarts, so their durable consumers are
 #: reused, not left behind one per process.
 INSTANCE = "embedded"
+POSTGRES = "postgres"
 DEFAULT_NATS_PORT = 4222
 DEFAULT_API_PORT = 8080
 #: How long an executor may take to stop its workloads on `down`: their grace period (the
@@ -85,7 +98,7 @@ class EmbeddedError(RuntimeError):
     pass
 
 
-async def up(  # noqa: PLR0913 (the `fairlane up` options)
+async def up(  # noqa: PLR0913, PLR0915 (the `fairlane up` options, in the order they start)
     data_dir: Path,
     gpus: int | None = None,
     nats_url: str | None = None,
@@ -109,33 +122,123 @@ async def up(  # noqa: PLR0913 (the `fairlane up` options)
     same_user = not is_root() if insecure_same_user is None else insecure_same_user
     (data_dir / "logs").mkdir(parents=True, exist_ok=True)
     private_data(data_dir)
+    sizes: StoreSizes | None = None
     pids: dict[str, int] = {}
     node = socket.gethostname().split(".")[0] or "local"
     files: dict[str, Path] = {}
+    servers: list[Program] = []
+    server: NatsServer | None = None
     if nats_url is None:
+        sizes = store_sizes(data_dir)  # before anything starts: it may refuse a small disk
         port = nats_port or (DEFAULT_NATS_PORT if _port_free(DEFAULT_NATS_PORT) else free_port())
-        config = credentials_dir(data_dir) / "nats-server.conf"
-        files = write_auth(data_dir, config, [node])
-        server = NatsServer(store_dir=data_dir / "nats", port=port, config=config)
-        await server.start()
-        assert server.process is not None
-        pids["nats-server"] = server.process.pid
+        auth = credentials_dir(data_dir) / "nats-server.conf"
+        files = write_auth(data_dir, auth, [node])
+        server = NatsServer(store_dir=data_dir / "nats", port=port, config=_limits(auth, sizes))
+        binary = str(nats_server_binary())
+        servers.append(Program(NATS_SERVER, server.arguments(), executable=binary, stop_last=True))
         nats_url = server.url
-        admin = await connect(nats_url, "fairlane-up", credentials=load_credentials(files[ADMIN]))
-        try:
-            await provision(admin.jetstream())
-        finally:
-            await admin.close()
+    url: str = nats_url  # (for the closure below)
+    postgres = Postgres(data_dir / "postgres")
+    own_postgres = postgres_dsn is None
     if postgres_dsn is None:
-        postgres = Postgres(data_dir / "postgres")
-        await postgres.start()
-        postgres_dsn = postgres.uri
-    private_data(data_dir)  # again: the PostgreSQL wheel opens the folders above its own
+        postgres.uri_file.unlink(missing_ok=True)
+        keeper = ["-m", "services.runtime.servers", "postgres", str(postgres.data_dir)]
+        servers.append(Program(POSTGRES, keeper, stop_last=True))
+    plan_file = data_dir / PLAN_FILE
+
+    def plan(programs: list[Program]) -> Plan:
+        return Plan(
+            programs=programs,
+            log_dir=str(data_dir / "logs"),
+            status_file=str(supervisor_status_file(data_dir)),
+            nats_url=url if files else None,
+            admin_credentials=str(files[ADMIN]) if files else None,
+            jetstream_store=str(server.store_dir) if server is not None else None,
+        )
+
+    # the servers first, under the supervisor, so that it restarts them like any service;
+    # the services join once the stream is provisioned (a service may not create it)
+    write_private(plan_file, msgspec.json.encode(plan(servers)))  # the programs' environments
+    supervisor_status_file(data_dir).unlink(missing_ok=True)
+    supervisor = ["-m", "fairlane.supervisor", "--plan", str(plan_file)]
+    pids[SUPERVISOR] = await _spawn(SUPERVISOR, supervisor, data_dir)
 
     def env(user: str) -> dict[str, str]:
         return {CREDENTIALS_ENV: str(files[user])} if files else {}
 
-    programs = [
+    try:
+        postgres_dsn = await _servers_up(data_dir, server, sizes, files, postgres_dsn)
+        private_data(data_dir)  # again: the PostgreSQL wheel opens the folders above its own
+        programs = _services(url, heartbeat_timeout, env)
+        programs.append(_executor(data_dir, url, node, runtime, gpus, same_user, env))
+        api_url, token_file = _read_side(
+            data_dir, url, postgres_dsn, programs, env, api_port, runtime
+        )
+        write_private(plan_file, msgspec.json.encode(plan([*servers, *programs])))
+        os.kill(pids[SUPERVISOR], signal.SIGHUP)  # it reads the plan again: the services join
+        await _planned(data_dir, [p.name for p in programs])
+        info = ClusterFile(
+            nats_url=url,
+            postgres_uri=postgres_dsn,
+            data_dir=str(data_dir),
+            node=node,
+            pids=pids,
+            started_at=time.time(),
+            api_url=api_url,
+            admin_token_file=str(token_file),
+            credentials_dir=str(credentials_dir(data_dir)) if files else "",
+        )
+        write_private(cluster_file(data_dir), msgspec.json.encode(info))  # the DSN's password
+        await _node_registered(url, node, files[ADMIN] if files else None, data_dir)
+        if own_postgres:  # (the API waits for a PostgreSQL given to it, however long)
+            await _listening(api_url, data_dir)
+    except Exception as e:  # leave nothing running: the supervisor stops what it runs
+        await _stop(pids[SUPERVISOR], 25.0)
+        if postgres.pid() is not None:  # (should the keeper have been killed)
+            await postgres.stop()
+        cluster_file(data_dir).unlink(missing_ok=True)
+        why = str(e) if isinstance(e, EmbeddedError | ServerError) else repr(e)
+        raise EmbeddedError(f"{why} (everything started was stopped again)") from e
+    return info
+
+
+async def _servers_up(
+    data_dir: Path,
+    server: NatsServer | None,
+    sizes: StoreSizes | None,
+    files: dict[str, Path],
+    postgres_dsn: str | None,
+) -> str:
+    """Wait for the servers the supervisor starts and provision the stream; returns the
+    PostgreSQL DSN."""
+    status = supervisor_status_file(data_dir)
+    deadline = time.monotonic() + 15.0
+    while read_status(status) is None:  # its signal handlers are set once it has said so
+        if time.monotonic() > deadline:
+            raise EmbeddedError(f"the supervisor did not start; see {data_dir}/logs/supervisor.log")
+        await asyncio.sleep(0.05)
+    if server is not None and sizes is not None:
+        await _server_up(data_dir, server)
+        try:
+            async with asyncio.timeout(30.0):
+                admin = await connect(
+                    server.url, "fairlane-up", 10.0, load_credentials(files[ADMIN])
+                )
+                try:
+                    await provision(admin.jetstream(), sizes.events, log_max_bytes=sizes.logs)
+                finally:
+                    await admin.close()
+        except TimeoutError:
+            raise EmbeddedError(f"nats-server at {server.url} did not answer within 30s") from None
+    if postgres_dsn is None:
+        postgres_dsn = await _postgres_up(data_dir, Postgres(data_dir / POSTGRES))
+    return postgres_dsn
+
+
+def _services(
+    nats_url: str, heartbeat_timeout: float | None, env: Callable[[str], dict[str, str]]
+) -> list[Program]:
+    return [
         Program(
             name,
             ["-m", f"services.{name}", "--nats", nats_url, "--instance", INSTANCE],
@@ -143,46 +246,133 @@ async def up(  # noqa: PLR0913 (the `fairlane up` options)
         )
         for name in SERVICES
     ]
-    executor = _executor_args(data_dir, nats_url, node, runtime, gpus, same_user)
-    programs.append(
-        Program(
-            "executor",
-            executor,
-            env(executor_user(node)),
-            stop_first=True,
-            stop_grace_s=EXECUTOR_STOP_GRACE_S,
+
+
+class StoreSizes(NamedTuple):
+    """What the event log may take of the disk it is on (bytes)."""
+
+    store: int  # JetStream's whole file store (nats-server's max_file_store)
+    events: int  # the event stream's max_bytes
+    logs: int  # the workloads' output stream's max_bytes
+
+
+#: The share of the free space (plus what the store already holds) that JetStream may take:
+#: the rest is for PostgreSQL, the logs and the jobs' own files.
+STORE_SHARE: Final = 0.5
+#: Below this much for JetStream the event log would be full after a few hundred jobs.
+MIN_STORE_BYTES: Final = 64 << 20
+
+
+def store_sizes(data_dir: Path) -> StoreSizes:
+    """Size the event log to the disk under `data_dir`: STORE_SHARE of what is free (and
+    what the store already holds), the event stream 80% of that, at most its default; or
+    EmbeddedError naming how much is needed and how much is free."""
+    where = data_dir / "nats" if (data_dir / "nats").is_dir() else data_dir  # a disk of its own?
+    free = shutil.disk_usage(where).free
+    store = int((free + _size_of(data_dir / "nats")) * STORE_SHARE)
+    if store < MIN_STORE_BYTES:
+        need = int(MIN_STORE_BYTES / STORE_SHARE)
+        raise EmbeddedError(
+            f"not enough disk space for the event log in {data_dir}: {_mib(free)} free, "
+            f"{_mib(need)} needed ({STORE_SHARE:.0%} of the free space goes to JetStream, at "
+            f"least {_mib(MIN_STORE_BYTES)}); free some space or choose another --data-dir"
         )
+    events = min(DEFAULT_MAX_BYTES, int(store * 0.8))
+    logs = min(DEFAULT_LOG_MAX_BYTES, int(store * 0.1))
+    return StoreSizes(store=store, events=events, logs=logs)
+
+
+def _size_of(folder: Path) -> int:
+    total = 0
+    for root, _, names in os.walk(folder):
+        for name in names:
+            with contextlib.suppress(OSError):
+                total += (Path(root) / name).stat().st_size
+    return total
+
+
+def _mib(size: float) -> str:
+    return f"{size / (1 << 20):.0f} MiB"
+
+
+def _limits(auth: Path, sizes: StoreSizes) -> Path:
+    """nats-server's config: JetStream's store bounded to `sizes.store` (else it takes 75% of
+    the disk, and refuses the stream's limits on a small one), and the users from `auth`
+    (included, so that `fairlane node start` rewrites them and a SIGHUP reloads both)."""
+    config = auth.with_name("nats-server-main.conf")
+    text = f"jetstream {{\n  max_file_store: {sizes.store}\n}}\ninclude ./{auth.name}\n"
+    config.touch(mode=0o600)
+    config.write_text(text)
+    return config
+
+
+async def _listening(api_url: str, data_dir: Path, within: float = 30.0) -> None:
+    """Wait until the API takes connections, so that a command right after `up` reaches it;
+    one that does not within `within` seconds is left to `started` to report."""
+    host, port = api_url.removeprefix("http://").rsplit(":", 1)
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline and not _exited(data_dir, "api"):
+        try:
+            _, writer = await asyncio.open_connection(host, int(port))
+        except OSError:
+            await asyncio.sleep(0.1)
+            continue
+        writer.close()
+        await writer.wait_closed()
+        return
+
+
+async def _planned(data_dir: Path, names: list[str], within: float = 15.0) -> None:
+    """Wait until the supervisor has taken the services into its plan (`started` waits on
+    what its status lists)."""
+    deadline = time.monotonic() + within
+    while not set(names) <= {p.name for p in supervisor_status(data_dir)}:
+        if time.monotonic() > deadline:
+            raise EmbeddedError(f"the supervisor did not start the services; see {data_dir}/logs")
+        await asyncio.sleep(0.05)
+
+
+async def _server_up(data_dir: Path, server: NatsServer, within: float = 20.0) -> None:
+    log = f"see {data_dir}/logs/{NATS_SERVER}.log"
+    await server.listening(within, lambda: _failing(data_dir, NATS_SERVER), log)
+
+
+async def _postgres_up(data_dir: Path, postgres: Postgres, within: float = 90.0) -> str:
+    """The URI its keeper writes once PostgreSQL takes connections."""
+    deadline = time.monotonic() + within
+    while not postgres.uri_file.exists():
+        if _failing(data_dir, POSTGRES) or time.monotonic() > deadline:
+            raise EmbeddedError(f"PostgreSQL did not start; see {data_dir}/logs/{POSTGRES}.log")
+        await asyncio.sleep(0.1)
+    return postgres.uri_file.read_text()
+
+
+def server_pid(data_dir: Path, name: str) -> int | None:
+    """The process id of a supervised server now (it changes when one is restarted)."""
+    for program in supervisor_status(data_dir):
+        if program.name == name and program.state == "running":
+            return program.pid
+    return None
+
+
+def _executor(  # noqa: PLR0913 (the executor's own flags)
+    data_dir: Path,
+    nats_url: str,
+    node: str,
+    runtime: str,
+    gpus: int | None,
+    same_user: bool,
+    env: Callable[[str], dict[str, str]],
+) -> Program:
+    """This machine's node executor: stopped first (`fairlane down` stops its workloads as a
+    preemption does, and it reports them through the log while the services still run)."""
+    return Program(
+        "executor",
+        _executor_args(data_dir, nats_url, node, runtime, gpus, same_user),
+        env(executor_user(node)),
+        stop_first=True,
+        stop_grace_s=EXECUTOR_STOP_GRACE_S,
     )
-    api_url, token_file = _read_side(
-        data_dir, nats_url, postgres_dsn, programs, env, api_port, runtime
-    )
-    plan = Plan(
-        programs=programs,
-        log_dir=str(data_dir / "logs"),
-        status_file=str(supervisor_status_file(data_dir)),
-        nats_url=nats_url if files else None,
-        admin_credentials=str(files[ADMIN]) if files else None,
-    )
-    plan_file = data_dir / PLAN_FILE
-    write_private(plan_file, msgspec.json.encode(plan))  # the programs' environments
-    supervisor_status_file(data_dir).unlink(missing_ok=True)
-    supervisor = ["-m", "fairlane.supervisor", "--plan", str(plan_file)]
-    pids[SUPERVISOR] = await _spawn(SUPERVISOR, supervisor, data_dir)
-    info = ClusterFile(
-        nats_url=nats_url,
-        postgres_uri=postgres_dsn,
-        data_dir=str(data_dir),
-        node=node,
-        pids=pids,
-        started_at=time.time(),
-        api_url=api_url,
-        admin_token_file=str(token_file),
-        credentials_dir=str(credentials_dir(data_dir)) if files else "",
-    )
-    write_private(cluster_file(data_dir), msgspec.json.encode(info))  # the DSN's password
-    admin_file = files[ADMIN] if files else None
-    await _node_registered(nats_url, node, admin_file, data_dir)
-    return info
 
 
 def _executor_args(  # noqa: PLR0913 (the executor's own flags)
@@ -267,6 +457,12 @@ def _exited(data_dir: Path, program: str) -> bool:
     return any(p.name == program and p.restarts > 0 for p in supervisor_status(data_dir))
 
 
+def _failing(data_dir: Path, program: str, tries: int = 3) -> bool:
+    """A server that failed `tries` times (a first failure may pass: the supervisor starts it
+    again, and PostgreSQL's folder permissions, say, are set again on each start)."""
+    return any(p.name == program and p.restarts >= tries for p in supervisor_status(data_dir))
+
+
 def supervisor_status_file(data_dir: Path) -> Path:
     return data_dir / "supervisor-status.json"
 
@@ -288,13 +484,19 @@ async def started(data_dir: Path, within: float = STARTUP_S + 10.0) -> list[Prog
     deadline = time.monotonic() + within
     while True:
         programs = supervisor_status(data_dir)
-        failed = [p for p in programs if p.restarts > 0]
+        # a server running again is up: `up` waited for it to take connections (its first
+        # start may fail where another process meddles with its folder, and be retried)
+        failed = [p for p in programs if p.restarts > 0 and not _server_running(p)]
         settled = programs and all(
             p.state == "running" and time.time() - p.started_at >= STARTUP_S for p in programs
         )
         if failed or settled or time.monotonic() > deadline:
             return failed
         await asyncio.sleep(0.2)
+
+
+def _server_running(program: ProgramStatus) -> bool:
+    return program.name in (NATS_SERVER, POSTGRES) and program.state == "running"
 
 
 async def down(data_dir: Path) -> list[str]:
@@ -307,7 +509,7 @@ async def down(data_dir: Path) -> list[str]:
         info = None
     stopped: list[str] = []
     if info is not None:
-        order = [n for n in info.pids if n != "nats-server"] + ["nats-server"]
+        order = [n for n in info.pids if n != NATS_SERVER] + [NATS_SERVER]
         for name in order:
             pid = info.pids.get(name)
             # the supervisor stops its programs first (the executors before the rest, which
@@ -322,9 +524,9 @@ async def down(data_dir: Path) -> list[str]:
                     if program.pid is not None and await _stop(program.pid):
                         stopped.append(program.name)
     postgres = Postgres(data_dir / "postgres")
-    if (postgres.data_dir / "postmaster.pid").exists():
+    if postgres.pid() is not None:  # its keeper was killed, say: the server outlived it
         await postgres.stop()
-        stopped.append("postgres")
+        stopped.append(POSTGRES)
     with contextlib.suppress(FileNotFoundError):
         path.unlink()
     return stopped

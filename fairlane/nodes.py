@@ -49,7 +49,7 @@ from nats.aio.client import Client
 from nats.js.errors import BucketNotFoundError, KeyNotFoundError, NotFoundError
 
 from fairlane.cluster_file import ClusterFile, read_cluster
-from fairlane.embedded import SUPERVISOR, _spawn, _stop
+from fairlane.embedded import SUPERVISOR, _spawn, _stop, server_pid
 from fairlane.supervisor import STOP_GRACE_S, Plan, Program, read_plan, read_status
 from services.runtime.auth import (
     ADMIN,
@@ -291,7 +291,11 @@ async def add_node_user(data_dir: Path, info: ClusterFile, node: str) -> Path:
     config = credentials_dir(data_dir) / "nats-server.conf"
     files = write_auth(data_dir, config, [info.node, node])
     path = files[executor_user(node)]
-    _signal(info.pids[NATS_SERVER], signal.SIGHUP, NATS_SERVER)
+    # supervised: its pid is the one it runs with now (it changes when it is restarted)
+    pid = server_pid(data_dir, NATS_SERVER) or info.pids.get(NATS_SERVER)
+    if pid is None:
+        raise NodeError(f"the cluster's {NATS_SERVER} is not running now: try again once it is")
+    _signal(pid, signal.SIGHUP, NATS_SERVER)
     deadline = time.monotonic() + RELOAD_WITHIN_S
     while True:
         try:

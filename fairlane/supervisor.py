@@ -1,22 +1,26 @@
-"""Keeping the embedded cluster's services running: restart what exits, with backoff.
+"""Keeping the embedded cluster running: restart what exits, with backoff.
 
 `fairlane up` writes a plan (what to run, with which arguments and environment) and starts
-`python -m fairlane.supervisor --plan PLAN` in the background. The supervisor starts every
-program, and when one exits it logs why (exit status, how long it ran) and starts it again
-after a pause that doubles from RESTART_FIRST_S up to RESTART_MAX_S (and is forgotten once a
-run lasted STABLE_S). A program that exits within STARTUP_S of its start *failed to start*.
-What every program is doing is written to a status file after each change, which `fairlane
-up` reads to report a service that failed to start and `fairlane status` shows. The
-supervisor also checks the event log's limits every LIMITS_EVERY_S and records a warning
-from 80% full (services/runtime/provision.py).
+`python -m fairlane.supervisor --plan PLAN` in the background. The plan holds the servers
+(nats-server, and PostgreSQL through its keeper `python -m services.runtime.servers
+postgres`) as well as the services, so a server killed -9 comes back like any service, with
+its data folder and on its port. The supervisor starts every program, and when one exits
+it logs why (exit status, how long it ran) and starts it again after a pause that doubles
+from RESTART_FIRST_S up to RESTART_MAX_S (and is forgotten once a run lasted STABLE_S).
+A program that exits within STARTUP_S of its start *failed to start*. What every program
+is doing is written to a status file after each change, which `fairlane up` reads to report
+a service that failed to start and `fairlane status` shows. The supervisor also checks the
+event log's limits every LIMITS_EVERY_S and records a warning from 80% full
+(services/runtime/provision.py).
 
-SIGTERM stops it: first the programs marked `stop_first` (the node executors, which stop their
-workloads as a preemption does and report it while the log and the services still run), each
-SIGKILLed after its own `stop_grace_s`; then every other program gets SIGTERM, and SIGKILL
-after its `stop_grace_s` (STOP_GRACE_S by default). SIGHUP makes it read the plan again: it
-starts the programs the plan gained and stops (as SIGTERM does, each with its own grace) those
-it lost, leaving the others running; `fairlane node start` and `node stop` add and remove a
-node's executor so (fairlane/nodes.py).
+SIGTERM stops it in three steps: first the programs marked `stop_first` (the node executors,
+which stop their workloads as a preemption does and report it while the log and the services
+still run), each SIGKILLed after its own `stop_grace_s`; then the others; then the servers
+(`stop_last`), which the others stand on. SIGHUP makes it read the plan again: it starts the
+programs the plan gained and stops (as SIGTERM does, each with its own grace) those it lost,
+leaving the others running; `fairlane up` adds the services so once the servers take
+connections, and `fairlane node start` and `node stop` add and remove a node's executor so
+(fairlane/nodes.py).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import argparse
 import asyncio
 import contextlib
 import os
+import shutil
 import signal
 import sys
 import time
@@ -45,6 +50,15 @@ STABLE_S: Final = 60.0
 STARTUP_S: Final = 3.0
 STOP_GRACE_S: Final = 10.0
 LIMITS_EVERY_S: Final = 60.0
+#: How often nats-server's log is read for a write that failed (a full disk).
+STORE_EVERY_S: Final = 1.0
+#: Free space on the JetStream store's disk from which a nats-server that failed a write is
+#: restarted: after a failed write it refuses every later write to that stream, even once
+#: space returns, until it is restarted (it reads the stream back from its files then).
+STORE_FREE_BYTES: Final = 8 << 20
+#: What nats-server logs when a stream's file store failed a write.
+WRITE_FAILED: Final = ("critical write error", "no space left on device")
+NATS_SERVER: Final = "nats-server"
 log = structlog.get_logger("fairlane.supervisor")
 
 State = Literal["starting", "running", "restarting", "stopped"]
@@ -59,6 +73,11 @@ class Program(msgspec.Struct, frozen=True):
     stop_first: bool = False
     #: How long it may take to exit after SIGTERM before it is killed.
     stop_grace_s: float = STOP_GRACE_S
+    #: run this binary with `args` instead of the Python interpreter (nats-server)
+    executable: str | None = None
+    #: a server the others stand on (nats-server, PostgreSQL): stopped after every other
+    #: program, so that those can still write their last events and close cleanly
+    stop_last: bool = False
 
 
 class Plan(msgspec.Struct, frozen=True):
@@ -68,6 +87,9 @@ class Plan(msgspec.Struct, frozen=True):
     #: where to check the event log's limits from (the admin's credentials), if anywhere
     nats_url: str | None = None
     admin_credentials: str | None = None
+    #: the JetStream store folder of the program named NATS_SERVER, if it runs one: a write
+    #: that failed there for want of space has it restarted once space returns
+    jetstream_store: str | None = None
 
 
 class ProgramStatus(msgspec.Struct):
@@ -94,8 +116,11 @@ class SupervisorStatus(msgspec.Struct):
 def stop_within(plan: Plan) -> float:
     """The longest the supervisor takes to stop everything after SIGTERM (a margin aside)."""
     first = max((p.stop_grace_s for p in plan.programs if p.stop_first), default=0.0)
-    rest = max((p.stop_grace_s for p in plan.programs if not p.stop_first), default=0.0)
-    return first + rest
+    rest = max(
+        (p.stop_grace_s for p in plan.programs if not (p.stop_first or p.stop_last)), default=0.0
+    )
+    last = max((p.stop_grace_s for p in plan.programs if p.stop_last), default=0.0)
+    return first + rest + last
 
 
 def read_status(path: Path) -> SupervisorStatus | None:
@@ -130,13 +155,14 @@ class Supervisor:
         for program in self.plan.programs:
             self.keepers[program.name] = asyncio.create_task(self._keep(program))
         watching = asyncio.create_task(self._watch_limits())
+        store = asyncio.create_task(self._watch_store())
         await self.stopping.wait()
         async with self._reloading:  # a reload half done would start what is being stopped
             await self._stop_all()
         keepers = list(self.keepers.values())
-        for task in [*keepers, watching, *self._reloads]:
+        for task in [*keepers, watching, store, *self._reloads]:
             task.cancel()
-        await asyncio.gather(*keepers, watching, *self._reloads, return_exceptions=True)
+        await asyncio.gather(*keepers, watching, store, *self._reloads, return_exceptions=True)
         for status in self.status.programs.values():
             status.state, status.pid = "stopped", None
         self._save()
@@ -237,7 +263,7 @@ class Supervisor:
         path = Path(self.plan.log_dir) / f"{program.name}.log"
         with path.open("ab") as out:
             return await asyncio.create_subprocess_exec(
-                sys.executable,
+                program.executable or sys.executable,
                 *program.args,
                 stdout=out,
                 stderr=out,
@@ -247,7 +273,8 @@ class Supervisor:
 
     async def _stop_all(self) -> None:
         await self._stop([p for p in self.plan.programs if p.stop_first])
-        await self._stop([p for p in self.plan.programs if not p.stop_first])
+        await self._stop([p for p in self.plan.programs if not (p.stop_first or p.stop_last)])
+        await self._stop([p for p in self.plan.programs if p.stop_last])
 
     async def _stop(self, programs: list[Program]) -> None:
         """SIGTERM to these programs, SIGKILL to those still running after their grace."""
@@ -289,12 +316,54 @@ class Supervisor:
             with contextlib.suppress(Exception):
                 await nc.close()
 
+    async def _watch_store(self) -> None:
+        """Restart nats-server once the disk has room again after it failed a write there."""
+        store = self.plan.jetstream_store
+        if store is None:
+            return
+        path = Path(self.plan.log_dir) / f"{NATS_SERVER}.log"
+        offset = path.stat().st_size if path.exists() else 0  # what it logs from now on
+        failed = False
+        while True:
+            await asyncio.sleep(STORE_EVERY_S)
+            offset, lines = _read_on(path, offset)
+            if any(w in line.lower() for line in lines for w in WRITE_FAILED):
+                failed = True
+            if not failed or shutil.disk_usage(store).free < STORE_FREE_BYTES:
+                continue
+            failed = False
+            process = self.processes.get(NATS_SERVER)
+            if process is None or process.returncode is not None:
+                continue  # it exited anyway: it is being started again
+            log.warning(
+                "nats-server failed a write for want of disk space and space is back: "
+                "restarting it (until then it refuses every write to that stream)",
+                store=store,
+                free=shutil.disk_usage(store).free,
+            )
+            with contextlib.suppress(ProcessLookupError):
+                process.send_signal(signal.SIGTERM)  # its keeper starts it again
+
     def _save(self) -> None:
         self.status.updated_at = time.time()
         path = Path(self.plan.status_file)
         tmp = path.with_suffix(".tmp")
         tmp.write_bytes(msgspec.json.encode(self.status))
         tmp.replace(path)
+
+
+def _read_on(path: Path, offset: int) -> tuple[int, list[str]]:
+    """The lines written to `path` after `offset`, and the offset after them (from the start
+    of a file that was cut shorter)."""
+    try:
+        with path.open("rb") as f:
+            if f.seek(0, os.SEEK_END) < offset:
+                offset = 0
+            f.seek(offset)
+            data = f.read()
+    except OSError:
+        return offset, []
+    return offset + len(data), data.decode(errors="replace").splitlines()
 
 
 def main() -> None:

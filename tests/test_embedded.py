@@ -39,9 +39,11 @@ def test_up_submit_pause_delete_down(tmp_path: Path) -> None:
     assert "NATS (JetStream)" in up.stdout
     try:
         info = json.loads((data / "cluster.json").read_text())
-        assert set(info["pids"]) == {"nats-server", "supervisor"}
+        assert set(info["pids"]) == {"supervisor"}  # the servers are supervised too
         status = json.loads((data / "supervisor-status.json").read_text())["programs"]
         assert set(status) == {
+            "nats-server",
+            "postgres",
             "admission",
             "ledger",
             "scheduler",

@@ -1,9 +1,10 @@
 """A full JetStream store: services wait instead of exiting, and carry on when space returns.
 
 The stream refuses new events once it holds its byte limit (`discard: new`, so nothing stored
-is dropped to make room). Admission answers "unavailable, retry"; the scheduler and the
-executor keep retrying their writes; when the operator raises the limit, the retried
-submissions get their answers and every admitted job runs to completion.
+is dropped to make room). Admission answers "unavailable", and says whether the command may
+still take effect; the scheduler and the executor keep retrying their writes; when the
+operator raises the limit, the retried submissions get their answers and every admitted job
+runs to completion, and a submission answered "nothing was written" is never created.
 """
 
 from __future__ import annotations
@@ -63,9 +64,9 @@ def job(job_id: str) -> SubmitJob:
     return SubmitJob(job_id=job_id, spec=spec, idempotency_key=job_id)
 
 
-async def fill(log: JetStreamLog) -> tuple[list[str], str]:
-    """Submit until admission says the log is unavailable; returns the jobs admitted and the
-    one refused."""
+async def fill(log: JetStreamLog) -> tuple[list[str], str, str]:
+    """Submit until admission says the log is unavailable; returns the jobs admitted, the
+    one refused and what it was told."""
     assert (await command(log, SetPool(pool="default"))).ok
     assert (await command(log, SetProject(project="a", pool="default", quota=8))).ok
     await node_registered(log, "n0")
@@ -73,7 +74,7 @@ async def fill(log: JetStreamLog) -> tuple[list[str], str]:
     for i in range(300):
         reply = await send(log.nc, job(f"j{i}"), wait_s=30)
         if reply.retryable:
-            return admitted, f"j{i}"
+            return admitted, f"j{i}", reply.error
         assert reply.ok, reply.error
         admitted.append(f"j{i}")
     raise AssertionError("the store never filled")
@@ -84,7 +85,7 @@ async def test_services_survive_a_full_store_and_recover(
     cluster: ProcessCluster, nats_server: NatsServer
 ) -> None:
     log = await open_log(nats_server.url, "operator")
-    admitted, _ = await fill(log)
+    admitted, refused, told = await fill(log)
     warnings = await check_limits(log.js)
     assert warnings and "bytes" in warnings[0], warnings
     await asyncio.sleep(3)  # full for a while: nobody exits
@@ -96,6 +97,10 @@ async def test_services_survive_a_full_store_and_recover(
     _, stored = await replay(log)
     assert audit(stored) == []
     assert all(p.returncode is None for p in cluster.processes.values())
+    if "nothing was written" in told:  # else it said it may still take effect, and how to see
+        assert refused not in {s.event.job_id for s in stored if isinstance(s.event, JobSubmitted)}
+    else:
+        assert f"idempotency key {refused!r}" in told, told
     await log.nc.close()
 
 

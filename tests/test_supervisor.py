@@ -19,6 +19,7 @@ from fairlane.supervisor import Plan, Program, Supervisor, read_status, stop_wit
 from services.runtime.auth import ADMIN, credentials_file, load_credentials
 from services.runtime.connection import connect
 from services.runtime.eventlog import STREAM
+from services.runtime.servers import free_port
 from tests.test_embedded import fairlane
 
 pytestmark = pytest.mark.slow
@@ -175,3 +176,45 @@ def test_programs_marked_stop_first_are_stopped_before_the_others(tmp_path: Path
 
     asyncio.run(run())
     assert said.read_text().splitlines() == ["executor", "service"]
+
+
+def test_nats_server_and_postgres_killed_9_come_back_by_themselves(tmp_path: Path) -> None:
+    """Both servers run under the supervisor: each killed -9 is started again on its data
+    folder (the stream, the read models) and its port, and a job submitted after runs."""
+    data = tmp_path / "fl"
+    ports = ["--nats-port", str(free_port()), "--api-port", str(free_port())]
+    try:  # (a failed `up` leaves the cluster to `down` too)
+        fairlane("up", "--detach", "--gpus", "2", *ports, data_dir=data)
+        deadline = time.monotonic() + 30
+        while (project := fairlane("project", "set", "t", data_dir=data, check=False)).returncode:
+            assert time.monotonic() < deadline, project.stderr  # the API is slow to listen
+            time.sleep(0.5)
+        for name in ("nats-server", "postgres"):
+            victim = programs(data)[name]["pid"]
+            if name == "postgres":  # the server itself, not its keeper
+                victim = int((data / "postgres" / "postmaster.pid").read_text().split()[0])
+            assert isinstance(victim, int)
+            os.kill(victim, signal.SIGKILL)
+            deadline = time.monotonic() + 60
+            while (program := programs(data)[name])["restarts"] != 1 or program["state"] != (
+                "running"
+            ):
+                assert time.monotonic() < deadline, program
+                time.sleep(0.2)
+        submit = ["submit", "after", "--project", "t", "--gpus", "1", "--command", "true"]
+        # the keeper runs again at once; the server takes a few seconds to recover its data
+        while (submitted := fairlane(*submit, data_dir=data, check=False)).returncode:
+            assert "unavailable just now" in submitted.stderr, submitted.stderr
+            assert time.monotonic() < deadline, submitted.stderr
+            time.sleep(0.5)
+        deadline = time.monotonic() + 60
+        while True:  # read through the API, from PostgreSQL, fed from the stream
+            job = fairlane("describe", "after", "-o", "json", data_dir=data, check=False)
+            if job.returncode == 0 and json.loads(job.stdout)["state"] == "completed":
+                break
+            assert time.monotonic() < deadline, job.stdout + job.stderr
+            time.sleep(0.5)
+        assert {p["state"] for p in programs(data).values()} == {"running"}
+    finally:
+        down = fairlane("down", data_dir=data)
+    assert "nats-server" in down.stdout and "postgres" in down.stdout

@@ -27,10 +27,18 @@ from events.commands import ADMISSION_SUBJECT, LEDGER_COMMANDS, AnyCommand, Repl
 from policy.commands import Accepted, Refused, decide_command
 from policy.commands.jobs import admit_waiting
 from services.runtime.clock import WALL_CLOCK, Clock
-from services.runtime.commands import GIVE_UP_AFTER_S, Refusal, carry_out
+from services.runtime.commands import (
+    GIVE_UP_AFTER_S,
+    MayTakeEffect,
+    Refusal,
+    carry_out,
+    outcome_unknown,
+    time_left,
+)
 from services.runtime.eventlog import Conflict, EventLog, Stored
 from services.runtime.follower import Follower
 from services.runtime.host import Host, nats_host
+from services.runtime.retry import is_transient
 
 CONCURRENCY = 64
 
@@ -124,14 +132,23 @@ class Admission:
         last = known.rejected_at if known is not None else 0
         try:
             seq = await self.log.publish_durably(
-                submitted, fence=(subjects, last), give_up_after=GIVE_UP_AFTER_S
+                submitted, fence=(subjects, last), give_up_after=time_left()
             )
         except Conflict:  # made meanwhile by another admission, or long before this state
             await self.follower.wait_for(await self.log.last_seq())
             return await self._repeated(command)
+        except Exception as e:  # no answer from the log: the submission may land yet
+            if outcome_unknown(e):
+                raise MayTakeEffect(command, e) from e
+            raise
         self.keys[command.job_id] = command.idempotency_key
         self.verdicts.pop(command.job_id, None)
-        standing = await self._record_verdict(verdict, subjects, seq)
+        try:
+            standing = await self._record_verdict(verdict, subjects, seq)
+        except Exception as e:  # the job is recorded: a retry with its key gets the verdict
+            if is_transient(e):
+                raise MayTakeEffect(command, e) from e
+            raise
         if standing is None:
             raise Refusal(f"job {command.job_id!r} was ended before admission could answer")
         return _reply(standing)
@@ -143,7 +160,7 @@ class Admission:
         (None: the job was ended, by a cancel, before it got one)."""
         try:
             await self.log.publish_durably(
-                verdict, fence=(subjects, submitted_seq), give_up_after=GIVE_UP_AFTER_S
+                verdict, fence=(subjects, submitted_seq), give_up_after=time_left()
             )
         except Conflict:
             return await self._recorded_verdict(verdict.job_id)

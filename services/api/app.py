@@ -102,7 +102,7 @@ from services.api.types import (
     Pool as PoolView,
 )
 from services.api.ui import dashboard_routes
-from services.runtime.client import send
+from services.runtime.client import may_take_effect, send
 from services.runtime.eventlog import JetStreamLog, Stored, connect
 from services.runtime.postgres import PG_TRANSIENT, connect_pool, migrate
 from services.runtime.tasks import cancel_and_wait
@@ -381,9 +381,15 @@ async def _command(ctx: Context, command: AnyCommand) -> Accepted:
     except msgspec.ValidationError as e:  # out of bounds (a negative quota): unsent
         at = re.search(r"`\$\.(\w+)", str(e))
         raise _fail(400, str(e), at[1] if at else None) from None
-    except (nats.errors.NoRespondersError, nats.errors.TimeoutError, TimeoutError) as e:
+    except nats.errors.NoRespondersError as e:  # it reached no service: nothing was done
         raise ServiceUnavailableException(
-            detail=f"no answer to {type(command).__name__} from the cluster ({e!r})"
+            detail=f"no answer to {type(command).__name__} from the cluster ({e!r}); "
+            "nothing was done"
+        ) from None
+    except (nats.errors.TimeoutError, TimeoutError) as e:  # it may be carried out yet
+        raise ServiceUnavailableException(
+            detail=f"no answer to {type(command).__name__} from the cluster in time ({e!r}); "
+            f"{may_take_effect(command)}"
         ) from None
     if reply.ok and reply.event is not None:
         event = msgspec.json.decode(encode_event(reply.event), type=dict[str, Any])

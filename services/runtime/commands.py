@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
+from typing import Final
 
 import msgspec
+import nats.errors
 import structlog
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
+from nats.js.errors import APIError
 
 from events.commands import AnyCommand, Reply, decode_command
 from policy.commands import Refused, decide_command
+from services.runtime.client import DEADLINE_HEADER, may_take_effect
 from services.runtime.eventlog import EventLog
 from services.runtime.follower import Follower
 from services.runtime.retry import is_transient
@@ -26,10 +32,37 @@ _encode = msgspec.json.Encoder().encode
 #: replicated stream that lost one server of three elects a new leader within seconds, and
 #: a command sent meanwhile should then be carried out, not refused.
 GIVE_UP_AFTER_S = 20.0
+#: How long before the sender's deadline a service stops waiting on the log, to answer in time.
+ANSWER_MARGIN_S: Final = 1.0
+_deadline: ContextVar[float | None] = ContextVar("fairlane_command_deadline", default=None)
 
 
 class Refusal(Exception):
     """A command that cannot be carried out; the message names the bad value."""
+
+
+class MayTakeEffect(Exception):
+    """The log did not answer a write of this command in time (the write may have landed,
+    or land yet), or took some of its events: the command may still take effect."""
+
+    def __init__(self, command: AnyCommand, cause: BaseException) -> None:
+        super().__init__(f"unavailable: {cause!r}; {may_take_effect(command)}")
+
+
+def time_left(give_up_after: float = GIVE_UP_AFTER_S) -> float:
+    """How long to wait on the log for the command being answered: `give_up_after`, or less,
+    to answer before its sender stops listening."""
+    deadline = _deadline.get()
+    if deadline is None:
+        return give_up_after
+    return max(0.0, min(give_up_after, deadline - time.time() - ANSWER_MARGIN_S))
+
+
+def outcome_unknown(error: BaseException) -> bool:
+    """A write that failed so may have been stored (no answer came): not one the server
+    refused outright, nor one that reached no server."""
+    refused = nats.errors.NoRespondersError | APIError
+    return is_transient(error) and not isinstance(error, refused)
 
 
 async def carry_out(
@@ -53,10 +86,22 @@ async def carry_out(
             outcome = decide_command(follower.state, command, now, follower.applied_seq)
     if isinstance(outcome, Refused):
         raise Refusal(outcome.reason)
+    give_up_after = time_left(give_up_after)  # answer before the sender stops listening
     seq = 0
-    for event in outcome.events:
-        seq = await log.publish_durably(event, give_up_after=give_up_after)
-    await follower.wait_for(seq)
+    for i, event in enumerate(outcome.events):
+        try:
+            seq = await log.publish_durably(event, give_up_after=give_up_after)
+        except Exception as e:
+            # nothing is written only if this was the first event and the server refused it
+            if is_transient(e) and (i > 0 or outcome_unknown(e)):
+                raise MayTakeEffect(command, e) from e
+            raise
+    try:
+        await follower.wait_for(seq)
+    except Exception as e:  # written, not yet read back: it took effect
+        if is_transient(e):
+            raise MayTakeEffect(command, e) from e
+        raise
     return Reply(ok=True, event=outcome.answer)
 
 
@@ -67,11 +112,26 @@ async def answer(handler: Handler, command: AnyCommand) -> Reply:
         return await handler(command)
     except Refusal as refused:
         return Reply(ok=False, error=str(refused))
+    except MayTakeEffect as maybe:
+        return Reply(ok=False, error=str(maybe), retryable=True)
     except Exception as e:  # answer, log, and keep serving
-        if is_transient(e):  # the log is away or full: the same command may come again
-            return Reply(ok=False, error=f"unavailable: {e!r}", retryable=True)
+        if is_transient(e):  # the log is away or full, nothing was written: send it again
+            return Reply(ok=False, error=f"unavailable: {e!r}; nothing was written", retryable=True)
         log.exception("command failed", command=type(command).__name__)
         return Reply(ok=False, error=f"internal error: {e}")
+
+
+EXPIRED: Final = (
+    "unavailable: not carried out, nothing was written: it waited behind other commands past "
+    "the time its sender waits for the answer; send it again"
+)
+
+
+def _sender_deadline(msg: Msg) -> float | None:
+    try:
+        return float((msg.headers or {})[DEADLINE_HEADER])
+    except (KeyError, ValueError):
+        return None
 
 
 async def serve(nc: Client, subject: str, handler: Handler, concurrency: int = 1) -> Subscription:
@@ -99,7 +159,12 @@ async def serve(nc: Client, subject: str, handler: Handler, concurrency: int = 1
         except msgspec.DecodeError as e:
             reply = Reply(ok=False, error=f"malformed command: {e}")
         else:
-            reply = await answer(handler, command)
+            deadline = _sender_deadline(msg)
+            if deadline is not None and time.time() > deadline - ANSWER_MARGIN_S:
+                reply = Reply(ok=False, error=EXPIRED, retryable=True)
+            else:
+                _deadline.set(deadline)  # (this task's own context)
+                reply = await answer(handler, command)
         if msg.reply:
             await msg.respond(_encode(reply))
 

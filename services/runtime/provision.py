@@ -30,7 +30,7 @@ from services.runtime.gpu_samples import samples_bucket
 from services.runtime.heartbeats import heartbeat_bucket
 from services.runtime.lease import BUCKET as LEASES
 from services.runtime.lease import LEASE_TTL_S
-from services.runtime.logstream import LOG_STREAM, log_stream_config
+from services.runtime.logstream import DEFAULT_LOG_MAX_BYTES, LOG_STREAM, log_stream_config
 from services.runtime.snapshots import BUCKET as SNAPSHOTS
 
 DEFAULT_MAX_BYTES: Final = 8 << 30
@@ -63,6 +63,7 @@ async def provision(
     max_bytes: int = DEFAULT_MAX_BYTES,
     max_age_s: float = DEFAULT_MAX_AGE_S,
     replicas: int = 1,
+    log_max_bytes: int = DEFAULT_LOG_MAX_BYTES,
 ) -> None:
     """Create the stream, the lease bucket, the snapshot and checkpoint stores where missing,
     and bring an existing stream's limits to these (limits are the only settings changed in
@@ -84,7 +85,7 @@ async def provision(
     try:  # the workloads' output, bounded apart from the log (services/runtime/logstream.py)
         await js.stream_info(LOG_STREAM)
     except NotFoundError:
-        await js.add_stream(log_stream_config(replicas=replicas))
+        await js.add_stream(log_stream_config(max_bytes=log_max_bytes, replicas=replicas))
     try:
         await js.object_store(SNAPSHOTS)
     except NotFoundError:

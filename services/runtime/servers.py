@@ -7,8 +7,10 @@ store under a data folder, so tests and the embedded cluster own everything they
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
+import ctypes
 import os
 import secrets
 import shutil
@@ -16,10 +18,14 @@ import signal
 import socket
 import stat
 import subprocess
+import sys
 import sysconfig
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
+
+from services.runtime.processes import pid_exists
 
 #: Who may connect to the embedded PostgreSQL: anyone with the password, over the socket or
 #: loopback; nobody without it (the wheel's initdb trusts every local connection, and a
@@ -30,6 +36,9 @@ local all all scram-sha-256
 host all all 127.0.0.1/32 scram-sha-256
 host all all ::1/128 scram-sha-256
 """
+
+#: prctl's option that makes a process adopt its orphaned descendants
+PR_SET_CHILD_SUBREAPER: Final = 36
 
 
 class ServerError(RuntimeError):
@@ -78,34 +87,36 @@ class NatsServer:
     def url(self) -> str:
         return f"nats://{self.host}:{self.port}"
 
-    async def start(self, ready_within: float = 15.0) -> None:
-        self.store_dir.mkdir(parents=True, exist_ok=True)
-        log = self.store_dir / "nats-server.log"
+    def arguments(self, log: Path | None = None) -> list[str]:
+        """nats-server's arguments (after the binary): its log to `log`, else to stderr."""
         config = ["-c", str(self.config)] if self.config is not None else []
         if self.name is not None:
             config += ["--server_name", self.name]
+        logging = ["-l", str(log)] if log is not None else []
+        js = ["-js", "-sd", str(self.store_dir)]
+        return [*config, *js, "-a", self.host, "-p", str(self.port), *logging]
+
+    async def start(self, ready_within: float = 15.0) -> None:
+        self.store_dir.mkdir(parents=True, exist_ok=True)
+        log = self.store_dir / "nats-server.log"
         self.process = subprocess.Popen(  # noqa: ASYNC220  (returns once the child is exec'd)
-            [
-                str(nats_server_binary()),
-                *config,
-                "-js",
-                "-sd",
-                str(self.store_dir),
-                "-a",
-                self.host,
-                "-p",
-                str(self.port),
-                "-l",
-                str(log),
-            ],
+            [str(nats_server_binary()), *self.arguments(log)],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,
         )
-        deadline = asyncio.get_running_loop().time() + ready_within
+        process = self.process
+        await self.listening(ready_within, lambda: process.poll() is not None, f"see {log}")
+
+    async def listening(
+        self, within: float, exited: Callable[[], bool] = lambda: False, where: str = ""
+    ) -> None:
+        """Wait until the server takes connections; ServerError if `exited()` says it is gone
+        or it does not listen `within` seconds."""
+        deadline = asyncio.get_running_loop().time() + within
         while asyncio.get_running_loop().time() < deadline:
-            if self.process.poll() is not None:
-                raise ServerError(f"nats-server exited with {self.process.returncode}; see {log}")
+            if exited():
+                raise ServerError(f"nats-server exited; {where}")
             try:
                 _, writer = await asyncio.open_connection(self.host, self.port)
             except OSError:
@@ -114,7 +125,7 @@ class NatsServer:
             writer.close()
             await writer.wait_closed()
             return
-        raise ServerError(f"nats-server did not listen on {self.url} within {ready_within}s")
+        raise ServerError(f"nats-server did not listen on {self.url} within {within:g}s; {where}")
 
     async def stop(self, hard: bool = False) -> None:
         process, self.process = self.process, None
@@ -207,6 +218,81 @@ class Postgres:
             await asyncio.sleep(0.05)
         raise ServerError(f"PostgreSQL (pid {pid}) did not stop within 10s")
 
+    @property
+    def uri_file(self) -> Path:
+        """Where its keeper writes the URI once the server takes connections (beside the data
+        folder: initdb wants that folder empty)."""
+        return self.data_dir.with_name(f"{self.data_dir.name}.uri")
+
+    def pid(self) -> int | None:
+        try:
+            return int((self.data_dir / "postmaster.pid").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            return None
+
+
+async def keep_postgres(data_dir: Path, check_every_s: float = 0.2) -> int:
+    """Run PostgreSQL for a supervisor, which can only restart a process it started: start
+    it (the wheel's server detaches itself), write its URI to `uri_file`, and exit 1 as soon
+    as the server is gone (killed -9, say), so that the supervisor starts it again on the
+    same data folder; SIGTERM stops the server and exits 0."""
+    _adopt_orphans()
+    server = Postgres(data_dir)
+    server.uri_file.unlink(missing_ok=True)
+    await server.start()
+    pid = server.pid()
+    if pid is None:
+        print(f"PostgreSQL in {data_dir} started without a postmaster.pid", flush=True)
+        return 1
+    tmp = server.uri_file.with_suffix(".tmp")
+    tmp.unlink(missing_ok=True)
+    # the URI holds the password: readable by the cluster's user alone, and never logged
+    with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
+        f.write(server.uri)
+    tmp.replace(server.uri_file)
+    print(f"PostgreSQL runs (pid {pid}) in {data_dir}", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    while not stop.is_set():
+        _reap()
+        if not pid_exists(pid):
+            print(f"PostgreSQL (pid {pid}) is gone: exiting to be restarted", flush=True)
+            server.uri_file.unlink(missing_ok=True)
+            return 1
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(check_every_s):
+                await stop.wait()
+    await server.stop()
+    server.uri_file.unlink(missing_ok=True)
+    return 0
+
+
+def _adopt_orphans() -> None:
+    """Become the parent of the server that pg_ctl leaves behind (Linux's child subreaper),
+    so that a killed server is reaped here rather than lingering as a zombie, which would
+    still look alive, wherever PID 1 does not reap."""
+    if sys.platform != "linux":
+        return
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+def _reap() -> None:
+    with contextlib.suppress(ChildProcessError):
+        while os.waitpid(-1, os.WNOHANG)[0] > 0:
+            pass
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m services.runtime.servers")
+    parser.add_argument("server", choices=["postgres"])
+    parser.add_argument("data_dir", type=Path)
+    args = parser.parse_args()
+    sys.exit(asyncio.run(keep_postgres(args.data_dir)))
+
 
 def _private_dir(path: str) -> bool:
     """Whether `path` names a folder of this user that nobody else may enter."""
@@ -217,3 +303,7 @@ def _private_dir(path: str) -> bool:
     except OSError:
         return False
     return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o077
+
+
+if __name__ == "__main__":
+    main()

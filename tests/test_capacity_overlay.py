@@ -44,8 +44,8 @@ def test_overlay_fit_agrees_with_capacity_fits(
     gpus, replicas, pin = request
     overlay = {node: list(range(100, 100 + size)) for node, size in start.items()}
     fit = OverlayFit(capacity, gpus, replicas, pin, overlay)
-    assert fit.fits() == capacity.fits(gpus, replicas, pin, overlay)
+    assert fit.fits() == capacity.fits(gpus, replicas, pin, overlay=overlay)
     for node, size in changes:
         overlay[node] = list(range(100, 100 + size))
         fit.resize(node, size)
-        assert fit.fits() == capacity.fits(gpus, replicas, pin, overlay), (node, size)
+        assert fit.fits() == capacity.fits(gpus, replicas, pin, overlay=overlay), (node, size)

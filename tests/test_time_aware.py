@@ -583,3 +583,20 @@ def test_the_measurement_runs_and_draws(tmp_path: Path) -> None:
     assert time_aware.handovers(off) == 0 < time_aware.handovers(on)
     time_aware.plot(off, on, tmp_path / "plot.png")
     assert (tmp_path / "plot.png").stat().st_size > 0
+
+
+def test_a_scenario_s_fair_share_ratio_counts_the_running_jobs() -> None:
+    """`fairlane simulate --scenario`: each project's ratio is its GPU-hours up to the last
+    step (running jobs counted) over its fair share's, as its `gpu_hours` says."""
+    import json  # noqa: PLC0415
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+    from pathlib import Path  # noqa: PLC0415
+
+    scenario = Path(__file__).resolve().parent.parent / "scenarios" / "time-aware-reclaim.yaml"
+    command = [sys.executable, "-m", "fairlane.cli", "simulate", "--scenario", str(scenario)]
+    done = subprocess.run(
+        [*command, "-o", "json"], capture_output=True, text=True, timeout=120, check=True
+    )
+    for figures in json.loads(done.stdout)["projects"].values():
+        assert figures["fair_share_ratio"] == figures["gpu_hours"] / figures["fair_share_gpu_hours"]

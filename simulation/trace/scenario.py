@@ -166,13 +166,20 @@ def result_dict(outcome: ScenarioOutcome, setup: dict[str, Any]) -> dict[str, An
     """`setup`, the summary's figures (as for a trace), and per project its GPU-hours up to the
     last step next to the summary's own figures of it."""
     summary = msgspec.to_builtins(outcome.summary)
-    lowest, jain = outcome.summary.fairness
     projects = summary.pop("projects")
     for name, hours in outcome.gpu_hours.items():
-        projects.setdefault(name, {})["gpu_hours"] = hours
+        figures = projects.setdefault(name, {})
+        figures["gpu_hours"] = hours
+        # against the GPU-hours held up to the last step, running jobs counted (the summary's
+        # own ratio counts a job's hours only once it has ended)
+        fair = figures.get("fair_share_gpu_hours")
+        figures["fair_share_ratio"] = hours / fair if fair else None
     total = sum(outcome.gpu_hours.values())
     for figures in projects.values():
         figures["gpu_hours_part"] = figures.get("gpu_hours", 0.0) / total if total else None
+    ratios = [f["fair_share_ratio"] for f in projects.values() if f.get("fair_share_ratio")]
+    lowest = min(ratios) if ratios else None
+    jain = sum(ratios) ** 2 / (len(ratios) * sum(r * r for r in ratios)) if ratios else None
     return {
         **setup,
         **summary,

@@ -7,13 +7,11 @@ ends its attempt carries its average utilization. A reading NVML cannot give say
 
 from __future__ import annotations
 
-import asyncio
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +28,8 @@ from selenium.webdriver.support.ui import Select
 from fairlane.embedded import down, up
 from tests.dashboard_support import SCREENSHOTS_ENV, Screens, chromium, console_errors, wait_for
 from tests.fake_nvml import FakeNvml, Gpu
-from tests.test_dashboard import go, heading, sign_in, text_of
+from tests.test_cli_live import until
+from tests.test_dashboard import go, heading, ready, sign_in, text_of
 
 pytestmark = [pytest.mark.nats, pytest.mark.slow]
 #: The node's four GPUs, GPU 3 a board without utilization or temperature sensors.
@@ -101,38 +100,12 @@ async def cluster() -> AsyncIterator[Cluster]:
             async with httpx.AsyncClient(
                 base_url=info.api_url, headers={"Authorization": f"Bearer {admin}"}, timeout=30
             ) as c:
-                await ready(c)
+                await ready(c, within=90.0)
                 made = await c.put("/v1/projects/team-a", json={"quota": 4})
                 assert made.status_code == 200, made.text
             yield Cluster(info.api_url, admin, nvml, Path(folder))
         finally:
             await down(Path(folder) / "fl")
-
-
-async def ready(c: httpx.AsyncClient, within: float = 90.0) -> None:
-    deadline = asyncio.get_running_loop().time() + within
-    while True:
-        try:
-            nodes = await c.get("/v1/nodes")
-            if nodes.status_code == 200 and len(nodes.json()) == 1:
-                return
-        except httpx.HTTPError:
-            pass
-        assert asyncio.get_running_loop().time() < deadline, "the API or the node never came"
-        await asyncio.sleep(0.2)
-
-
-def until(
-    look: Callable[[], Any], holds: Callable[[Any], bool], what: str, within: float = 60.0
-) -> Any:
-    deadline = time.monotonic() + within
-    while True:
-        seen = look()
-        if holds(seen):
-            return seen
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: last seen {seen!r}")
-        time.sleep(0.3)
 
 
 def scrape(cluster: Cluster) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

@@ -32,6 +32,7 @@ from events.catalogue import (
     ProjectConfigured,
     ProjectQuotaCrossed,
     SchedulingHeld,
+    VolumesConfigured,
     WorkRelayed,
     encode_event,
     on_its_subject,
@@ -51,6 +52,8 @@ from events.model import (
     ProjectTerms,
     Replica,
     SchedulerSettings,
+    VolumeGrant,
+    VolumeMount,
 )
 from events.versions import NotAnEvent, Undecodable, decode_event
 
@@ -98,6 +101,9 @@ __all__ = [
     "SchedulerSettings",
     "SchedulingHeld",
     "Undecodable",
+    "VolumeGrant",
+    "VolumeMount",
+    "VolumesConfigured",
     "WorkRelayed",
     "decode_event",
     "encode_event",

@@ -25,6 +25,7 @@ from events.model import (
     Replica,
     SchedulerSettings,
     UsageFacts,
+    VolumeGrant,
 )
 
 #: The catalogue's schema version. 2: `ClusterConfigured` carries its settings as one struct.
@@ -60,6 +61,13 @@ class ClusterConfigured(Event, frozen=True, kw_only=True):
     """The cluster's settings, all of them (version 1 had them as fields of the event)."""
 
     settings: ClusterSettings = ClusterSettings()
+
+
+class VolumesConfigured(Event, frozen=True, kw_only=True):
+    """The host path prefixes jobs may mount, all of them after the change (an admin's
+    `fairlane volumes allow` or `deny`): the last one on the log is the allowlist."""
+
+    grants: tuple[VolumeGrant, ...] = ()
 
 
 class SchedulingHeld(Event, frozen=True, kw_only=True):
@@ -445,6 +453,7 @@ def work_subject(node: str) -> str:
 AnyEvent = (
     ClusterConfigured
     | SchedulingHeld
+    | VolumesConfigured
     | ProjectQuotaCrossed
     | LeaderElected
     | PoolConfigured
@@ -527,7 +536,7 @@ def subject_for(event: Event) -> str:
             subject = f"fl.project.{project}.{name}"
         case PoolConfigured(pool=pool):
             subject = f"fl.pool.{pool}.{name}"
-        case ClusterConfigured() | SchedulingHeld():
+        case ClusterConfigured() | SchedulingHeld() | VolumesConfigured():
             subject = f"fl.cluster.{name}"
         case WorkRelayed(node=node):
             subject = work_subject(node)

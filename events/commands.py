@@ -37,6 +37,9 @@ MAX_PRIORITY: Final = 1_000_000
 MAX_DURATION_S: Final = 10 * 366 * 86_400.0
 MAX_POOLS: Final = 64
 MAX_PORTS: Final = 64
+#: Volumes a job mounts, and host path prefixes the cluster allows.
+MAX_VOLUMES: Final = 32
+MAX_VOLUME_GRANTS: Final = 256
 MAX_PRIORITY_CLASSES: Final = 256
 MAX_COMMAND_ARGS: Final = 1024
 MAX_TEXT: Final = 4096
@@ -149,6 +152,21 @@ class UncordonNode(Command, frozen=True, kw_only=True):
     reason: Text = ""
 
 
+class AllowVolume(Command, frozen=True, kw_only=True):
+    """Let jobs mount a host folder and what is under it (read-only unless `read_write`);
+    allowing a prefix again changes its mode. Recorded as `VolumesConfigured`."""
+
+    #: an absolute path (admission's decider says why another is refused, naming it)
+    host_prefix: Text
+    read_write: bool = False
+
+
+class DenyVolume(Command, frozen=True, kw_only=True):
+    """Take a host prefix off the allowlist (jobs admitted before keep their mounts)."""
+
+    host_prefix: Text
+
+
 class SetJobPriority(Command, frozen=True, kw_only=True):
     """Change a job's priority while it may still run (waiting, or running: the policy weighs
     it at its next cycle); recorded as `JobPriorityChanged`."""
@@ -169,6 +187,8 @@ AnyCommand = (
     | CordonNode
     | UncordonNode
     | SetJobPriority
+    | AllowVolume
+    | DenyVolume
 )
 
 #: The commands the quota ledger answers (on LEDGER_SUBJECT); admission answers the others.
@@ -179,6 +199,8 @@ LEDGER_COMMANDS: Final = (
     HoldScheduling,
     CordonNode,
     UncordonNode,
+    AllowVolume,
+    DenyVolume,
 )
 
 
@@ -200,6 +222,12 @@ class _CheckpointBounds(msgspec.Struct, frozen=True):
     every_s: Duration
     save_s: Duration = 0.0
     restore_s: Duration = 0.0
+
+
+class _VolumeBounds(msgspec.Struct, frozen=True, array_like=True):
+    host: Text
+    container: Text
+    read_only: bool = True
 
 
 class _JobSpecBounds(msgspec.Struct, frozen=True):
@@ -225,6 +253,8 @@ class _JobSpecBounds(msgspec.Struct, frozen=True):
     working_dir: WorkingDir | None = None
     #: how many, not their values: admission refuses a port out of range, naming it
     ports: Annotated[tuple[PortMapping, ...], msgspec.Meta(max_length=MAX_PORTS)] = ()
+    #: how many and how long; whether admission allows them is its rule
+    volumes: Annotated[tuple[_VolumeBounds, ...], msgspec.Meta(max_length=MAX_VOLUMES)] = ()
 
 
 class _PriorityClassBounds(msgspec.Struct, frozen=True):

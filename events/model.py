@@ -77,6 +77,29 @@ class PortMapping(msgspec.Struct, frozen=True, array_like=True):
     container: int
 
 
+class VolumeMount(msgspec.Struct, frozen=True, array_like=True):
+    """A folder of the node a replica's container sees (`--volume HOST:CONTAINER[:ro|rw]`):
+    the node's `host` path at the container's `container` path, read-only unless
+    `read_only` is false. Admission takes it only under a prefix the cluster allows
+    (`VolumeGrant`), and only the Docker runtime mounts it."""
+
+    host: str
+    container: str
+    read_only: bool = True
+
+    def text(self) -> str:
+        """As `--volume` takes it: `HOST:CONTAINER:ro` or `:rw`."""
+        return f"{self.host}:{self.container}:{'ro' if self.read_only else 'rw'}"
+
+
+class VolumeGrant(msgspec.Struct, frozen=True, array_like=True):
+    """A host path prefix an admin lets jobs mount (`fairlane volumes allow`): the folder and
+    everything under it, read-only unless `read_write`."""
+
+    prefix: str
+    read_write: bool = False
+
+
 class JobSpec(msgspec.Struct, frozen=True, omit_defaults=True):
     """What a user asked for. Admission resolves defaults into JobAdmitted."""
 
@@ -108,6 +131,9 @@ class JobSpec(msgspec.Struct, frozen=True, omit_defaults=True):
     #: Ports each replica publishes on its node (an interactive job's notebook, say).
     #: Optional, so an older event reads as none and no upcast is needed.
     ports: tuple[PortMapping, ...] = ()
+    #: Folders of the node mounted into each replica's container (Docker runtime only).
+    #: Optional, so an older event reads as none and no upcast is needed.
+    volumes: tuple[VolumeMount, ...] = ()
 
     def host_ports(self) -> tuple[int, ...]:
         """The node ports each replica takes (what placing must find free on a node)."""

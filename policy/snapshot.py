@@ -20,7 +20,7 @@ from typing import Final
 
 import msgspec
 
-from events import ClusterSettings, ProjectTerms, SchedulerSettings
+from events import ClusterSettings, ProjectTerms, SchedulerSettings, VolumeGrant
 from policy.decay import PoolUsage
 from policy.state import ClusterState, Job, Node, Pool, Project
 
@@ -29,10 +29,11 @@ from policy.state import ClusterState, Job, Node, Pool, Project
 #: 6: cordoned and drained nodes (NodeCordoned, NodeUncordoned): a node's cordon and a job's
 #: drain are kept; rule 11's decayed usage per pool with a half-life.
 #: 7: a placement or nomination that would publish a host port twice on a node is refused.
-FOLD_VERSION: Final = 7
+#: 8: the volume allowlist (VolumesConfigured), which an older fold skipped.
+FOLD_VERSION: Final = 8
 #: The layout of this file's structs. 2: the settings as `events.ClusterSettings`.
-#: 3: a node's cordon; `usage` (rule 11).
-FORMAT_VERSION: Final = 3
+#: 3: a node's cordon; `usage` (rule 11). 4: `volumes`.
+FORMAT_VERSION: Final = 4
 
 
 class SnapshotMismatch(ValueError):
@@ -82,6 +83,7 @@ class _Snapshot(msgspec.Struct):
     node_seq: int
     job_seq: int
     usage: dict[str, PoolUsage] = {}
+    volumes: tuple[VolumeGrant, ...] = ()
 
 
 _encoder: Final = msgspec.msgpack.Encoder()
@@ -112,6 +114,7 @@ def encode_snapshot(state: ClusterState, seq: int) -> bytes:
             node_seq=state._node_seq,
             job_seq=state._job_seq,
             usage=state.usage,
+            volumes=state.volumes,
         )
     )
     return len(header).to_bytes(_LENGTH_BYTES, "big") + header + body
@@ -144,6 +147,7 @@ def decode_snapshot(data: bytes) -> tuple[ClusterState, int]:
         position=snap.position,
         held=snap.held,
         usage=snap.usage,
+        volumes=snap.volumes,
     )
     state._node_seq, state._job_seq = snap.node_seq, snap.job_seq
     for job in state.live.values():

@@ -46,6 +46,8 @@ from events import (
     Replica,
     SchedulerSettings,
     SchedulingHeld,
+    VolumeGrant,
+    VolumesConfigured,
 )
 from events.catalogue import MAKES_ROOM
 from events.model import ClusterSettings, JobSpec
@@ -195,6 +197,8 @@ class ClusterState:
     held: bool = False
     #: Rule 11: each pool with a usage half-life, its decayed usage (see policy/decay.py)
     usage: dict[str, PoolUsage] = field(default_factory=dict)
+    #: The host path prefixes jobs may mount (the last VolumesConfigured): admission's to read
+    volumes: tuple[VolumeGrant, ...] = ()
     _node_seq: int = 0
     _job_seq: int = 0
     #: One object for each distinct pool list of the jobs (see `share_values`): made again
@@ -419,6 +423,11 @@ def _cluster_configured(state: ClusterState, e: ClusterConfigured) -> Refusal:
 
 def _scheduling_held(state: ClusterState, e: SchedulingHeld) -> Refusal:
     state.held = e.held
+    return None
+
+
+def _volumes_configured(state: ClusterState, e: VolumesConfigured) -> Refusal:
+    state.volumes = e.grants
     return None
 
 
@@ -834,6 +843,7 @@ _HANDLERS: Final[dict[type[Event], Callable[[ClusterState, Any], Refusal]]] = {
     ClusterConfigured: _cluster_configured,
     PoolConfigured: _pool_configured,
     SchedulingHeld: _scheduling_held,
+    VolumesConfigured: _volumes_configured,
     NodeRegistered: _node_registered,
     NodeLost: _node_lost,
     NodeCordoned: _node_cordoned,

@@ -490,6 +490,7 @@ class Projection:
             last_seq=self._job_seq[job_id],
             ports=tuple(f"{p.host}:{p.container}" for p in job.spec.ports),
             urls=self._urls(job),
+            volumes=tuple(v.text() for v in job.spec.volumes),
         )
 
     def _urls(self, job: Job) -> tuple[str, ...]:

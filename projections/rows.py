@@ -63,6 +63,8 @@ class JobRow(msgspec.Struct, frozen=True):
     ports: tuple[str, ...] = ()
     #: where they are reached while it holds replicas: `http://<node address>:<host port>`
     urls: tuple[str, ...] = ()
+    #: the host folders its containers mount, `HOST:CONTAINER:ro` or `:rw`
+    volumes: tuple[str, ...] = ()
 
 
 class NodeRow(msgspec.Struct, frozen=True):

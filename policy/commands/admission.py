@@ -1,7 +1,8 @@
 """Admission: is a submitted job one the cluster could ever run? (rule 10, docs/rules.md)
 
 Refused with a reason that names the bad value: an unknown project, pool, node or class; a
-job its pools could not hold even when empty; a job larger than its project's limit. An
+job its pools could not hold even when empty; a job larger than its project's limit; a volume
+the cluster's allowlist does not cover (policy/commands/volumes.py). An
 admitted job carries its resolved priority, preemptibility and the pools it could run in.
 """
 
@@ -12,6 +13,7 @@ from typing import Final
 from events import JobAdmitted, JobRejected, JobSpec, JobSubmitted
 from policy.commands import ids
 from policy.commands.names import name_problem
+from policy.commands.volumes import mount_problems
 from policy.cycle import could_hold
 from policy.state import ClusterState
 
@@ -83,6 +85,9 @@ def _resolve(state: ClusterState, job_id: str, spec: JobSpec) -> dict[str, objec
     if project is None:
         known = ", ".join(sorted(state.projects)) or "none"
         raise Refused(f"unknown project {spec.project!r} (known: {known})")
+    problem = mount_problems(spec, state.volumes)
+    if problem is not None:
+        raise Refused(problem)
     priority, preemptible = _priority(state, spec)
     pools = _pools(state, spec)
     min_replicas = spec.min_replicas if spec.min_replicas is not None else spec.replicas

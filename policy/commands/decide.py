@@ -6,10 +6,12 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from events.commands import (
+    AllowVolume,
     AnyCommand,
     CancelJob,
     ConfigureCluster,
     CordonNode,
+    DenyVolume,
     HoldScheduling,
     PauseJob,
     ResumeJob,
@@ -19,7 +21,7 @@ from events.commands import (
     SubmitJob,
     UncordonNode,
 )
-from policy.commands import config, jobs
+from policy.commands import config, jobs, volumes
 from policy.commands.outcome import Outcome
 from policy.state import ClusterState
 
@@ -38,6 +40,8 @@ DECIDERS: Final[dict[type, Decider]] = {
     CordonNode: config.cordon_node,
     UncordonNode: config.uncordon_node,
     SetJobPriority: jobs.set_priority,
+    AllowVolume: volumes.allow,
+    DenyVolume: volumes.deny,
 }
 
 

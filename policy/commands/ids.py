@@ -91,3 +91,7 @@ def node_uncordoned(node: str, at: int) -> str:
 
 def priority_changed(job_id: str, at: int) -> str:
     return f"{job_id}/priority/{at}"
+
+
+def volumes_configured(at: int) -> str:
+    return f"volumes/{at}"

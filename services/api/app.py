@@ -52,14 +52,19 @@ from events import (
     JobSubmitted,
     PortMapping,
     SchedulerSettings,
+    VolumeMount,
+    VolumesConfigured,
     WorkRelayed,
     encode_event,
+    subject_for,
 )
 from events.catalogue import AnyEvent
 from events.commands import (
+    AllowVolume,
     AnyCommand,
     CancelJob,
     CordonNode,
+    DenyVolume,
     PauseJob,
     ResumeJob,
     SetJobPriority,
@@ -96,6 +101,8 @@ from services.api.types import (
     TokenCreated,
     TokenInfo,
     TokenRequest,
+    VolumeAllowRequest,
+    VolumeGrantView,
     Whoami,
 )
 from services.api.types import (
@@ -360,6 +367,8 @@ def _admin(caller: Caller, what: str) -> None:
 
 #: Words in a refusal and the request field they are about, most specific first.
 _REFUSAL_FIELDS: Final = (
+    ("volume", "volumes"),
+    ("host prefix", "host_prefix"),
     ("unknown project", "project"),
     ("project", "project"),
     ("unknown pool", "pool"),
@@ -417,6 +426,14 @@ async def submit_job(
             "--runtime docker)",
             "image",
         )
+    if data.volumes and ctx.node_runtime == "process":
+        raise _fail(
+            422,
+            f"this cluster's nodes run workloads as processes, not containers: the volume "
+            f"{data.volumes[0].host!r} would not be mounted (leave --volume out, or run the "
+            "nodes' executors with --runtime docker)",
+            "volumes",
+        )
     spec = JobSpec(
         project=data.project,
         priority_class=data.job_class,
@@ -436,6 +453,10 @@ async def submit_job(
         working_dir=data.working_dir,
         ports=tuple(
             PortMapping(p.host, p.host if p.container is None else p.container) for p in data.ports
+        ),
+        volumes=tuple(
+            VolumeMount(v.host, v.host if v.container is None else v.container, v.read_only)
+            for v in data.volumes
         ),
     )
     command = SubmitJob(
@@ -573,6 +594,41 @@ async def uncordon_node(
     _admin(caller, "uncordon nodes")
     reason = data.reason if data is not None else ""
     return await _command(ctx, UncordonNode(actor=caller.name, node=name, reason=reason))
+
+
+#: Where the allowlist is: the last `VolumesConfigured` holds all of it.
+_VOLUMES_SUBJECT: Final = subject_for(VolumesConfigured(id="", time=0.0, actor=""))
+HostPrefix = Annotated[str, QueryParameter(min_length=1, max_length=4096, pattern=r"^[^\x00]*$")]
+
+
+@get("/v1/volumes", responses=ERRORS, tags=["volumes"])
+async def list_volumes(ctx: Ctx, caller: Who) -> list[VolumeGrantView]:
+    """The host path prefixes jobs may mount (`--volume`), each read-only or read-write."""
+    last = await JetStreamLog(ctx.nc).last_on(_VOLUMES_SUBJECT)
+    if last is None or not isinstance(last.event, VolumesConfigured):
+        return []
+    return [VolumeGrantView(g.prefix, g.read_write) for g in last.event.grants]
+
+
+@post("/v1/volumes", status_code=200, responses=ADMIN_ERRORS, tags=["volumes"])
+async def allow_volume(
+    ctx: Ctx, caller: Who, request: Request[Any, Any, Any], data: JSONBody[VolumeAllowRequest]
+) -> Accepted:
+    """Let jobs mount a host folder and what is under it (admin); read-only unless
+    `read_write`. What this lets a tenant reach: docs/operations.md."""
+    data = await _strictly(request, VolumeAllowRequest)
+    _admin(caller, "allow volumes")
+    command = AllowVolume(
+        actor=caller.name, host_prefix=data.host_prefix, read_write=data.read_write
+    )
+    return await _command(ctx, command)
+
+
+@delete("/v1/volumes", status_code=200, responses=ADMIN_ERRORS, tags=["volumes"])
+async def deny_volume(ctx: Ctx, caller: Who, prefix: HostPrefix) -> Accepted:
+    """Take a host prefix off the allowlist (admin); jobs admitted before keep their mounts."""
+    _admin(caller, "deny volumes")
+    return await _command(ctx, DenyVolume(actor=caller.name, host_prefix=prefix))
 
 
 def _with_usage(settings: SchedulerSettings | None, data: PoolRequest) -> SchedulerSettings | None:
@@ -1208,6 +1264,9 @@ def create_app(settings: Settings) -> Litestar:
             cordon_node,
             drain_node,
             uncordon_node,
+            list_volumes,
+            allow_volume,
+            deny_volume,
             list_preemptions,
             create_token,
             list_tokens,

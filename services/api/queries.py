@@ -30,7 +30,7 @@ _JOB_COLUMNS: Final = (
     'job_id, "order", project, pool, pools, state, priority, preemptible, gpus, replicas,'
     " min_replicas, attempt, gpus_held, nodes, submitted_at, state_since, queued_s, running_s,"
     " gpu_s, accounted_at, first_started_at, preemptions, nominated, reject_reason, waiting,"
-    " last_seq, ports, urls"
+    " last_seq, ports, urls, volumes"
 )
 
 
@@ -63,6 +63,7 @@ def job_from(row: asyncpg.Record | dict[str, Any], now: float) -> Job:
         waiting=row["waiting"],
         ports=list(row["ports"]),
         urls=list(row["urls"]),
+        volumes=list(row["volumes"]),
     )
 
 

@@ -15,6 +15,7 @@ from events.commands import (
     MAX_ENV,
     MAX_POOLS,
     MAX_PORTS,
+    MAX_VOLUMES,
     NO_NUL,
     Duration,
     Gpus,
@@ -36,6 +37,30 @@ class Error(msgspec.Struct):
     error: str
     status: int
     field: str | None = None
+
+
+class VolumeRequest(msgspec.Struct, forbid_unknown_fields=True):
+    """A host folder each replica's container mounts: the node's `host` path at `container`
+    (default: the same path), read-only unless `read_only` is false. Admission checks both
+    paths and the cluster's allowlist, and names the value."""
+
+    host: Text
+    container: Text | None = None
+    read_only: bool = True
+
+
+class VolumeGrantView(msgspec.Struct):
+    """A host path prefix jobs may mount (and what is under it)."""
+
+    prefix: str
+    read_write: bool
+
+
+class VolumeAllowRequest(msgspec.Struct, forbid_unknown_fields=True):
+    """A host path prefix to allow (again: its mode changes)."""
+
+    host_prefix: Text
+    read_write: bool = False
 
 
 class PortRequest(msgspec.Struct, forbid_unknown_fields=True):
@@ -72,6 +97,8 @@ class SubmitRequest(msgspec.Struct, forbid_unknown_fields=True):
     working_dir: WorkingDir | None = None
     #: ports each replica publishes on its node (an interactive job's notebook, say)
     ports: Annotated[list[PortRequest], msgspec.Meta(max_length=MAX_PORTS)] = []
+    #: host folders each replica's container mounts (Docker runtime; the cluster's allowlist)
+    volumes: Annotated[list[VolumeRequest], msgspec.Meta(max_length=MAX_VOLUMES)] = []
     idempotency_key: Annotated[str, msgspec.Meta(max_length=256, pattern=NO_NUL)] | None = None
 
 
@@ -187,6 +214,8 @@ class Job(msgspec.Struct):
     #: replicas where they are reached (`http://<node address>:<host port>`)
     ports: list[str] = []
     urls: list[str] = []
+    #: host folders its containers mount, `HOST:CONTAINER:ro` or `:rw`
+    volumes: list[str] = []
 
 
 class JobDetail(Job, kw_only=True):

@@ -92,7 +92,7 @@ class VolumeMount(msgspec.Struct, frozen=True, array_like=True):
         return f"{self.host}:{self.container}:{'ro' if self.read_only else 'rw'}"
 
 
-class VolumeGrant(msgspec.Struct, frozen=True, array_like=True):
+class VolumeGrant(msgspec.Struct, frozen=True):
     """A host path prefix an admin lets jobs mount (`fairlane volumes allow`): the folder and
     everything under it, read-only unless `read_write`."""
 

@@ -53,6 +53,8 @@ EVERYDAY: tuple[tuple[str, str, str], ...] = (
      "Nodes: pool, GPUs, free GPUs, and their state (ready, cordoned, drained or lost)."),
     ("fairlane.cluster_view_cli:node_app", "node",
      "Add nodes to a cluster and stop them; take them out of service and back."),
+    ("fairlane.volumes_cli:volumes_app", "volumes",
+     "Host folders jobs may mount (--volume): allow, deny, list."),
     ("fairlane.cluster_view_cli:cluster_info", "cluster-info",
      "The cluster at a glance: each pool's nodes, GPUs and queue, and the nodes."),
     ("fairlane.cluster_view_cli:events", "events",

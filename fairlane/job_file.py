@@ -46,6 +46,8 @@ class JobFile(msgspec.Struct, forbid_unknown_fields=True, rename="kebab"):
     min_runtime: float | None = None
     grace: float | None = None
     working_dir: str | None = None
+    #: HOST:CONTAINER[:ro|rw], as `--volume` takes them
+    volume: list[str] | str | None = None
     idempotency_key: str | None = None
 
 

@@ -43,6 +43,7 @@ from fairlane.output import (
     state,
 )
 from fairlane.timeline import fold_progress, left_out, past_events, print_timeline
+from fairlane.volumes_cli import parse_volume
 
 JobState = Literal[
     "submitted", "pending", "starting", "running", "stopping", "paused",
@@ -62,6 +63,7 @@ SUBMIT_FLAGS = {
     "min_runtime_s": "--min-runtime",
     "grace_s": "--grace",
     "ports": "--port",
+    "volumes": "--volume",
     "working_dir": "--working-dir",
 }
 
@@ -88,6 +90,7 @@ def submit(
     grace: float | None = None,
     working_dir: str | None = None,
     port: list[str] | None = None,
+    volume: list[str] | None = None,
     idempotency_key: str | None = None,
     connection: Connection | None = None,
     output: Output = "table",
@@ -153,6 +156,10 @@ def submit(
         HOST:CONTAINER (or PORT for both): each replica publishes it on its node, shown as a
         URL by describe and list (repeat the flag). A job waits for a node where its host
         ports are free.
+    volume
+        HOST:CONTAINER[:ro|rw] (or HOST for the same path): a folder of the node each replica's
+        container sees, read-only unless `:rw` (repeat the flag). Only under the folders an
+        admin allows (`fairlane volumes list`); refused where the nodes run processes.
     idempotency_key
         Submitting again with the same key returns the first answer instead of a second job.
     """
@@ -197,7 +204,11 @@ def submit(
         body["env"] = {**body.get("env", {}), **_environment(env)}
     if port:
         body["ports"] = _ports(port)
-    with errors_said(), connected(connection) as api, flags_named(body, SUBMIT_FLAGS):
+    volumes = [*_as_list(given.get("volume")), *(volume or [])]
+    if volumes:
+        body["volumes"] = [parse_volume(v) for v in volumes]
+    sent = {**body, "volumes": volumes}  # (errors show the values as given)
+    with errors_said(), connected(connection) as api, flags_named(sent, SUBMIT_FLAGS):
         folder = _working_dir(
             _first(working_dir, given.get("working-dir")),
             local=_on_this_machine(api.target.api),
@@ -517,6 +528,8 @@ def _describe_table(job: dict[str, Any]) -> None:
     if job.get("ports"):
         rows.append(("Ports", escape(", ".join(job["ports"]))))
         rows.append(("URL", escape(" ".join(job.get("urls") or ())) or "- (not running)"))
+    if job.get("volumes"):
+        rows.append(("Volumes", escape(", ".join(job["volumes"]))))
     reason = job.get("pending_reason")
     if reason:
         rows.append(

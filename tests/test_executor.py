@@ -45,6 +45,7 @@ from events import (
     NodeRegistered,
     PortMapping,
     Replica,
+    VolumeMount,
     WorkRelayed,
 )
 from fairlane import workload
@@ -192,6 +193,7 @@ class Cluster:
         image: str | None = None,
         working_dir: str | None = None,
         ports: tuple[PortMapping, ...] = (),
+        volumes: tuple[VolumeMount, ...] = (),
     ) -> None:
         """Submitted, admitted and placed on `replicas`, as the policy would (`elastic_to`:
         the job may grow to that many replicas)."""
@@ -205,6 +207,7 @@ class Cluster:
                 image=image,
                 working_dir=working_dir,
                 ports=ports,
+                volumes=volumes,
             )
             await self.publish(
                 JobSubmitted(

@@ -29,6 +29,7 @@ from events import (
     JobStarted,
     NodeRegistered,
     Replica,
+    VolumeMount,
 )
 from services.executor.executor import Executor
 from services.executor.logs import attempt_logs
@@ -196,3 +197,29 @@ async def test_an_image_or_command_that_cannot_run_fails_the_job_clearly(
     failed = await cluster.recorder.wait(JobFailed, "nocommand", within=60)
     assert failed.exit_code == 127
     assert "command was not found" in failed.reason and "/no/such/command" in failed.reason
+
+
+async def test_a_job_reads_a_host_folder_read_only_and_a_symlink_out_is_refused(
+    cluster: Cluster, docker: Docker, tmp_path: Path
+) -> None:
+    """Admission let both through (the allowlist is of paths); only the node sees that the
+    second leads elsewhere through a symlink."""
+    ex = await docker_executor(cluster, docker)
+    shared, secret = tmp_path / "datasets", tmp_path / "secret"
+    shared.mkdir()
+    secret.mkdir()
+    (shared / "hello.txt").write_text("hello from the node\n")
+    (shared / "out").symlink_to(secret)
+    reads = ("sh", "-c", "cat /in/hello.txt && ! touch /in/written 2>/dev/null")
+    mounted = (VolumeMount(f"{shared}/", "/in"),)
+    await cluster.job("reads", (Replica(docker.node, (0,)),), reads, image=docker.image,
+                      volumes=mounted)  # fmt: skip
+    sneaks = (VolumeMount(str(shared / "out"), "/in"),)
+    await cluster.job("sneaks", (Replica(docker.node, (1,)),), ("true",), image=docker.image,
+                      volumes=sneaks)  # fmt: skip
+    await cluster.recorder.wait(JobCompleted, "reads", within=60)
+    [log] = attempt_logs(ex.data_dir, "reads")
+    await eventually(lambda: "hello from the node" in log.path.read_text())
+    assert not (shared / "written").exists()
+    failed = await cluster.recorder.wait(JobFailed, "sneaks", within=60)
+    assert failed.exit_code == 125 and f"leads through a symlink to {secret}" in failed.reason

@@ -13,6 +13,11 @@
   from the start again whenever the executor (re)attaches, so the file never holds a line
   twice. A container is removed only once the executor is done with it (`discard`), so an
   exit code survives an executor restart.
+- The job's volumes (`--volume`, checked by admission against the cluster's allowlist) are
+  bind mounts, read-only unless `:rw`. Only the node sees its own folders, so here a host
+  path must exist and lead to itself (no symlink on the way: the allowlist is of paths, and
+  a link under an allowed folder could point anywhere), and a container path may not cover
+  Fairlane's own mounts or sit inside them; else the replica is not started, saying why.
 - A container that cannot be created or started (an image that does not exist, a command that
   is not there) ends at once with exit code 125 (the engine's own convention) and the
   engine's message as its `failure`.
@@ -35,6 +40,7 @@ import msgspec
 import structlog
 from aiodocker.exceptions import DockerError
 
+from policy.commands.volumes import is_under, normalized
 from services.executor.identity import (
     WorkloadUser,
     can_switch_users,
@@ -121,6 +127,16 @@ def container_config(
             # no Driver: the engine picks the one that offers `gpu`, as `docker run --gpus` does
             {"DeviceIDs": [gpu_uuids[g] for g in launch.gpus], "Capabilities": [["gpu"]]}
         ]
+    if launch.volumes:
+        host["Mounts"] = [
+            {
+                "Type": "bind",
+                "Source": normalized("host path", v.host),
+                "Target": normalized("container path", v.container),
+                "ReadOnly": v.read_only,
+            }
+            for v in launch.volumes
+        ]
     config: dict[str, Any] = {
         "Image": launch.image,
         "Env": [f"{k}={v}" for k, v in sorted(env.items())],
@@ -136,6 +152,28 @@ def container_config(
     if launch.command:
         config["Cmd"] = list(launch.command)
     return config
+
+
+def volume_problem(launch: Launch, ours: tuple[Path, ...]) -> str | None:
+    """Why the replica's volumes cannot be mounted on this node (the first reason), or None.
+    `ours`: the folders Fairlane mounts itself (a volume may neither hide nor enter them)."""
+    taken = [str(launch.checkpoint_dir), *map(str, ours)]
+    for v in launch.volumes:
+        about = f"volume {v.text()}"
+        try:
+            host = normalized(f"{about}: host path", v.host)
+            container = normalized(f"{about}: container path", v.container)
+        except ValueError as e:  # admission refuses these: only a forged spec gets here
+            return str(e)
+        if not os.path.isdir(host):
+            return f"{about}: no folder {host} on this node"
+        real = os.path.realpath(host)
+        if real != host:
+            return f"{about}: {host} leads through a symlink to {real}; give the real path"
+        for path in taken:
+            if is_under(container, path) or is_under(path, container):
+                return f"{about}: the container path would cover Fairlane's mount {path}"
+    return None
 
 
 def record_of(info: dict[str, Any]) -> ProcessRecord | None:
@@ -272,6 +310,9 @@ class DockerRuntime:
             pass_through(launch.checkpoint_dir.parent.parent)
             own(launch.checkpoint_dir.parent, user)
             own(launch.checkpoint_dir, user, recursive=True)
+        problem = volume_problem(launch, self.mounts)
+        if problem is not None:
+            return self._failed(launch, problem)
         on = ContainerHost(self.gpu_uuids, self.network, self.mounts, user)
         config = container_config(launch, node, checkpoint_mtime, on)
         name = container_name(node, launch)

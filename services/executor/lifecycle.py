@@ -109,6 +109,7 @@ def launch_of(ex: Executor, job: JobWork, index: int, replica: Replica) -> Launc
         run_dir=ex.data_dir / "runs" / safe_name(job.job_id),
         working_dir=Path(spec.working_dir) if spec.working_dir else None,
         ports=spec.ports,
+        volumes=spec.volumes,
     )
 
 

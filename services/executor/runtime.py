@@ -28,7 +28,7 @@ from typing import Final, Protocol
 import msgspec
 import structlog
 
-from events.model import PortMapping
+from events.model import PortMapping, VolumeMount
 from services.executor.identity import (
     REFUSAL,
     WorkloadUser,
@@ -87,6 +87,8 @@ class Launch:
     working_dir: Path | None = None
     #: Ports the replica publishes on its node (the policy placed it where they are free).
     ports: tuple[PortMapping, ...] = ()
+    #: Folders of the node the replica's container mounts (only the Docker runtime can).
+    volumes: tuple[VolumeMount, ...] = ()
 
     @property
     def name(self) -> str:
@@ -371,6 +373,10 @@ class ProcessRuntime:
         launch.checkpoint_dir.mkdir(parents=True, exist_ok=True)
         exit_file = self.exit_file(launch)
         exit_file.unlink(missing_ok=True)
+        if launch.volumes:  # a process would run without the folders it expects: refused
+            asked = ", ".join(v.text() for v in launch.volumes)
+            why = f"the process runtime mounts no volumes (the job asks for {asked})"
+            return self._refused(launch, node, checkpoint_mtime, exit_file, why)
         user = self.user(launch)
         env = launch.env
         if user is not None:
@@ -425,7 +431,8 @@ class ProcessRuntime:
     def _refused(
         launch: Launch, node: str, checkpoint_mtime: float | None, exit_file: Path, why: str
     ) -> Workload:
-        """Not started, for the reason `why` (it cannot run as a user of its own)."""
+        """Not started, for the reason `why` (it cannot run as a user of its own, or it needs
+        volumes)."""
         log.error("workload not started", job=launch.job_id, reason=why)
         exit_file.write_text("126\n")
         record = ProcessRecord(

@@ -180,6 +180,7 @@ function details(job, timeline, usage, lost, gained) {
       fact("Nodes", job.nodes.join(", ") || "—"),
       (job.ports ?? []).length ? fact("Ports", job.ports.join(", ")) : null,
       (job.ports ?? []).length ? fact("URL", urlLinks(job)) : null,
+      (job.volumes ?? []).length ? fact("Volumes", job.volumes.join(", ")) : null,
       fact("Submitted", time(job.submitted_at)),
       fact("Queued", duration(job.queued_s)),
       fact("Ran", duration(job.running_s)),

@@ -67,7 +67,8 @@ class VolumesConfigured(Event, frozen=True, kw_only=True):
     """The host path prefixes jobs may mount, all of them after the change (an admin's
     `fairlane volumes allow` or `deny`): the last one on the log is the allowlist."""
 
-    grants: tuple[VolumeGrant, ...] = ()
+    #: no default, so it is always written: an empty allowlist is one too
+    grants: tuple[VolumeGrant, ...]
 
 
 class SchedulingHeld(Event, frozen=True, kw_only=True):

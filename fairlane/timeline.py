@@ -180,6 +180,13 @@ _TELLERS: Final[dict[str, Callable[[dict[str, Any], dict[str, Any]], str]]] = {
         if e.get("held") else "scheduling goes on"
     ),
     "PoolConfigured": lambda _, e: f"pool {e.get('pool')}: {_scheduler(e.get('scheduler'))}",
+    "VolumesConfigured": lambda entry, e: (
+        "host folders jobs may mount: "
+        + (", ".join(
+            f"{g.get('prefix')} ({'read-write' if g.get('read_write') else 'read-only'})"
+            for g in e.get("grants") or ()
+        ) or "none") + _by(entry)
+    ),
     "NodeRegistered": lambda _, e: (
         f"node {e.get('node')} joined pool {e.get('pool')} with {e.get('gpus')} GPU(s)"
         + (f" ({e['gpu_source']})" if e.get("gpu_source") else "")

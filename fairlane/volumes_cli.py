@@ -14,6 +14,8 @@ from fairlane.api_options import Connection, connected
 from fairlane.output import USAGE, Output, console, emit, errors_said, fail, flags_named
 
 MODES: Final = {"ro": True, "rw": False}  # the mode -> read_only
+#: The argument an API error about the prefix is about (the deny route's query is `prefix`).
+_NAMED: Final = {"host_prefix": "HOST_PREFIX", "prefix": "HOST_PREFIX"}
 SHAPE: Final = "HOST:CONTAINER[:ro|rw] (or HOST for the same path, read-only)"
 
 
@@ -56,7 +58,7 @@ def volumes_allow(
         Jobs may mount it writable (`:rw`); default: read-only.
     """
     body = {"host_prefix": host_prefix, "read_write": read_write}
-    with errors_said(), connected(connection) as api, flags_named(body, {"host_prefix": "PATH"}):
+    with errors_said(), connected(connection) as api, flags_named(body, _NAMED):
         emit(api.post("/v1/volumes", body), output, _grants_after)
 
 
@@ -71,7 +73,7 @@ def volumes_deny(
     """
     query = urllib.parse.urlencode({"prefix": host_prefix})
     sent = {"prefix": host_prefix, "host_prefix": host_prefix}
-    with errors_said(), connected(connection) as api, flags_named(sent, {"prefix": "PATH"}):
+    with errors_said(), connected(connection) as api, flags_named(sent, _NAMED):
         emit(api.delete(f"/v1/volumes?{query}"), output, _grants_after)
 
 

@@ -266,7 +266,7 @@ async def test_a_lost_node_is_on_the_timeline_of_the_job_it_stopped(api_node_los
     assert job["state"] == "pending"  # queued again
 
 
-async def test_an_image_is_refused_where_the_nodes_run_processes(
+async def test_an_image_or_a_volume_is_refused_where_the_nodes_run_processes(
     nats_server: NatsServer, postgres_server: Postgres, tmp_path: Path
 ) -> None:
     token_file = tmp_path / "admin-token"
@@ -275,9 +275,13 @@ async def test_an_image_is_refused_where_the_nodes_run_processes(
         admin = {"Authorization": f"Bearer {token_file.read_text().strip()}"}
         job = {"job_id": "j", "project": "p", "image": "pytorch/pytorch:2.4", "command": ["true"]}
         refused = await c.post("/v1/jobs", json=job, headers=admin)
+        mounted = {"job_id": "j", "project": "p", "volumes": [{"host": "/datasets"}]}
+        unmounted = await c.post("/v1/jobs", json=mounted, headers=admin)
     assert refused.status_code == 422 and refused.json()["field"] == "image", refused.text
     said = refused.json()["error"]
     assert "run workloads as processes" in said and "'pytorch/pytorch:2.4'" in said
+    assert unmounted.status_code == 422 and unmounted.json()["field"] == "volumes"
+    assert "the volume '/datasets' would not be mounted" in unmounted.json()["error"]
 
 
 async def test_a_team_reads_only_its_own_projects_jobs(

@@ -421,3 +421,39 @@ def test_login_whoami_and_tokens(api: FakeApi, tmp_path: Path) -> None:
     assert "ci" in table and "team-a" in table and "3h00m ago" in table
     api.on("DELETE", "/v1/tokens/ci", (200, listed[0]))
     assert "token ci revoked" in fairlane(api, "token", "revoke", "ci").stdout
+
+
+def test_volumes_from_flags_and_files_and_the_allowlist_verbs(api: FakeApi, tmp_path: Path) -> None:
+    api.on("POST", "/v1/jobs", _admitted)
+    spec = tmp_path / "job.yaml"
+    spec.write_text("name: reads\nproject: p\nvolume: [/datasets/imagenet:/data]\n")
+    done = fairlane(api, "submit", "-f", str(spec), "--volume", "/scratch/me:/out:rw",
+                    "--volume", "/models")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert api.sent("POST", "/v1/jobs")[0].body["volumes"] == [
+        {"host": "/datasets/imagenet", "container": "/data", "read_only": True},
+        {"host": "/scratch/me", "container": "/out", "read_only": False},
+        {"host": "/models", "container": "/models", "read_only": True},
+    ]
+    for value in ("/a:/b:rx", "/a:"):
+        bad = fairlane(api, "submit", "j", "--project", "p", "--volume", value)
+        assert bad.returncode == 2 and f"{value!r}" in bad.stderr and "--volume" in bad.stderr
+    refusal = "volume /etc:/etc:ro: host path /etc is not under an allowed prefix (allowed: none"
+    api.on("POST", "/v1/jobs", (422, {"error": refusal, "field": "volumes"}))
+    named = fairlane(api, "submit", "j", "--project", "p", "--volume", "/etc")
+    assert named.returncode == 1 and f"error: --volume /etc: {refusal}" in named.stderr
+    assert len(api.sent("POST", "/v1/jobs")) == 2  # the malformed ones were never sent
+    grants = {"grants": [{"prefix": "/datasets", "read_write": False}]}
+    api.on("POST", "/v1/volumes", (200, {"type": "VolumesConfigured", "event": grants}))
+    allowed = fairlane(api, "volumes", "allow", "/datasets")
+    assert allowed.returncode == 0 and "/datasets    read-only" in allowed.stdout, allowed.stderr
+    assert api.sent("POST", "/v1/volumes")[0].body == {"host_prefix": "/datasets",
+                                                       "read_write": False}  # fmt: skip
+    api.on("DELETE", "/v1/volumes", (422, {"error": "not allowed now", "field": "host_prefix"}))
+    denied = fairlane(api, "volumes", "deny", "/a b")
+    assert denied.returncode == 1 and "HOST_PREFIX /a b: not allowed now" in denied.stderr
+    assert api.sent("DELETE", "/v1/volumes")[0].query == {"prefix": ["/a b"]}
+    api.on("GET", "/v1/jobs/j", (200, {**failed_job(), "volumes": ["/datasets:/data:ro"]}))
+    api.on("GET", "/v1/jobs/j/timeline", _timeline([]))
+    api.on("GET", "/v1/jobs/j/logs", (200, b""))
+    assert "Volumes    /datasets:/data:ro" in fairlane(api, "describe", "j").stdout

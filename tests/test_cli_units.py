@@ -159,6 +159,9 @@ def test_every_event_type_is_told_in_words() -> None:
     submitted = {"spec": {"project": "p", "gpus": 2, "env": ["A=1"]}, "job_id": "j"}
     told = details({"type": "JobSubmitted", "actor": "ann", "event": submitted})
     assert told == "2 GPU(s) x 1, by ann"
+    grants = {"grants": [{"prefix": "/data", "read_write": True}, {"prefix": "/ro"}]}
+    told = details({"type": "VolumesConfigured", "actor": "ops", "event": grants})
+    assert told == "host folders jobs may mount: /data (read-write), /ro (read-only) by ops"
     unknown = details({"type": "FromTheFuture", "event": {"terms": {"gpu": {"quota": 4}}}})
     assert unknown == "terms (gpu (quota 4))"  # nested, but in words, not {'gpu': ...}
 

@@ -367,8 +367,8 @@ def _admin(caller: Caller, what: str) -> None:
 
 #: Words in a refusal and the request field they are about, most specific first.
 _REFUSAL_FIELDS: Final = (
-    ("volume", "volumes"),
     ("host prefix", "host_prefix"),
+    ("volume", "volumes"),
     ("unknown project", "project"),
     ("project", "project"),
     ("unknown pool", "pool"),
@@ -597,7 +597,7 @@ async def uncordon_node(
 
 
 #: Where the allowlist is: the last `VolumesConfigured` holds all of it.
-_VOLUMES_SUBJECT: Final = subject_for(VolumesConfigured(id="", time=0.0, actor=""))
+_VOLUMES_SUBJECT: Final = subject_for(VolumesConfigured(id="", time=0.0, actor="", grants=()))
 HostPrefix = Annotated[str, QueryParameter(min_length=1, max_length=4096, pattern=r"^[^\x00]*$")]
 
 

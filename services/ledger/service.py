@@ -1,10 +1,11 @@
 """The quota ledger service.
 
-Configuration commands become `ProjectConfigured` / `PoolConfigured` events carrying the
-complete result (a change names only what changes; the event names everything, so replay
-needs no history). From the log it keeps each project's usage per pool and records
-`ProjectQuotaCrossed` when a project goes over its quota or back within it. What it recorded
-before is read back from the log, so a restarted ledger does not announce old crossings again.
+Configuration commands become `ProjectConfigured` / `PoolConfigured` / `VolumesConfigured`
+(the host folders jobs may mount) events carrying the complete result (a change names only
+what changes; the event names everything, so replay needs no history). From the log it keeps
+each project's usage per pool and records `ProjectQuotaCrossed` when a project goes over its
+quota or back within it. What it recorded before is read back from the log, so a restarted
+ledger does not announce old crossings again.
 """
 
 from __future__ import annotations

@@ -55,6 +55,10 @@ async def test_types_are_strict(api: tuple[httpx.AsyncClient, dict[str, str]]) -
                         headers=admin)  # fmt: skip
     assert gpus.status_code == 400, gpus.text
     assert gpus.json()["field"] == "gpus" and "`int`" in gpus.json()["error"]
+    assert gpus.json()["error"].startswith("gpus: ") and 'given "1"' in gpus.json()["error"]
+    negative = await c.post("/v1/jobs", json={"job_id": "j", "project": "p", "gpus": -1},
+                            headers=admin)  # fmt: skip
+    assert negative.status_code == 400 and "given -1" in negative.json()["error"], negative.text
     quota = await c.put("/v1/projects/p", json={"quota": "4"}, headers=admin)
     assert quota.status_code == 400 and quota.json()["field"] == "quota", quota.text
 

@@ -44,6 +44,7 @@ from litestar.openapi.spec import Components, SecurityScheme
 from litestar.params import HeaderParameter, JSONBody, PathParameter, QueryParameter
 from litestar.response import Stream
 from litestar.response.sse import ServerSentEvent, ServerSentEventMessage
+from litestar.utils.scope.state import ScopeState
 from nats.aio.client import Client
 
 from events import (
@@ -220,14 +221,17 @@ _ALIASES: Final = {
 }
 
 
-def on_http_error(_: Request[Any, Any, Any], exc: HTTPException) -> Response[Error]:
+def on_http_error(request: Request[Any, Any, Any], exc: HTTPException) -> Response[Error]:
     field, message = None, exc.detail
     if isinstance(exc, ValidationException) and isinstance(exc.extra, list) and exc.extra:
         first = exc.extra[0]
         if isinstance(first, dict):
             field = _ALIASES.get(first.get("key", ""), first.get("key"))
             said = in_words(str(first.get("message", exc.detail)))
-            message = f"{said} (in {_source(first.get('source'))})"
+            given = (
+                _given(_body_read(request), field) if _source(first.get("source")) == "body" else ""
+            )
+            message = f"{said}{given} (in {_source(first.get('source'))})"
             if field:  # the message names the field too: not every client shows `field`
                 message = f"{field}: {message}"
     elif isinstance(exc.extra, dict):
@@ -265,11 +269,35 @@ Body = TypeVar("Body", bound=msgspec.Struct)
 async def _strictly(request: Request[Any, Any, Any], body_type: type[Body]) -> Body:
     """The body decoded again with msgspec's strict rules: Litestar converts a body loosely,
     taking `"gpus": "1"` for 1, and a command's types are exact (JSON says what it means)."""
+    body = await request.body()
     try:
-        return msgspec.json.decode(await request.body(), type=body_type)
+        return msgspec.json.decode(body, type=body_type)
     except msgspec.ValidationError as e:
         at = _AT_FIELD.search(str(e))
-        raise _fail(400, f"{in_words(str(e))} (in body)", at.group(1) if at else None) from None
+        field = at.group(1) if at else None
+        said = f"{in_words(str(e))}{_given(body, field)} (in body)"
+        raise _fail(400, f"{field}: {said}" if field else said, field) from None
+
+
+def _body_read(request: Request[Any, Any, Any]) -> bytes:
+    """The body as Litestar read it before it refused a value (nothing when it read none)."""
+    body = ScopeState.from_scope(request.scope).body
+    return body if isinstance(body, bytes) else b""
+
+
+def _given(body: bytes, field: str | None) -> str:
+    """`, given <value>` for a top-level field of the body, so the error names the value too
+    (msgspec's message names only the bound); the value is cut short, the body is untrusted."""
+    if field is None or not body:
+        return ""
+    try:
+        raw = msgspec.json.decode(body)
+    except msgspec.DecodeError:
+        return ""
+    if not isinstance(raw, dict) or field not in raw:
+        return ""
+    shown = msgspec.json.encode(raw[field]).decode()
+    return f", given {shown[:60]}{'…' if len(shown) > 60 else ''}"
 
 
 def _fail(status: int, message: str, field: str | None = None) -> HTTPException:

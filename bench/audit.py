@@ -7,9 +7,18 @@ their quotas, a third of them at a higher priority) run through the simulator wi
 every arrival and finish, as the scheduler service runs them, on `--nodes` x 8 GPUs. Every
 placement, nomination and stop request on it carries its basis, as on a live log.
 
-The audit folds the whole log and re-derives every plan that made a decision. Figures: events
-and decisions on the log, plans re-derived, seconds, decisions/s and events/s, and how long a
-day of this cluster takes to audit. Nothing is asserted about time.
+The log is written as an export and audited twice, each time in a child process of its own
+(bench/audit_child.py), reading and decoding the export included: by the audit as it was before
+it streamed (bench/audit_baseline.py, a frozen copy: the whole log read into a list, then
+folded), and by `policy.audit.audit` as it is (streaming). Figures for each: seconds,
+decisions/s, events/s, peak resident memory of its process (its own maxrss) and before it read
+the log; and streaming over baseline for decisions/s and peak memory. Also: events and
+decisions on the log, plans re-derived, and how long a day of this cluster takes to audit.
+Nothing is asserted about time.
+
+The baseline is a frozen copy rather than the old code checked out from git: it runs on the
+same policy (`decide`, the fold) as the streaming audit, so the comparison is between the two
+ways of auditing alone, and it needs no history in the checkout.
 
 Jobs checkpoint every 30 minutes (the simulator's default), so the log has checkpoints too.
 
@@ -17,7 +26,7 @@ Jobs checkpoint every 30 minutes (the simulator's default), so the log has check
 
 A long log is built once and kept: `--save FILE` writes it as an export (`fairlane log
 export`'s JSON lines), `--log FILE` audits such a file instead of building one (for example
-the 1,000,000-event log: `--hours 235 --load 0.95 --save /tmp/million.jsonl`).
+the 1,000,000-event log: `--hours 290 --load 0.9 --save /tmp/million.jsonl`).
 """
 
 from __future__ import annotations
@@ -25,25 +34,30 @@ from __future__ import annotations
 import json
 import platform
 import random
+import subprocess
 import sys
+import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Final, Literal
 
 import cyclopts
+import msgspec
 from rich.console import Console
 from rich.table import Table
 
+from bench.audit_child import Run, Which, read_file
 from events import Event, JobSubmitted, NodeRegistered
-from events.export import export_line, read_export
-from policy.audit import DECISIONS, audit
+from events.export import export_line
+from policy.audit import DECISIONS
 from simulation.trace.cluster import uniform_cluster
 from simulation.trace.policies import make_policy
 from simulation.trace.run import Options, Simulation
 from simulation.trace.traces import TraceJob
 
 app = cyclopts.App(name="bench.audit", help=__doc__)
+ROOT: Final = Path(__file__).resolve().parent.parent
 SIZES = (1, 1, 1, 1, 1, 1, 2, 2, 4, 8)
 
 
@@ -54,13 +68,14 @@ class Figures:
     gpus: int
     events: int
     decisions: int
-    plans: int
-    matched: int
     build_s: float
-    audit_s: float
-    decisions_per_s: float
-    events_per_s: float
-    #: seconds to audit one day of this cluster's log
+    #: the audit before it streamed (bench/audit_baseline.py) and now (policy/audit.py)
+    baseline: Run
+    streaming: Run
+    #: streaming over baseline: decisions/s (above 1: faster) and peak memory (below 1: less)
+    speed_ratio: float
+    memory_ratio: float
+    #: seconds to audit one day of this cluster's log (streaming)
     day_s: float
 
 
@@ -109,37 +124,52 @@ def build(hours: float, nodes: int, load: float) -> tuple[list[tuple[int, Event]
     return log, time.perf_counter() - began
 
 
-def load_export(path: Path) -> list[tuple[int, Event]]:
-    with path.open("rb") as lines:
-        return list(read_export(lines))
-
-
 def save_export(log: list[tuple[int, Event]], path: Path) -> None:
     with path.open("wb") as out:
         out.writelines(export_line(seq, event) for seq, event in log)
 
 
-def measure(log: list[tuple[int, Event]], built_s: float) -> Figures:
-    began = time.perf_counter()
-    report = audit(log)
-    took = time.perf_counter() - began
-    decisions = sum(isinstance(e, DECISIONS) for _, e in log)
-    assert report.checked == decisions  # the audit looked at every one of them
-    virtual_s = max(e.time for _, e in log) or 1.0
+def measure(path: Path, built_s: float) -> Figures:
+    """The figures of the export at `path`: each audit in a child process, one after the
+    other, so each one's peak memory is its own."""
+    jobs = gpus = events = decisions = 0
+    last_time = 0.0
+    for _, e in read_file(path):
+        events += 1
+        jobs += isinstance(e, JobSubmitted)
+        decisions += isinstance(e, DECISIONS)
+        gpus += e.gpus if isinstance(e, NodeRegistered) else 0
+        last_time = max(last_time, e.time)
+    runs = {which: _run_child(which, path) for which in ("baseline", "streaming")}
+    for run in runs.values():
+        assert run.checked == decisions  # the audit looked at every one of them
+    old, new = runs["baseline"], runs["streaming"]
+    virtual_s = last_time or 1.0
     return Figures(
-        jobs=sum(isinstance(e, JobSubmitted) for _, e in log),
+        jobs=jobs,
         hours=round(virtual_s / 3600.0, 1),
-        gpus=sum(e.gpus for _, e in log if isinstance(e, NodeRegistered)),
-        events=len(log),
+        gpus=gpus,
+        events=events,
         decisions=decisions,
-        plans=report.plans,
-        matched=report.matched,
         build_s=round(built_s, 2),
-        audit_s=round(took, 2),
-        decisions_per_s=round(decisions / took),
-        events_per_s=round(len(log) / took),
-        day_s=round(took * 86400.0 / virtual_s, 1),
+        baseline=old,
+        streaming=new,
+        speed_ratio=round(new.decisions_per_s / max(old.decisions_per_s, 1), 2),
+        memory_ratio=round(new.peak_mib / old.peak_mib, 2),
+        day_s=round(new.seconds * 86400.0 / virtual_s, 1),
     )
+
+
+def _run_child(which: Which, path: Path) -> Run:
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.audit_child", which, str(path)],
+        cwd=ROOT,
+        capture_output=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"the {which} audit failed: {done.stderr.decode()}")
+    return msgspec.json.decode(done.stdout, type=Run)
 
 
 @app.default
@@ -166,24 +196,42 @@ def main(
     """
     if not (0 < hours <= 24 * 365) or not (1 <= nodes <= 10_000) or not (0 < load <= 10):
         raise SystemExit(f"--hours {hours} --nodes {nodes} --load {load}: out of range")
-    if log is not None:
-        events, built = load_export(log), 0.0
-    else:
-        events, built = build(hours, nodes, load)
-        if save is not None:
-            save_export(events, save)
-    figures = measure(events, built)
+    with tempfile.TemporaryDirectory(prefix="bench-audit-") as scratch:
+        if log is not None:
+            path, built = log, 0.0
+        else:
+            events, built = build(hours, nodes, load)
+            path = save or Path(scratch) / "log.jsonl"
+            save_export(events, path)
+            del events  # the audits read the export, each in a process of its own
+        figures = measure(path, built)
     if output == "json":
-        doc = {"python": platform.python_version(), "results": asdict(figures)}
+        doc = {"python": platform.python_version(), "results": msgspec.to_builtins(figures)}
         sys.stdout.write(json.dumps(doc, indent=1) + "\n")
         return
-    table = Table(title="bench.audit", show_header=False, title_justify="left")
-    for key, value in asdict(figures).items():
-        table.add_row(key.replace("_", " "), f"{value:,}")
-    Console().print(table)
-    if figures.matched != figures.decisions:
+    _print_table(figures)
+    if any(run.matched != figures.decisions for run in (figures.baseline, figures.streaming)):
         Console(stderr=True).print("[red]some decisions did not match: see fairlane audit[/]")
         raise SystemExit(1)
+
+
+def _print_table(figures: Figures) -> None:
+    table = Table(title="bench.audit", show_header=True, title_justify="left")
+    for column in ("", "baseline", "streaming", "streaming / baseline"):
+        table.add_column(column, justify="right")
+    for key in ("jobs", "hours", "gpus", "events", "decisions", "build_s", "day_s"):
+        table.add_row(key.replace("_", " "), "", f"{getattr(figures, key):,}", "")
+    old, new = figures.baseline, figures.streaming
+    ratios = {"decisions_per_s": figures.speed_ratio, "peak_mib": figures.memory_ratio}
+    for key in ("seconds", "decisions_per_s", "events_per_s", "peak_mib", "start_mib", "plans"):
+        ratio = ratios.get(key)
+        table.add_row(
+            key.replace("_", " "),
+            f"{getattr(old, key):,}",
+            f"{getattr(new, key):,}",
+            "" if ratio is None else f"{ratio:,}",
+        )
+    Console().print(table)
 
 
 if __name__ == "__main__":

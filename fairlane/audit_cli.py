@@ -11,10 +11,11 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-from collections.abc import Callable, Iterator
+import threading
+from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any, TypeVar
 
 import cyclopts
 import msgspec
@@ -27,14 +28,16 @@ from events import Event
 from events.export import ExportError, export_line, read_export
 from fairlane.cluster_cli import DataDir, NatsUrl, Output
 from fairlane.cluster_file import DEFAULT_DATA_DIR, read_cluster
-from policy.audit import AuditReport, Finding, Scope, as_document, audit, differences
+from policy.audit import AuditReport, Finding, Reader, Scope, as_document, audit, differences
 from services.runtime.auth import ADMIN, Credentials, load_credentials
 from services.runtime.connection import NotAuthorized, connect
 from services.runtime.eventlog import JetStreamLog
+from services.runtime.log_reader import blocking_reader
 from services.runtime.main import configure_logging
 
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 Log = list[tuple[int, Event]]
+T = TypeVar("T")
 CONNECT_WITHIN_S = 10.0
 #: events between two updates of the progress bar (rich redraws it at most 10 times a second)
 PROGRESS_EVERY = 500
@@ -57,13 +60,16 @@ def export(
     out
         The file to write (default: standard output).
     """
-    log = read_log(None, data_dir, nats)
-    lines = b"".join(export_line(seq, event) for seq, event in log)
-    if out is None:
-        sys.stdout.buffer.write(lines)
-    else:
-        out.write_bytes(lines)
-        err.print(f"{len(log):,} events written to {out}")
+    with opened_log(None, data_dir, nats) as (read, _):
+        if out is None:
+            sys.stdout.buffer.writelines(export_line(seq, event) for seq, event in read(1))
+            return
+        with out.open("wb") as lines:
+            written = 0
+            for seq, event in read(1):
+                lines.write(export_line(seq, event))
+                written += 1
+    err.print(f"{written:,} events written to {out}")
 
 
 def audit_command(
@@ -93,14 +99,9 @@ def audit_command(
     if from_ < 1 or (to is not None and to < from_):
         err.print(f"[red]error:[/] --from {from_} --to {to}: not a range of log positions")
         sys.exit(2)
-    log = read_log(file, data_dir, nats)
-    if log and log[0][0] != 1:
-        err.print(
-            f"[yellow]warning:[/] the log starts at sequence {log[0][0]}, not 1: states are"
-            " folded from there, so decisions may not match what was decided on the whole log"
-        )
-    with _bar("folding", len(log)) as advance:
-        report = audit(log, Scope(from_, to, job), progress=advance, every=PROGRESS_EVERY)
+    with opened_log(file, data_dir, nats) as (read, total), _bar("auditing", total) as advance:
+        scope = Scope(from_, to, job)
+        report = audit(_from_the_start(read), scope, progress=advance, every=PROGRESS_EVERY)
     if output == "json":
         sys.stdout.write(json.dumps(as_document(report), indent=1) + "\n")
     else:
@@ -113,11 +114,23 @@ def audit_command(
 
 
 def read_log(file: Path | None, data_dir: Path, nats: str | None) -> Log:
-    """The export in `file`, else the log of the cluster at `nats` or in `data_dir`."""
+    """The whole log in memory (for `whatif`; the audit and the export stream it)."""
+    with opened_log(file, data_dir, nats) as (read, _):
+        return list(read(1))
+
+
+@contextmanager
+def opened_log(file: Path | None, data_dir: Path, nats: str | None) -> Iterator[tuple[Reader, int]]:
+    """The export in `file`, else the log of the cluster at `nats` or in `data_dir`, as a
+    `Reader`, with the number of events it holds. A log that cannot be read (while the block
+    runs) ends the command with status 2, naming why."""
     if file is not None:
-        return _read_file(file)
+        with _file_errors(file):
+            yield _file_reader(file), _count_lines(file)
+        return
     url, credentials = _cluster(data_dir, nats)
-    return _read_cluster_log(url, credentials)
+    with _stream(url, credentials) as opened:
+        yield opened
 
 
 def _cluster(data_dir: Path, nats: str | None) -> tuple[str, Credentials | None]:
@@ -140,49 +153,91 @@ def _cluster(data_dir: Path, nats: str | None) -> tuple[str, Credentials | None]
         sys.exit(2)
 
 
-def _read_cluster_log(url: str, credentials: Credentials | None) -> Log:
+@contextmanager
+def _stream(url: str, credentials: Credentials | None) -> Iterator[tuple[Reader, int]]:
+    """The stream read through an event loop in a thread of its own, so that the audit (plain
+    code) pulls the events as it folds them."""
     configure_logging("error")
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, name="log-reader", daemon=True)
+    thread.start()
 
-    async def read() -> Log:
-        # bounded: a server that does not answer is not waited for past CONNECT_WITHIN_S
-        nc = await asyncio.wait_for(
-            connect(url, "fairlane-log-reader", retry_for=5, credentials=credentials),
-            CONNECT_WITHIN_S,
-        )
-        try:
-            stream = JetStreamLog(nc)
-            log: Log = []
-            with _bar("reading the log", await stream.last_seq()) as advance:
-                async for stored in stream.read(1):
-                    log.append((stored.seq, stored.event))
-                    if len(log) % PROGRESS_EVERY == 0:
-                        advance(len(log))
-                advance(len(log))
-            return log
-        finally:
-            await nc.close()
+    def on_loop(coro: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, loop).result()
 
+    nc = None
     try:
-        return asyncio.run(read())
+        # bounded: a server that does not answer is not waited for past CONNECT_WITHIN_S
+        nc = on_loop(
+            asyncio.wait_for(
+                connect(url, "fairlane-log-reader", retry_for=5, credentials=credentials),
+                CONNECT_WITHIN_S,
+            )
+        )
+        stream = JetStreamLog(nc)
+        end = on_loop(stream.last_seq())
+        yield blocking_reader(stream, loop, end), end
     except TimeoutError:
         err.print(
             f"[red]error:[/] cannot read the log at {url}: no connection within"
             f" {CONNECT_WITHIN_S:g} s (is the server up, and does it let this user in?)"
         )
+        sys.exit(2)
     except (OSError, nats_errors.Error, NotAuthorized) as e:
         err.print(f"[red]error:[/] cannot read the log at {url}: {e or type(e).__name__}")
-    sys.exit(2)
+        sys.exit(2)
+    finally:
+        if nc is not None:
+            on_loop(nc.close())
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join()
+        loop.close()
 
 
-def _read_file(path: Path) -> Log:
-    try:
+def _file_reader(path: Path) -> Reader:
+    def read(first: int) -> Iterator[tuple[int, Event]]:
         with path.open("rb") as lines:
-            return list(read_export(lines))
+            for seq, event in read_export(lines):
+                if seq >= first:
+                    yield seq, event
+
+    return read
+
+
+def _count_lines(path: Path) -> int:
+    with path.open("rb") as data:
+        return sum(chunk.count(b"\n") for chunk in iter(lambda: data.read(1 << 20), b""))
+
+
+@contextmanager
+def _file_errors(path: Path) -> Iterator[None]:
+    try:
+        yield
     except OSError as e:
         err.print(f"[red]error:[/] --file {path}: cannot read it ({e.strerror})")
+        sys.exit(2)
     except ExportError as e:
         err.print(f"[red]error:[/] --file {path}: {e}")
-    sys.exit(2)
+        sys.exit(2)
+
+
+def _from_the_start(read: Reader) -> Reader:
+    """`read`, with a warning (once) if the log does not start at sequence 1."""
+    warned = False
+
+    def checked(first: int) -> Iterator[tuple[int, Event]]:
+        nonlocal warned
+        for seq, event in read(first):
+            if not warned and first == 1 and seq != 1:
+                err.print(
+                    f"[yellow]warning:[/] the log starts at sequence {seq}, not 1: states are"
+                    " folded from there, so decisions may not match what was decided on the"
+                    " whole log"
+                )
+            warned = True
+            yield seq, event
+
+    return checked
 
 
 @contextmanager

@@ -8,6 +8,7 @@ the preemptor really published, each with the log position it decided on.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import msgspec
@@ -22,7 +23,7 @@ from events import (
     ProjectTerms,
 )
 from events.export import ExportError, export_line, read_export
-from policy.audit import Scope, audit, differences
+from policy.audit import Scope, as_document, audit, differences
 from policy.version import POLICY_VERSION
 from simulation.virtual_cluster import VirtualCluster
 
@@ -181,3 +182,46 @@ def test_progress_is_reported_as_the_log_is_folded() -> None:
     seen: list[int] = []
     audit(log, progress=seen.append, every=10)
     assert seen == [*range(10, len(log) + 1, 10), len(log)]
+
+
+def test_the_audit_reads_the_log_as_it_folds() -> None:
+    """Streaming: the fold is never more than `lag` events behind the reading, so the audit
+    holds the fold and that window, never the whole log."""
+    log = load(TAMPERED)
+    read_so_far = 0
+
+    def read(first: int) -> Iterator[tuple[int, Event]]:
+        nonlocal read_so_far
+        for seq, event in log:
+            if seq >= first:
+                read_so_far += 1
+                yield seq, event
+
+    behind: list[int] = []
+    report = audit(
+        read, progress=lambda folded: behind.append(read_so_far - folded), every=1, lag=5
+    )
+    assert report.clean and report.events == len(log)
+    assert max(behind[:-1]) == 5 and read_so_far == len(log)  # one pass: nothing read again
+
+
+@pytest.mark.parametrize("lag", [0, 1, 4])
+@pytest.mark.parametrize("forged", [False, True])
+def test_a_decision_read_after_the_fold_passed_its_basis_is_judged_the_same(
+    lag: int, forged: bool
+) -> None:
+    """A decision published more than `lag` events after its basis (all of them with `lag` 0)
+    is re-derived on a fold made again up to its basis: the same report, finding for finding,
+    what the policy gives instead included."""
+    log = load(TAMPERED)
+    if forged:
+        at, real = next(
+            (i, e) for i, (_, e) in enumerate(log) if isinstance(e, JobPreemptionRequested)
+        )
+        log[at] = (log[at][0], msgspec.structs.replace(real, job_id="p45", id="p45/1/preempt/x"))
+    whole = as_document(audit(log))
+    late = as_document(audit(log, lag=lag))
+    assert late["plans"] >= whole["plans"]  # a late decision's plan is derived once more
+    assert {**late, "plans": 0} == {**whole, "plans": 0}
+    named_instead = [f for f in whole["findings"] if f.get("policy_gives_instead")]
+    assert bool(whole["mismatched"]) == bool(named_instead) == forged

@@ -12,7 +12,7 @@ from typing import Final
 from events import JobAdmitted, JobRejected, JobSpec, JobSubmitted
 from policy.commands import ids
 from policy.commands.names import name_problem
-from policy.cycle import could_hold
+from policy.pools import could_hold, nodes_for
 from policy.state import ClusterState
 
 ACTOR: Final = "admission"
@@ -162,9 +162,7 @@ def _never_fits(
 ) -> str:
     reasons = []
     for pool in pools:
-        nodes = [n for n in state.nodes.values() if n.pool == pool]
-        if node is not None:
-            nodes = [n for n in nodes if n.name == node]
+        nodes = nodes_for(state, pool, node)
         where = f"node {node!r}" if node is not None else f"pool {pool!r}"
         if not nodes:
             reasons.append(f"{where} has no nodes")

@@ -117,8 +117,8 @@ def test_refusals_say_what_is_wrong_in_words() -> None:
 
 
 def test_names_are_matched_whole() -> None:
-    assert name_problem("job id", "j1") is None
-    assert name_problem("job id", "j1\n") is not None  # Python's `$` matched before it
+    assert name_problem("job id", "job_id", "j1") is None
+    assert name_problem("job id", "job_id", "j1\n") is not None  # Python's `$` matched before it
 
 
 def test_values_within_bounds_pass() -> None:

@@ -26,11 +26,12 @@ from events import Event, JobAdmitted, JobRejected, JobSubmitted
 from events.commands import ADMISSION_SUBJECT, LEDGER_COMMANDS, AnyCommand, Reply, SubmitJob
 from policy.commands import Accepted, Refused, decide_command
 from policy.commands.jobs import admit_waiting
+from policy.commands.outcome import refuse
 from services.runtime.clock import WALL_CLOCK, Clock
 from services.runtime.commands import (
     GIVE_UP_AFTER_S,
+    CommandRefused,
     MayTakeEffect,
-    Refusal,
     carry_out,
     outcome_unknown,
     time_left,
@@ -88,7 +89,8 @@ class Admission:
 
     async def handle(self, command: AnyCommand) -> Reply:
         if isinstance(command, LEDGER_COMMANDS):
-            raise Refusal(f"admission does not take {type(command).__name__} commands")
+            kind = type(command).__name__
+            raise CommandRefused(refuse("not_taken_here", None, kind, service="admission"))
         if isinstance(command, SubmitJob):
             return await self._submit(command)
         now = self.clock.now()
@@ -123,7 +125,7 @@ class Admission:
         if isinstance(outcome, Refused):
             if outcome.exists:
                 return await self._repeated(command)
-            raise Refusal(outcome.reason)
+            raise CommandRefused(outcome)
         submitted, verdict = outcome.events
         assert isinstance(submitted, JobSubmitted) and isinstance(verdict, Verdict)
         subjects = job_subjects(command.job_id)
@@ -150,7 +152,7 @@ class Admission:
                 raise MayTakeEffect(command, e) from e
             raise
         if standing is None:
-            raise Refusal(f"job {command.job_id!r} was ended before admission could answer")
+            raise CommandRefused(refuse("ended", "job_id", command.job_id))
         return _reply(standing)
 
     async def _record_verdict(
@@ -185,10 +187,10 @@ class Admission:
         verdict (given now if the job never got one); otherwise a refusal."""
         job_id, key = command.job_id, command.idempotency_key
         if key is None or await self._recorded_key(job_id) != key:
-            raise Refusal(f"job id {job_id!r} already exists")
+            raise CommandRefused(refuse("name_taken", "job_id", job_id))
         verdict = await self._recorded_verdict(job_id) or await self._verdict_for_stranded(job_id)
         if verdict is None:
-            raise Refusal(f"job id {job_id!r} already exists")
+            raise CommandRefused(refuse("name_taken", "job_id", job_id))
         return _reply(verdict)
 
     async def _verdict_for_stranded(self, job_id: str) -> Verdict | None:
@@ -225,7 +227,7 @@ class Admission:
 
 def _reply(event: Event) -> Reply:
     if isinstance(event, JobRejected):
-        return Reply(ok=False, event=event, error=event.reason)
+        return Reply(ok=False, event=event, error=event.reason, code=event.code, field=event.field)
     return Reply(ok=True, event=event)  # type: ignore[arg-type]
 
 

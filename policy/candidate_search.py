@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Final
 
+from policy.accounts import Account, Accounts
 from policy.candidates import Candidate, WaitReason
-from policy.ledger import Account, Ledger
 from policy.pool_cycle import PoolCycle
 from policy.pools import could_hold
 from policy.state import ClusterState, Job
@@ -29,7 +29,7 @@ def gather(
     candidates."""
     queued = Queued([{}], set())
     rounds = queued.rounds
-    # per job shape: the account of each project in the ledger its demand counts in, and the
+    # per job shape: the account of each project in the accounts its demand counts in, and the
     # candidate lists it joins (None: no pool could hold it)
     routes: dict[tuple[tuple[str, ...], int, int, str | None], _Route | None] = {}
     for job in state.live.values():
@@ -43,11 +43,11 @@ def gather(
             if route is None:
                 waiting[job.id] = "no_pool"
                 continue
-            ledger, accounts, targets = route
-            acct = accounts.get(job.project)
+            book, known, targets = route
+            acct = known.get(job.project)
             if acct is None:
-                acct = accounts[job.project] = ledger.account(job.project)
-            acct.demand += job.replicas * job.gpus  # ledger.count_waiting(job)
+                acct = known[job.project] = book.account(job.project)
+            acct.demand += job.replicas * job.gpus  # accounts.count_waiting(job)
             cand = Candidate(job, job.min_replicas)
             for target in targets:
                 target.append(cand)
@@ -58,7 +58,7 @@ def gather(
         elif phase == "stopping":
             cycle = cycles.get(job.pool or "")
             if cycle is not None:
-                cycle.ledger.count_waiting(job)
+                cycle.accounts.count_waiting(job)
         elif phase == "pending":  # nominated
             cycle = cycles.get(job.nomination_pool or "")
             if cycle is not None:
@@ -83,10 +83,10 @@ class Queued:
 def _account_placed(cycle: PoolCycle, job: Job, queued: Queued) -> None:
     """A starting or running job: it holds GPUs, may start replicas held for it, and an elastic
     one short of its replicas asks for more."""
-    cycle.ledger.count_holding(job)
+    cycle.accounts.count_holding(job)
     cycle.victims.running.append(job)
     if job.nomination:
-        cycle.ledger.count_nominated(job)
+        cycle.accounts.count_nominated(job)
         if _start_if_free(cycle, job, scale_up=True):
             _queue_extra(cycle, queued, job, len(job.held) + len(job.nomination))
     elif job.elastic and not job.stop_replicas and not job.lost_node:
@@ -101,8 +101,8 @@ def _account_nominated(
     waiting: dict[str, WaitReason],
 ) -> None:
     """A pending job with GPUs held for it: it starts once they are free, else waits."""
-    cycle.ledger.count_waiting(job)
-    cycle.ledger.count_nominated(job)
+    cycle.accounts.count_waiting(job)
+    cycle.accounts.count_nominated(job)
     if _start_if_free(cycle, job, scale_up=False):
         _queue_extra(cycle, queued, job, len(job.nomination))
     else:
@@ -116,7 +116,7 @@ def _queue_extra(cycle: PoolCycle, queued: Queued, job: Job, holds: int) -> None
         queued.extra(cycle.pool, job, holds)
 
 
-_Route = tuple[Ledger, dict[str, Account], list[list[Candidate]]]
+_Route = tuple[Accounts, dict[str, Account], list[list[Candidate]]]
 _UNSEEN: Final[Any] = object()
 _NONE: Final[dict[int, str]] = {}
 _PLACED: Final = frozenset({"starting", "running"})
@@ -127,7 +127,7 @@ def _route(
     job: Job,
     cycles: dict[str, PoolCycle],
     rounds: list[dict[str, list[Candidate]]],
-) -> tuple[Ledger, list[list[Candidate]]] | None:
+) -> tuple[Accounts, list[list[Candidate]]] | None:
     """Where a pending job of this shape counts and is tried: its demand in the first pool of
     its list that could hold it, and a candidate in each such pool, in list order (round k)."""
     pools = [
@@ -142,7 +142,7 @@ def _route(
         while len(rounds) <= k:
             rounds.append({})
         targets.append(rounds[k].setdefault(pool, []))
-    return cycles[pools[0]].ledger, targets
+    return cycles[pools[0]].accounts, targets
 
 
 def _start_if_free(cycle: PoolCycle, job: Job, scale_up: bool) -> bool:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from policy.ledger import Account
+from policy.accounts import Account
 from policy.state import Job
 
 #: Why a job is still waiting after a cycle (the API's "why is my job pending"):

@@ -21,11 +21,11 @@ from typing import Final
 from events import Event, JobNominated, JobPreemptionRequested, JobScheduled, Replica
 from events.catalogue import PreemptionReason
 from events.model import SchedulerType
+from policy.accounts import Accounts
 from policy.candidate_search import gather
 from policy.candidates import Candidate, WaitReason
 from policy.capacity import Capacity, NodeSlots
 from policy.decisions import Decisions
-from policy.ledger import Ledger
 from policy.pool_cycle import PoolCycle
 from policy.schedulers import fair_share, priority, round_robin
 from policy.state import ClusterState, Job
@@ -117,7 +117,7 @@ def decide(state: ClusterState, now: float) -> Plan:
     cycles = _pool_cycles(state, stopping, decisions, waiting, plan.waiting_for_room)
     queued = gather(state, cycles, waiting)
     for cycle in cycles.values():
-        cycle.ledger.divide()
+        cycle.accounts.divide()
     placed: set[str] = set()
     waiting_first: dict[str, list[Candidate]] = {}
     for k, by_pool in enumerate(queued.rounds):
@@ -149,8 +149,8 @@ def fair_shares(state: ClusterState, now: float) -> dict[str, dict[str, int]]:
     gather(state, cycles, {})
     result: dict[str, dict[str, int]] = {}
     for pool, cycle in cycles.items():
-        cycle.ledger.divide()
-        result[pool] = {a.project: a.fair_share for a in cycle.ledger.accounts.values()}
+        cycle.accounts.divide()
+        result[pool] = {a.project: a.fair_share for a in cycle.accounts.accounts.values()}
     return result
 
 
@@ -272,11 +272,19 @@ def _pool_cycles(
     for pool, nodes in by_pool.items():
         capacity = Capacity(nodes, ports)
         gpus = capacity.total_gpus + cordoned_gpus.get(pool, 0)
-        ledger = Ledger(state, pool, gpus, decisions.now)
+        accounts = Accounts(state, pool, gpus, decisions.now)
         settings = state.pool_settings(pool)
         releasing = back.get(pool, {})
         cycles[pool] = PoolCycle(
-            state, pool, settings, capacity, ledger, decisions, releasing, waiting, waiting_for_room
+            state,
+            pool,
+            settings,
+            capacity,
+            accounts,
+            decisions,
+            releasing,
+            waiting,
+            waiting_for_room,
         )
     return cycles
 

@@ -1,4 +1,4 @@
-"""One pool's share of a scheduling cycle: its idle GPUs, its ledger, and the decisions made.
+"""One pool's share of a scheduling cycle: its idle GPUs, its accounts and the decisions made.
 
 The schedulers (fair_share, priority, round_robin) decide *what*; this module carries out the
 mechanics they share: placing a candidate, and holding GPUs for one while its victims stop.
@@ -12,10 +12,10 @@ from collections.abc import Sequence
 
 from events import JobNominated, PreemptionFacts, Replica, SchedulerSettings
 from events.catalogue import PreemptionReason
+from policy.accounts import Accounts
 from policy.candidates import Candidate, Shape, WaitReason, gate_ok
 from policy.capacity import Capacity, Overlay
 from policy.decisions import Decisions
-from policy.ledger import Ledger
 from policy.state import ClusterState, Job
 from policy.victim_search import Taken, fits_with, new_taken
 from policy.victims import VictimIndex, lost_work_gpu_s
@@ -28,7 +28,7 @@ class PoolCycle:
         pool: str,
         settings: SchedulerSettings,
         capacity: Capacity,
-        ledger: Ledger,
+        accounts: Accounts,
         decisions: Decisions,
         releasing: dict[str, list[int]] | None = None,
         waiting: dict[str, WaitReason] | None = None,
@@ -38,7 +38,7 @@ class PoolCycle:
         self.pool = pool
         self.settings = settings
         self.capacity = capacity
-        self.ledger = ledger
+        self.accounts = accounts
         self.decisions = decisions
         self.now = decisions.now
         #: GPUs being given back (stopping jobs, and what this cycle's victims free beyond the
@@ -99,8 +99,8 @@ class PoolCycle:
 
     def schedule(self, cand: Candidate, replicas: list[Replica]) -> None:
         job = cand.job
-        self.ledger.account(job.project).add(cand.gpus, job.preemptible)
-        history = self.ledger.history_of((job.project,))
+        self.accounts.account(job.project).add(cand.gpus, job.preemptible)
+        history = self.accounts.history_of((job.project,))
         if cand.extra:
             holds = cand.before + len(replicas)
             self.decisions.place(job, self.pool, replicas, holds=holds, history=history)
@@ -122,14 +122,14 @@ class PoolCycle:
         nomination it serves was applied."""
         job = cand.job
         involved = {job.project} | {u.project for u in taken.units}
-        # the ledger as it stands before this preemption, for the projects it involves
-        fair_share, usage, quota = self.ledger.facts(involved)
+        # the accounts as they stand before this preemption, for the projects it involves
+        fair_share, usage, quota = self.accounts.facts(involved)
         requests = taken.requests()
         nomination = self.nominate(cand, taken.overlay, tuple(v.id for v, _ in requests), reason)
         for victim, replicas in requests:
             count = replicas or victim.active_replicas - self.surplus_stopped.get(victim.id, 0)
             gpus = count * victim.gpus
-            self.ledger.account(victim.project).remove(gpus, victim.preemptible)
+            self.accounts.account(victim.project).remove(gpus, victim.preemptible)
             if replicas:
                 self.surplus_stopped[victim.id] = self.surplus_stopped.get(victim.id, 0) + count
             else:
@@ -145,7 +145,7 @@ class PoolCycle:
                 victim_gpus=gpus,
                 cost_gpu_s=round(lost_work_gpu_s(victim, self.now, count), 3),
                 note=note,
-                history=self.ledger.history_of(involved),
+                history=self.accounts.history_of(involved),
             )
             remaining = len(victim.held) - (replicas or len(victim.held))
             if replicas:
@@ -169,8 +169,8 @@ class PoolCycle:
         )
         assert placed is not None, "the caller made sure it fits"
         self.releasing = _left_over(overlay, placed)
-        self.ledger.account(job.project).add(cand.gpus, job.preemptible)
-        history = self.ledger.history_of(self._involved(job, victims))
+        self.accounts.account(job.project).add(cand.gpus, job.preemptible)
+        history = self.accounts.history_of(self._involved(job, victims))
         nomination = self.decisions.nominate(job, self.pool, placed, victims, reason, history)
         self.nominated.add(job.id)
         self.waiting[job.id] = "nominated"
@@ -185,7 +185,7 @@ class PoolCycle:
     def try_releasing(self, cand: Candidate) -> bool:
         """Rule 7: a job that fits in idle plus releasing GPUs waits for them, nominated, and
         preempts nobody."""
-        if not self.releasing or not gate_ok(self.ledger.account(cand.job.project), cand):
+        if not self.releasing or not gate_ok(self.accounts.account(cand.job.project), cand):
             return False
         taken = new_taken(self)
         if not fits_with(self, cand, taken):

@@ -11,8 +11,8 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterator
 
+from policy.accounts import Account, Accounts
 from policy.candidates import Candidate
-from policy.ledger import Account, Ledger
 
 ProjectKey = tuple[bool, bool, int, float, float, int]
 
@@ -101,7 +101,7 @@ class Turns:
     A project whose new key is still the smallest goes again without a trip through the heap.
     """
 
-    def __init__(self, ledger: Ledger, cands: list[Candidate]) -> None:
+    def __init__(self, accounts: Accounts, cands: list[Candidate]) -> None:
         self._tie = len(cands)  # candidates queued later go after those of the same job_key
         grouped: dict[str, list[Candidate]] = {}
         for cand in cands:
@@ -109,7 +109,7 @@ class Turns:
         self.queues: dict[str, _Queue] = {}
         for project, items in grouped.items():
             items.sort(key=job_key)  # stable: equal keys keep the order given
-            self.queues[project] = _Queue(ledger.account(project), items)
+            self.queues[project] = _Queue(accounts.account(project), items)
         self.heap: list[tuple[ProjectKey, str]] = []
         for project, q in self.queues.items():
             front = q.front()

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from policy.accounts import Account
 from policy.candidates import Candidate, Shape, gate, gate_ok
-from policy.ledger import Account
 from policy.pool_cycle import PoolCycle
 from policy.schedulers.reclaim import try_reclaim
 from policy.turns import JobKey, ProjectKey, Turns, job_key, project_key
@@ -40,13 +40,13 @@ def allocate(cycle: PoolCycle, cands: list[Candidate]) -> list[Candidate]:
         # through, which does not fit; as below, then, every candidate waits.
         cycle.wait_for_room(cands)
         return list(cands)
-    turns = Turns(cycle.ledger, cands)
+    turns = Turns(cycle.accounts, cands)
     waiting: list[Candidate] = []
     no_fit: set[Shape] = set()  # idle GPUs only shrink during this pass
     for cand in turns:
         shape = cand.shape()
         left[shape] -= 1
-        closed = gate(cycle.ledger.account(cand.job.project), cand)
+        closed = gate(cycle.accounts.account(cand.job.project), cand)
         placed = False
         if closed is not None:
             cycle.waiting[cand.job.id] = closed
@@ -81,10 +81,10 @@ def _first_turn_finds_no_fit(cycle: PoolCycle, fronts: dict[str, tuple[JobKey, C
     its gate lets through? If so it is marked `no_fit` (the caller knows nothing fits)."""
     first: tuple[tuple[ProjectKey, str], Candidate] | None = None
     for project, (_, cand) in fronts.items():
-        entry = (project_key(cycle.ledger.account(project), cand), project)  # as the heap's
+        entry = (project_key(cycle.accounts.account(project), cand), project)  # as the heap's
         if first is None or entry < first[0]:
             first = (entry, cand)
-    if first is None or not gate_ok(cycle.ledger.account(first[1].job.project), first[1]):
+    if first is None or not gate_ok(cycle.accounts.account(first[1].job.project), first[1]):
         return False
     cycle.waiting[first[1].job.id] = "no_fit"
     return True
@@ -110,7 +110,7 @@ def preempt(cycle: PoolCycle, waiting: list[Candidate]) -> None:
     the same project (rule 4). A job still in its preemption_delay only waits for releasing
     GPUs: that preempts nobody, so the delay does not hold it back (rule 7)."""
     kept, delayed = _may_preempt(cycle, waiting)
-    turns = Turns(cycle.ledger, kept)
+    turns = Turns(cycle.accounts, kept)
     failed: dict[tuple[object, ...], int] = {}
     for cand in turns:
         if not cycle.may_ask(cand):
@@ -164,7 +164,7 @@ def _may_preempt(cycle: PoolCycle, waiting: list[Candidate]) -> tuple[list[Candi
         project = cand.project
         left = room.get(project)
         if left is None:
-            acct = cycle.ledger.account(project)
+            acct = cycle.accounts.account(project)
             left = room[project] = acct.fair_share - acct.usage
         if cand.gpus <= left:
             kept.append(cand)
@@ -183,7 +183,7 @@ def try_preempt_in_project(cycle: PoolCycle, cand: Candidate) -> bool:
     held back only by the limit may preempt to get under it), a non-preemptible job within
     quota, and only if the project then holds no more than its fair share."""
     job = cand.job
-    acct = cycle.ledger.account(job.project)
+    acct = cycle.accounts.account(job.project)
     if not job.preemptible and acct.np_usage + cand.gpus > acct.quota:
         return False
     if cycle.victims.lowest_priority(job.project) >= job.priority:

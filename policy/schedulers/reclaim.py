@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from events import Replica
+from policy.accounts import Account, Accounts
 from policy.candidates import Candidate, gate_ok
 from policy.capacity import Overlay
-from policy.ledger import Account, Ledger
 from policy.pool_cycle import PoolCycle
 from policy.turns import job_key, project_key
 from policy.victim_search import Taken, fits_with, new_taken, next_unit, take_until_fits
@@ -24,7 +24,7 @@ def try_reclaim(cycle: PoolCycle, cand: Candidate) -> bool:  # noqa: PLR0911 (on
     share (and quota, for non-preemptible work), from projects above their threshold, one
     victim at a time from the project that would be served last without it."""
     job = cand.job
-    claimant = cycle.ledger.account(job.project)
+    claimant = cycle.accounts.account(job.project)
     after = claimant.usage + cand.gpus
     if after > claimant.fair_share:
         return False
@@ -47,7 +47,7 @@ def try_reclaim(cycle: PoolCycle, cand: Candidate) -> bool:  # noqa: PLR0911 (on
         return False
     if not _claimant_goes_first(cycle, cand, taken):
         return False
-    cycle.commit_preemption(cand, taken, "reclaim", _note(cycle.ledger, job.project, taken))
+    cycle.commit_preemption(cand, taken, "reclaim", _note(cycle.accounts, job.project, taken))
     return True
 
 
@@ -58,7 +58,7 @@ def _givers(cycle: PoolCycle, claimant: str, within_quota: bool) -> dict[str, in
     held: dict[str, int] = {}
     for project in cycle.victims.jobs():
         if project != claimant:
-            victim = cycle.ledger.account(project)
+            victim = cycle.accounts.account(project)
             if _may_give(victim, victim.usage, within_quota):
                 held[project] = victim.usage
     return held
@@ -98,7 +98,7 @@ class _ServedLast:
         return unit, freed
 
     def _offer(self, project: str, taken: Taken) -> Offer | None:
-        victim = self.cycle.ledger.account(project)
+        victim = self.cycle.accounts.account(project)
         now_held = self.held[project]
         if not _may_give(victim, now_held, self.within_quota):
             return None
@@ -110,15 +110,15 @@ class _ServedLast:
         return (_served_last_key(victim, now_held, left), unit, freed)
 
 
-def _note(ledger: Ledger, project: str, taken: Taken) -> str:
+def _note(accounts: Accounts, project: str, taken: Taken) -> str:
     """The stop request's words: where the claimant and each giving project stood."""
-    claimant = ledger.account(project)
+    claimant = accounts.account(project)
     return (
         f"{project} holds {claimant.usage} of its fair share {claimant.fair_share} "
         f"(quota {claimant.quota}); "
         + "; ".join(
-            f"{p} held {ledger.account(p).usage}, fair share {ledger.account(p).fair_share}, "
-            f"quota {ledger.account(p).quota}"
+            f"{p} held {accounts.account(p).usage}, fair share {accounts.account(p).fair_share}, "
+            f"quota {accounts.account(p).quota}"
             for p in taken.freed_by_project
         )
     )
@@ -147,7 +147,7 @@ def _a_victim_comes_back(cycle: PoolCycle, taken: Taken) -> bool:
     for unit, gpus in zip(taken.units, taken.gpus_freed, strict=True):
         smallest[unit.project] = min(gpus, smallest.get(unit.project, gpus))
     for project, freed in taken.freed_by_project.items():
-        victim = cycle.ledger.account(project)
+        victim = cycle.accounts.account(project)
         quota = min(victim.quota, victim.limit)
         left = victim.usage - freed
         if left < quota and left + smallest[project] <= quota:
@@ -164,7 +164,7 @@ def _could_free_enough(
     room = cycle.capacity.free_on(job.node) if job.node else cycle.capacity.total_free
     room += sum(len(g) for node, g in cycle.releasing.items() if job.node in (None, node))
     for project, now_held in held.items():
-        victim = cycle.ledger.account(project)
+        victim = cycle.accounts.account(project)
         floor = min(victim.quota, victim.limit) if within_quota else _threshold(victim)
         if now_held > floor:
             room += min(now_held, now_held - floor + cycle.victims.largest_unit_gpus(project))
@@ -202,7 +202,7 @@ def _most_reclaim_frees(cycle: PoolCycle, within_quota: bool) -> Overlay:
     given back already), as `try_reclaim`'s walk counts it."""
     taken = new_taken(cycle)
     for project in cycle.victims.jobs():
-        victim = cycle.ledger.account(project)
+        victim = cycle.accounts.account(project)
         now_held = victim.usage
         while _may_give(victim, now_held, within_quota):
             found = next_unit(cycle, project, taken, None, _any)
@@ -242,9 +242,9 @@ def _claimant_goes_first(cycle: PoolCycle, cand: Candidate, taken: Taken) -> boo
             requeued.append(Candidate(victim, 1, extra=True, before=victim.min_replicas))
         else:
             requeued.append(Candidate(victim, victim.min_replicas))
-    ledger = cycle.ledger
+    book = cycle.accounts
     accounts = {
-        p: replace(ledger.account(p), usage=ledger.account(p).usage - g)
+        p: replace(book.account(p), usage=book.account(p).usage - g)
         for p, g in taken.freed_by_project.items()
     }
     queues: dict[str, list[Candidate]] = {}
@@ -255,14 +255,14 @@ def _claimant_goes_first(cycle: PoolCycle, cand: Candidate, taken: Taken) -> boo
     while queues:
         project = min(
             queues,
-            key=lambda p: project_key(accounts.get(p) or ledger.account(p), queues[p][0]),
+            key=lambda p: project_key(accounts.get(p) or book.account(p), queues[p][0]),
         )
         c = queues[project].pop(0)
         if not queues[project]:
             del queues[project]
         if c is cand:
             return True
-        acct = accounts.get(project) or ledger.account(project)
+        acct = accounts.get(project) or book.account(project)
         if gate_ok(acct, c) and fits_with(cycle, c, taken):
             return False
     return True

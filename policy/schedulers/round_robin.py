@@ -24,14 +24,14 @@ def allocate(cycle: PoolCycle, cands: list[Candidate]) -> list[Candidate]:
 
     def rank(project: str) -> None:
         if queues.get(project):
-            heapq.heappush(turns, (*fewest_held_key(cycle.ledger.account(project)), project))
+            heapq.heappush(turns, (*fewest_held_key(cycle.accounts.account(project)), project))
 
     for project in queues:
         rank(project)
     while turns:
         _, _, project = heapq.heappop(turns)
         _, _, cand = heapq.heappop(queues[project])
-        closed = gate(cycle.ledger.account(project), cand, respect_quota=False)
+        closed = gate(cycle.accounts.account(project), cand, respect_quota=False)
         if closed is None and cycle.try_place(cand):
             follow = cand.follow_up()
             if follow is not None:

@@ -43,7 +43,8 @@ from services.runtime.retry import is_transient
 
 CONCURRENCY = 64
 
-Verdict = JobAdmitted | JobRejected
+#: Admission's answer to a submission, as recorded
+AdmissionEvent = JobAdmitted | JobRejected
 
 
 def job_subjects(job_id: str) -> str:
@@ -58,7 +59,7 @@ class Admission:
         self.host = host or nats_host(log)
         self.follower = Follower(log, snapshots=self.host.snapshots())
         self.keys: dict[str, str | None] = {}  # job id -> idempotency key of its submission
-        self.verdicts: dict[str, Verdict] = {}
+        self.verdicts: dict[str, AdmissionEvent] = {}
         #: Submissions being recorded now: a second one for the same id waits for the first.
         self.inflight: dict[str, asyncio.Future[Reply]] = {}
 
@@ -127,7 +128,7 @@ class Admission:
                 return await self._repeated(command)
             raise CommandRefused(outcome)
         submitted, verdict = outcome.events
-        assert isinstance(submitted, JobSubmitted) and isinstance(verdict, Verdict)
+        assert isinstance(submitted, JobSubmitted) and isinstance(verdict, AdmissionEvent)
         subjects = job_subjects(command.job_id)
         known = self.follower.state.jobs.get(command.job_id)
         # create-once: nothing on the job's subjects yet, or nothing after its rejection
@@ -156,8 +157,8 @@ class Admission:
         return _reply(standing)
 
     async def _record_verdict(
-        self, verdict: Verdict, subjects: str, submitted_seq: int
-    ) -> Verdict | None:
+        self, verdict: AdmissionEvent, subjects: str, submitted_seq: int
+    ) -> AdmissionEvent | None:
         """Store the verdict unless the job has one already; returns the one that stands
         (None: the job was ended, by a cancel, before it got one)."""
         try:
@@ -193,7 +194,7 @@ class Admission:
             raise CommandRefused(refuse("name_taken", "job_id", job_id))
         return _reply(verdict)
 
-    async def _verdict_for_stranded(self, job_id: str) -> Verdict | None:
+    async def _verdict_for_stranded(self, job_id: str) -> AdmissionEvent | None:
         job = self.follower.state.jobs.get(job_id)
         submitted = await self.log.last_on(f"fl.job.{job_id}.job_submitted")
         if job is None or submitted is None:
@@ -202,7 +203,7 @@ class Admission:
         if decided is None:
             return await self._recorded_verdict(job_id)
         verdict = decided.answer
-        assert isinstance(verdict, Verdict)
+        assert isinstance(verdict, AdmissionEvent)
         return await self._record_verdict(verdict, job_subjects(job_id), submitted.seq)
 
     async def _recorded_key(self, job_id: str) -> str | None:
@@ -211,7 +212,7 @@ class Admission:
         submitted = await self._last_event(f"fl.job.{job_id}.job_submitted")
         return submitted.idempotency_key if isinstance(submitted, JobSubmitted) else None
 
-    async def _recorded_verdict(self, job_id: str) -> Verdict | None:
+    async def _recorded_verdict(self, job_id: str) -> AdmissionEvent | None:
         if job_id in self.verdicts:
             return self.verdicts[job_id]
         for kind in ("job_admitted", "job_rejected"):

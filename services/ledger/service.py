@@ -13,7 +13,7 @@ from events import NodeLost, ProjectQuotaCrossed
 from events.commands import LEDGER_COMMANDS, LEDGER_SUBJECT, AnyCommand, Reply
 from policy.commands import ids
 from policy.commands.outcome import refuse
-from policy.commands.usage import Usage
+from policy.usage import Usage
 from services.runtime.clock import WALL_CLOCK, Clock
 from services.runtime.commands import CommandRefused, carry_out
 from services.runtime.eventlog import EventLog, Stored

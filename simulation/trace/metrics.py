@@ -40,8 +40,8 @@ from events import (
 )
 from events.catalogue import MAKES_ROOM
 from events.units import percentile
-from policy.fair_share import Claim, divide
-from policy.ledger import UNLIMITED
+from policy.accounts import UNLIMITED
+from policy.division import Claim, divide
 
 
 @dataclass(slots=True)

@@ -29,7 +29,7 @@ import msgspec
 from events import Event, JobNominated, JobPreemptionRequested, JobScheduled
 from events.model import UsageFacts
 from policy.cycle import decide
-from policy.pool_cycle import ACTOR, PREEMPTOR
+from policy.decisions import ACTOR, PREEMPTOR
 from policy.state import ClusterState, Verdict
 from policy.version import POLICY_VERSION, stamped
 

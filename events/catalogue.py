@@ -180,6 +180,11 @@ class JobAdmitted(Event, frozen=True, kw_only=True):
 class JobRejected(Event, frozen=True, kw_only=True):
     job_id: str
     reason: str
+    #: why, as an `events.refusals.RefusalCode`, and the request field it is about. A plain
+    #: string, not the Literal: a reader must still decode a code added after it was built.
+    #: None in a rejection stored before codes were.
+    code: str | None = None
+    field: str | None = None
 
 
 class JobNominated(Event, frozen=True, kw_only=True):

@@ -213,6 +213,10 @@ class Reply(msgspec.Struct, frozen=True, omit_defaults=True):
     ok: bool
     event: AnyEvent | None = None
     error: str = ""
+    #: a refusal's `events.refusals.RefusalCode` and the request field it is about (a plain
+    #: string, as in `JobRejected`; None from a service that gave no code)
+    code: str | None = None
+    field: str | None = None
     #: The service could not reach the log just now: the same command may be sent again
     #: (with its idempotency key, a submission stays one job).
     retryable: bool = False

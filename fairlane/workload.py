@@ -14,7 +14,7 @@ in `FAIRLANE_EVENTS` with the attempt's token from `FAIRLANE_EVENTS_TOKEN`; the 
 the token and records the event on the job's timeline (`JobProgress`, `JobCheckpointed`,
 `JobMessage`), attributed to the workload. Outside Fairlane (no such variables) the calls do
 nothing and return None. An event the executor refuses (a bad value, an attempt that has
-ended) raises `Refused` with its reason; a connection that fails, or an executor that asks to
+ended) raises `EventRefused` with its reason; a connection that fails, or an executor that asks to
 wait (429, 503), is tried again a few times with the same event id, so the event is recorded
 at most once, then raises.
 """
@@ -38,7 +38,7 @@ TIMEOUT_S = 10.0
 AGAIN = (429, 503)
 
 
-class Refused(Exception):
+class EventRefused(Exception):
     """The executor refused the event (`status` is its HTTP status)."""
 
     def __init__(self, status: int, reason: str) -> None:
@@ -104,7 +104,7 @@ def send(kind: str, **fields: Any) -> str | None:
         if response.status in AGAIN and attempt_no < TRIES - 1:
             time.sleep(0.2 * 2**attempt_no)
             continue
-        raise Refused(response.status, str(answer.get("error", response.reason)))
+        raise EventRefused(response.status, str(answer.get("error", response.reason)))
     return None  # not reached: the last try returns or raises
 
 

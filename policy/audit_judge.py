@@ -10,7 +10,7 @@ import msgspec
 
 from events import JobNominated, JobPreemptionRequested, JobScheduled
 from events.model import UsageFacts
-from policy.pool_cycle import ACTOR, PREEMPTOR
+from policy.decisions import ACTOR, PREEMPTOR
 from policy.state import Verdict
 from policy.version import POLICY_VERSION
 

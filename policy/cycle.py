@@ -16,14 +16,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Final
 
 from events import Event, JobNominated, JobPreemptionRequested, JobScheduled, Replica
 from events.catalogue import PreemptionReason
 from events.model import SchedulerType
+from policy.accounts import Accounts
+from policy.candidate_search import gather
+from policy.candidates import Candidate, WaitReason
 from policy.capacity import Capacity, NodeSlots
-from policy.ledger import Account, Ledger
-from policy.pool_cycle import ACTOR, PREEMPTOR, Candidate, PoolCycle, WaitReason
+from policy.decisions import Decisions
+from policy.pool_cycle import PoolCycle
 from policy.schedulers import fair_share, priority, round_robin
 from policy.state import ClusterState, Job
 
@@ -102,18 +105,19 @@ class Plan:
 
 def decide(state: ClusterState, now: float) -> Plan:
     plan = Plan(state.position)
+    decisions = Decisions(state.position, now, plan.events)
     out, waiting = plan.events, plan.reasons
     stopping = _stopping(state)
-    _ask_to_stop(stopping, state.position, now, out)
+    _ask_to_stop(stopping, decisions)
     if state.held:
         for job in state.live.values():
             if job.phase == "pending":
                 waiting[job.id] = "held"
         return plan
-    cycles = _pool_cycles(state, stopping, now, out, waiting, plan.waiting_for_room)
-    queued = _account_and_collect(state, cycles, waiting)
+    cycles = _pool_cycles(state, stopping, decisions, waiting, plan.waiting_for_room)
+    queued = gather(state, cycles, waiting)
     for cycle in cycles.values():
-        cycle.ledger.divide()
+        cycle.accounts.divide()
     placed: set[str] = set()
     waiting_first: dict[str, list[Candidate]] = {}
     for k, by_pool in enumerate(queued.rounds):
@@ -141,12 +145,12 @@ def decide(state: ClusterState, now: float) -> Plan:
 
 def fair_shares(state: ClusterState, now: float) -> dict[str, dict[str, int]]:
     """Each pool's fair share per project, as the next cycle would compute it."""
-    cycles = _pool_cycles(state, _stopping(state), now, [], {}, [])
-    _account_and_collect(state, cycles, {})
+    cycles = _pool_cycles(state, _stopping(state), Decisions(state.position, now), {}, [])
+    gather(state, cycles, {})
     result: dict[str, dict[str, int]] = {}
     for pool, cycle in cycles.items():
-        cycle.ledger.divide()
-        result[pool] = {a.project: a.fair_share for a in cycle.ledger.accounts.values()}
+        cycle.accounts.divide()
+        result[pool] = {a.project: a.fair_share for a in cycle.accounts.accounts.values()}
     return result
 
 
@@ -207,7 +211,7 @@ def _stopping(state: ClusterState) -> list[Job]:
     ]
 
 
-def _ask_to_stop(stopping: list[Job], position: int, now: float, out: list[Event]) -> None:
+def _ask_to_stop(stopping: list[Job], decisions: Decisions) -> None:
     for job in stopping:
         phase = job.phase
         reason: PreemptionReason
@@ -222,24 +226,13 @@ def _ask_to_stop(stopping: list[Job], position: int, now: float, out: list[Event
         else:
             continue  # replicas asked to stop: asked already
         if job.held and not job.stop_replicas:
-            out.append(
-                JobPreemptionRequested(
-                    id=f"{job.id}/{job.attempt}/stop/{reason}",
-                    time=now,
-                    actor=PREEMPTOR,
-                    job_id=job.id,
-                    attempt=job.attempt,
-                    reason=reason,
-                    basis_seq=position,
-                )
-            )
+            decisions.stop(job, reason)
 
 
-def _pool_cycles(  # noqa: PLR0913 (the cycle's parts, handed to each pool)
+def _pool_cycles(
     state: ClusterState,
     stopping: list[Job],
-    now: float,
-    out: list[Event],
+    decisions: Decisions,
     waiting: dict[str, WaitReason],
     waiting_for_room: list[Sequence[Candidate]],
 ) -> dict[str, PoolCycle]:
@@ -278,17 +271,18 @@ def _pool_cycles(  # noqa: PLR0913 (the cycle's parts, handed to each pool)
     cycles: dict[str, PoolCycle] = {}
     for pool, nodes in by_pool.items():
         capacity = Capacity(nodes, ports)
-        ledger = Ledger(state, pool, capacity.total_gpus + cordoned_gpus.get(pool, 0), now)
+        gpus = capacity.total_gpus + cordoned_gpus.get(pool, 0)
+        accounts = Accounts(state, pool, gpus, decisions.now)
         settings = state.pool_settings(pool)
+        releasing = back.get(pool, {})
         cycles[pool] = PoolCycle(
             state,
             pool,
             settings,
             capacity,
-            ledger,
-            now,
-            out,
-            back.get(pool, {}),
+            accounts,
+            decisions,
+            releasing,
             waiting,
             waiting_for_room,
         )
@@ -305,164 +299,4 @@ def _giving_back(job: Job) -> list[Replica]:
     return []
 
 
-def _account_and_collect(
-    state: ClusterState,
-    cycles: dict[str, PoolCycle],
-    waiting: dict[str, WaitReason],
-) -> _Queued:
-    """Count usage and demand per pool, start nominees whose GPUs are free, and gather the
-    candidates."""
-    queued = _Queued([{}], set())
-    rounds = queued.rounds
-    # per job shape: the account of each project in the ledger its demand counts in, and the
-    # candidate lists it joins (None: no pool could hold it)
-    routes: dict[tuple[tuple[str, ...], int, int, str | None], _Route | None] = {}
-    for job in state.live.values():
-        phase = job.phase
-        if phase == "pending" and not job.nomination:
-            key = (job.pools, job.gpus, job.min_replicas, job.node)
-            route = routes.get(key, _UNSEEN)
-            if route is _UNSEEN:
-                found = _route(state, job, cycles, rounds)
-                route = routes[key] = None if found is None else (found[0], {}, found[1])
-            if route is None:
-                waiting[job.id] = "no_pool"
-                continue
-            ledger, accounts, targets = route
-            acct = accounts.get(job.project)
-            if acct is None:
-                acct = accounts[job.project] = ledger.account(job.project)
-            acct.demand += job.replicas * job.gpus  # ledger.count_waiting(job)
-            cand = Candidate(job, job.min_replicas)
-            for target in targets:
-                target.append(cand)
-        elif phase in _PLACED:
-            cycle = cycles.get(job.pool or "")
-            if cycle is not None:
-                _account_placed(cycle, job, queued)
-        elif phase == "stopping":
-            cycle = cycles.get(job.pool or "")
-            if cycle is not None:
-                cycle.ledger.count_waiting(job)
-        elif phase == "pending":  # nominated
-            cycle = cycles.get(job.nomination_pool or "")
-            if cycle is not None:
-                _account_nominated(cycle, job, queued, waiting)
-    return queued
-
-
-@dataclass(slots=True)
-class _Queued:
-    """A cycle's candidates: rounds[k][pool] holds the jobs for which `pool` is the k-th pool
-    to try; `extras` the jobs asking for extra replicas, which hold GPUs or are given them
-    in this cycle (they never count as waiting)."""
-
-    rounds: list[dict[str, list[Candidate]]]
-    extras: set[str]
-
-    def extra(self, pool: str, job: Job, before: int) -> None:
-        self.rounds[0].setdefault(pool, []).append(Candidate(job, 1, extra=True, before=before))
-        self.extras.add(job.id)
-
-
-def _account_placed(cycle: PoolCycle, job: Job, queued: _Queued) -> None:
-    """A starting or running job: it holds GPUs, may start replicas held for it, and an elastic
-    one short of its replicas asks for more."""
-    cycle.ledger.count_holding(job)
-    cycle.running.append(job)
-    if job.nomination:
-        cycle.ledger.count_nominated(job)
-        if _start_if_free(cycle, job, scale_up=True):
-            _queue_extra(cycle, queued, job, len(job.held) + len(job.nomination))
-    elif job.elastic and not job.stop_replicas and not job.lost_node:
-        if job.active_replicas < job.replicas:
-            queued.extra(cycle.pool, job, job.active_replicas)
-
-
-def _account_nominated(
-    cycle: PoolCycle,
-    job: Job,
-    queued: _Queued,
-    waiting: dict[str, WaitReason],
-) -> None:
-    """A pending job with GPUs held for it: it starts once they are free, else waits."""
-    cycle.ledger.count_waiting(job)
-    cycle.ledger.count_nominated(job)
-    if _start_if_free(cycle, job, scale_up=False):
-        _queue_extra(cycle, queued, job, len(job.nomination))
-    else:
-        waiting[job.id] = "nominated"
-
-
-def _queue_extra(cycle: PoolCycle, queued: _Queued, job: Job, holds: int) -> None:
-    """A job that starts on GPUs held for it takes part in this cycle's turns for its extra
-    replicas (rule 6)."""
-    if job.elastic and holds < job.replicas:
-        queued.extra(cycle.pool, job, holds)
-
-
-_Route = tuple[Ledger, dict[str, Account], list[list[Candidate]]]
-_UNSEEN: Final[Any] = object()
 _NONE: Final[dict[int, str]] = {}
-_PLACED: Final = frozenset({"starting", "running"})
-
-
-def _route(
-    state: ClusterState,
-    job: Job,
-    cycles: dict[str, PoolCycle],
-    rounds: list[dict[str, list[Candidate]]],
-) -> tuple[Ledger, list[list[Candidate]]] | None:
-    """Where a pending job of this shape counts and is tried: its demand in the first pool of
-    its list that could hold it, and a candidate in each such pool, in list order (round k)."""
-    pools = [p for p in job.pools if p in cycles and _could_hold(state, p, job)]
-    if not pools:
-        return None
-    targets = []
-    for k, pool in enumerate(pools):
-        while len(rounds) <= k:
-            rounds.append({})
-        targets.append(rounds[k].setdefault(pool, []))
-    return cycles[pools[0]].ledger, targets
-
-
-def _start_if_free(cycle: PoolCycle, job: Job, scale_up: bool) -> bool:
-    owners = cycle.state.owners
-    if any(g in owners.get(r.node, _NONE) for r in job.nomination for g in r.gpus):
-        return False  # a victim has not let go yet
-    if any(r.node not in cycle.capacity.by_name for r in job.nomination):
-        return False
-    attempt = job.attempt if scale_up else job.attempt + 1
-    count = len(job.held) + len(job.nomination)
-    suffix = f"scale/{count}-{job.preemptions}" if scale_up else "scheduled"
-    cycle.out.append(
-        JobScheduled(
-            id=f"{job.id}/{attempt}/{suffix}",
-            time=cycle.now,
-            actor=ACTOR,
-            job_id=job.id,
-            attempt=attempt,
-            pool=cycle.pool,
-            replicas=job.nomination,
-            scale_up=scale_up,
-            note="on the GPUs held for it",
-            basis_seq=cycle.basis_seq,
-        )
-    )
-    return True
-
-
-def _could_hold(state: ClusterState, pool: str, job: Job) -> bool:
-    """Could the pool hold the job's minimum if it were empty?"""
-    return could_hold(state, pool, job.gpus, job.min_replicas, job.node)
-
-
-def could_hold(state: ClusterState, pool: str, gpus: int, replicas: int, node: str | None) -> bool:
-    nodes = [n for n in state.nodes.values() if n.pool == pool]
-    if node is not None:
-        nodes = [n for n in nodes if n.name == node]
-    if not nodes:
-        return False
-    if gpus <= 0:
-        return True
-    return sum(n.gpus // gpus for n in nodes) >= replicas

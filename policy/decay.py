@@ -33,15 +33,27 @@ U_DIGITS: Final = 6
 
 def settings_problem(half_life_s: float | None, k: float) -> str | None:
     """What is wrong with a pool's rule 11 settings, naming the value, or None."""
+    found = settings_refusal(half_life_s, k)
+    return None if found is None else found[1]
+
+
+def settings_refusal(half_life_s: float | None, k: float) -> tuple[str, str] | None:
+    """The setting out of its bounds (`usage_half_life_s` or `usage_k`) and the words that
+    say so, naming the value; None if both are within them."""
+    # imported here: the CLI reads this module for its words (`in_words`), and the `events`
+    # package would bring the whole event catalogue, a second on every command
+    from events.refusals import say  # noqa: PLC0415
+
     if half_life_s is not None and not (
         math.isfinite(half_life_s) and 0 < half_life_s <= MAX_HALF_LIFE_S
     ):
-        return (
-            f"usage_half_life must be longer than 0 and at most 10 years "
-            f"({MAX_HALF_LIFE_S:.0f}s), got {half_life_s!r}s"
-        )
+        bound = f"be longer than 0 and at most 10 years ({MAX_HALF_LIFE_S:.0f}s)"
+        words = say("out_of_range", f"{half_life_s!r}s", what="usage_half_life", bound=bound)
+        return "usage_half_life_s", words
     if not (math.isfinite(k) and 0 <= k <= MAX_K):
-        return f"usage_k must be between 0 and {MAX_K:g}, got {k!r}"
+        return "usage_k", say(
+            "out_of_range", repr(k), what="usage_k", bound=f"be between 0 and {MAX_K:g}"
+        )
     return None
 
 

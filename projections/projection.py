@@ -39,6 +39,7 @@ from events import (
 from events.catalogue import LOCAL_ADDRESS, MAKES_ROOM
 from policy.cycle import decide, fair_shares
 from policy.state import ClusterState, Job
+from policy.usage import Usage
 from projections.rows import (
     JobRow,
     NodeRow,
@@ -49,7 +50,6 @@ from projections.rows import (
 )
 
 QUEUED_PHASES: Final = frozenset({"submitted", "pending"})
-USAGE_PHASES: Final = frozenset({"starting", "running"})
 
 ProjectPool = tuple[str, str]
 
@@ -93,14 +93,6 @@ class _Clock:
         self.since = max(self.since, to)
 
 
-def usage_part(job: Job) -> tuple[str, str, int] | None:
-    """What a job adds to its project's usage in a pool, as the quota ledger and the scenario
-    observer count it: active replicas of a starting or running job."""
-    if job.pool is None or job.phase not in USAGE_PHASES:
-        return None
-    return job.project, job.pool, job.active_replicas * job.gpus
-
-
 def _signature(job: Job | None) -> object:
     """What an event can change about a job: equal before and after means it had no effect."""
     if job is None:
@@ -123,8 +115,8 @@ class Projection:
     last_seq: int = 0
     _clocks: dict[str, _Clock] = field(default_factory=dict)
     _job_seq: dict[str, int] = field(default_factory=dict)
-    _usage: dict[ProjectPool, int] = field(default_factory=dict)
-    _usage_parts: dict[str, tuple[str, str, int]] = field(default_factory=dict)
+    #: each project's GPUs in use per pool, counted as the quota ledger counts them
+    _usage: Usage = field(default_factory=Usage)
     _fair: dict[ProjectPool, int] = field(default_factory=dict)
     #: rule 11: each project's decayed usage U in the pools with a half-life
     _decayed: dict[ProjectPool, float] = field(default_factory=dict)
@@ -256,15 +248,8 @@ class Projection:
         clock.gpus_held = job.gpus_held()
         self._job_seq[job.id] = seq
         self._dirty_jobs.add(job.id)
-        old, new = self._usage_parts.pop(job.id, None), usage_part(job)
-        if new is not None:
-            self._usage_parts[job.id] = new
-        if old != new:
-            for part, sign in ((old, -1), (new, 1)):
-                if part is not None:
-                    key = (part[0], part[1])
-                    self._usage[key] = self._usage.get(key, 0) + sign * part[2]
-                    self._touch_project_pool(key, seq)
+        for key in self._usage.job_changed(job):
+            self._touch_project_pool(key, seq)
 
     def _touch_project_pool(self, key: ProjectPool, seq: int) -> None:
         self._project_pools[key] = seq
@@ -528,7 +513,7 @@ class Projection:
             over_quota_weight=terms.over_quota_weight if terms else 1,
             limit=terms.limit if terms else None,
             priority=terms.priority if terms else 100,
-            usage=self._usage.get(key, 0),
+            usage=self._usage.of(*key),
             fair_share=self._fair.get(key, 0),
             over_quota=key in self._over_open,
             last_seq=self._project_pools.get(key, 0),

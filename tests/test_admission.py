@@ -22,24 +22,47 @@ def cluster() -> VirtualCluster:
 
 
 @pytest.mark.parametrize(
-    ("spec", "fragment"),
+    ("spec", "fragment", "code", "field"),
     [
-        (JobSpec(project="nobody"), "unknown project 'nobody'"),
-        (JobSpec(project="team", priority_class="urgent"), "unknown priority class 'urgent'"),
-        (JobSpec(project="team", pools=("tpu",)), "unknown pool 'tpu'"),
-        (JobSpec(project="team", node="g9"), "unknown node 'g9'"),
-        (JobSpec(project="team", gpus=9), "largest node in pool 'gpu' has 8"),
-        (JobSpec(project="team", gpus=4, replicas=4), "need 4 slots but pool 'gpu' has 3"),
-        (JobSpec(project="team", gpus=1, pools=("cpu",)), "pool 'cpu' has 0"),
-        (JobSpec(project="team", gpus=4, replicas=3), "limit of 10"),
-        (JobSpec(project="team", replicas=2, min_replicas=3), "min_replicas"),
-        (JobSpec(project="team", gpus=-1), "gpus must be 0 or more, got -1"),
+        (JobSpec(project="nobody"), "unknown project 'nobody'", "unknown_project", "project"),
+        (
+            JobSpec(project="team", priority_class="urgent"),
+            "unknown priority class 'urgent'",
+            "unknown_class",
+            "class",
+        ),
+        (JobSpec(project="team", pools=("tpu",)), "unknown pool 'tpu'", "unknown_pool", "pools"),
+        (JobSpec(project="team", node="g9"), "unknown node 'g9'", "unknown_node", "node"),
+        (JobSpec(project="team", gpus=9), "largest node in pool 'gpu' has 8", "never_fits", "gpus"),
+        (
+            JobSpec(project="team", gpus=4, replicas=4),
+            "need 4 slots but pool 'gpu' has 3",
+            "never_fits",
+            "gpus",
+        ),
+        (JobSpec(project="team", gpus=1, pools=("cpu",)), "pool 'cpu' has 0", "never_fits", "gpus"),
+        (JobSpec(project="team", gpus=4, replicas=3), "limit of 10", "over_limit", "gpus"),
+        (
+            JobSpec(project="team", replicas=2, min_replicas=3),
+            "min_replicas must be between 1 and replicas (2), got 3",
+            "out_of_range",
+            "min_replicas",
+        ),
+        (
+            JobSpec(project="team", gpus=-1),
+            "gpus must be 0 or more, got -1",
+            "out_of_range",
+            "gpus",
+        ),
     ],
 )
-def test_refusals_name_the_bad_value(cluster: VirtualCluster, spec: JobSpec, fragment: str) -> None:
+def test_refusals_name_the_bad_value(
+    cluster: VirtualCluster, spec: JobSpec, fragment: str, code: str, field: str
+) -> None:
     verdict = cluster.submit("j1", spec)
     assert isinstance(verdict, JobRejected)
     assert fragment in verdict.reason
+    assert (verdict.code, verdict.field) == (code, field)
     assert cluster.state.jobs["j1"].phase == "rejected"
 
 

@@ -23,7 +23,9 @@ from events import (
 from events.commands import (
     ADMISSION_SUBJECT,
     LEDGER_SUBJECT,
+    MAX_GPUS_TOTAL,
     MAX_SPEC_BYTES,
+    MAX_WEIGHT,
     SetProject,
     SubmitJob,
     check_bounds,
@@ -32,6 +34,7 @@ from events.commands import (
 )
 from policy.commands.names import name_problem
 from services.admission.service import Admission
+from services.api.types import ProjectRequest
 from services.ledger.service import Ledger
 from services.runtime.client import send
 from services.runtime.eventlog import JetStreamLog, connect
@@ -117,8 +120,8 @@ def test_refusals_say_what_is_wrong_in_words() -> None:
 
 
 def test_names_are_matched_whole() -> None:
-    assert name_problem("job id", "j1") is None
-    assert name_problem("job id", "j1\n") is not None  # Python's `$` matched before it
+    assert name_problem("job id", "job_id", "j1") is None
+    assert name_problem("job id", "job_id", "j1\n") is not None  # Python's `$` matched before it
 
 
 def test_values_within_bounds_pass() -> None:
@@ -279,3 +282,11 @@ def test_the_api_takes_what_the_commands_take() -> None:
         msgspec.json.encode({**base, "preemption_delay_s": year}), type=SubmitRequest
     )
     assert taken.preemption_delay_s == year  # a year and a day, as the commands allow
+
+
+def test_the_api_takes_a_projects_terms_within_the_commands_bounds() -> None:
+    # a quota the command takes is one the API takes: the bounds are said once
+    assert msgspec.convert({"quota": MAX_GPUS_TOTAL}, ProjectRequest).quota == MAX_GPUS_TOTAL
+    for field, too_many in (("quota", MAX_GPUS_TOTAL + 1), ("over_quota_weight", MAX_WEIGHT + 1)):
+        with pytest.raises(msgspec.ValidationError, match=field):
+            msgspec.convert({field: too_many}, ProjectRequest)

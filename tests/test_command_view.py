@@ -11,7 +11,7 @@ import pytest
 from events import JobSpec, NodeRegistered, PoolConfigured, ProjectConfigured, ProjectTerms
 from events.commands import CancelJob, SubmitJob
 from policy.commands import Accepted, decide_command
-from services.runtime.commands import Refusal, carry_out
+from services.runtime.commands import CommandRefused, carry_out
 from services.runtime.follower import Follower
 from services.runtime.memory_log import MemoryLog
 
@@ -52,7 +52,7 @@ async def test_a_lagging_reader_catches_up_before_it_refuses() -> None:
         reply = await carry_out(log, behind, CancelJob(actor="u", job_id="j1"), 3.0)
         assert reply.ok and behind.state.jobs["j1"].phase == "cancelled"
         # a refusal still stands when the whole log says so
-        with pytest.raises(Refusal, match="unknown job id 'ghost'"):
+        with pytest.raises(CommandRefused, match="unknown job id 'ghost'"):
             await carry_out(log, behind, CancelJob(actor="u", job_id="ghost"), 3.0)
     finally:
         reader.cancel()

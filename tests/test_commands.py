@@ -106,7 +106,7 @@ def test_refusals_name_the_bad_value(command: AnyCommand, fragment: str) -> None
 def test_a_job_moves_through_its_user_commands() -> None:
     state = cluster()
     accepted(state, SubmitJob(job_id="j1", spec=JobSpec(project="a")))
-    assert refused(state, ResumeJob(job_id="j1")) == "job 'j1' is not paused: it is pending"
+    assert refused(state, ResumeJob(job_id="j1")) == "job 'j1' cannot be resumed: it is pending"
     paused = accepted(state, PauseJob(job_id="j1"), at=3).answer
     assert isinstance(paused, JobPaused) and paused.id == "j1/paused/3"
     assert refused(state, PauseJob(job_id="j1")) == "job 'j1' cannot be paused: it is paused"
@@ -114,8 +114,8 @@ def test_a_job_moves_through_its_user_commands() -> None:
     assert isinstance(resumed, JobResumed) and resumed.id == "j1/resumed/4"
     cancelled = accepted(state, CancelJob(job_id="j1")).answer
     assert isinstance(cancelled, JobCancelled) and cancelled.id == "j1/cancelled"
-    assert refused(state, CancelJob(job_id="j1")) == "job 'j1' is already cancelled"
-    assert refused(state, ResumeJob(job_id="j1")) == "job 'j1' is not paused: it is cancelled"
+    assert refused(state, CancelJob(job_id="j1")) == "job 'j1' cannot be cancelled: it is cancelled"
+    assert refused(state, ResumeJob(job_id="j1")) == "job 'j1' cannot be resumed: it is cancelled"
 
 
 def test_a_job_priority_is_changed_while_it_may_still_run() -> None:
@@ -131,7 +131,7 @@ def test_a_job_priority_is_changed_while_it_may_still_run() -> None:
     assert refused(state, SetJobPriority(job_id="ghost", priority=1)) == "unknown job id 'ghost'"
     accepted(state, CancelJob(job_id="j1"))
     assert refused(state, SetJobPriority(job_id="j1", priority=1)) == (
-        "job 'j1' cannot change priority: it is cancelled"
+        "job 'j1' cannot be given a new priority: it is cancelled"
     )
 
 
@@ -141,6 +141,7 @@ def test_a_submitted_job_cannot_be_paused_and_an_id_is_taken_once() -> None:
     assert "it is submitted" in refused(state, PauseJob(job_id="j1"))
     outcome = decide_command(state, SubmitJob(job_id="j1", spec=JobSpec(project="a")), 1.0, 1)
     assert isinstance(outcome, Refused) and outcome.exists
+    assert (outcome.code, outcome.field) == ("name_taken", "job_id")
 
 
 def test_set_project_changes_only_what_it_names() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from policy.fair_share import Claim, divide
+from policy.division import Claim, divide
 
 
 def claim(

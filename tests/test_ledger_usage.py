@@ -24,8 +24,8 @@ from events import (
     ProjectTerms,
     Replica,
 )
-from policy.commands.usage import Usage, counted_usage
 from policy.state import ClusterState
+from policy.usage import Usage, counted_usage
 from services.ledger.service import Ledger
 from services.runtime.eventlog import JetStreamLog, connect
 from services.runtime.servers import NatsServer

@@ -42,7 +42,7 @@ from policy.commands import Refused
 from policy.commands.config import configure_cluster, set_pool
 from policy.cycle import decide, next_wakeup
 from policy.decay import Decayed, PoolUsage, settings_problem
-from policy.fair_share import Claim, History, divide
+from policy.division import Claim, History, divide
 from policy.snapshot import decode_snapshot, encode_snapshot
 from policy.state import ClusterState
 from projections.projection import Projection

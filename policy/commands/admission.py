@@ -1,6 +1,6 @@
 """Admission: is a submitted job one the cluster could ever run? (rule 10, docs/rules.md)
 
-Refused with a reason that names the bad value: an unknown project, pool, node or class; a
+Refused with a code, and words that name the bad value: an unknown project, pool, node or class; a
 job its pools could not hold even when empty; a job larger than its project's limit; a volume
 the cluster's allowlist does not cover (policy/commands/volumes.py). An
 admitted job carries its resolved priority, preemptibility and the pools it could run in.
@@ -13,36 +13,45 @@ from typing import Final
 from events import JobAdmitted, JobRejected, JobSpec, JobSubmitted
 from policy.commands import ids
 from policy.commands.names import name_problem
+from policy.commands.outcome import Refused, refuse
 from policy.commands.volumes import mount_problems
-from policy.cycle import could_hold
+from policy.pools import could_hold, nodes_for
 from policy.state import ClusterState
 
 ACTOR: Final = "admission"
 MAX_PORT: Final = 65535
 
 
-class Refused(Exception):
-    """A submission that cannot be admitted; the message names the bad value."""
+class Inadmissible(Exception):
+    """A submission that cannot be admitted, and why."""
+
+    def __init__(self, refused: Refused) -> None:
+        super().__init__(refused.reason)
+        self.refused = refused
+
+
+def _out_of_range(field: str, value: object, bound: str, what: str | None = None) -> Inadmissible:
+    return Inadmissible(refuse("out_of_range", field, value, what=what or field, bound=bound))
 
 
 def validate_spec(job_id: str, spec: JobSpec) -> None:
     """Checks that need no cluster state."""
-    problem = name_problem("job id", job_id)
+    problem = name_problem("job id", "job_id", job_id)
     if problem is not None:
-        raise Refused(problem)
+        raise Inadmissible(problem)
     if spec.gpus < 0:
-        raise Refused(f"gpus must be 0 or more, got {spec.gpus}")
+        raise _out_of_range("gpus", spec.gpus, "be 0 or more")
     if spec.replicas < 1:
-        raise Refused(f"replicas must be 1 or more, got {spec.replicas}")
+        raise _out_of_range("replicas", spec.replicas, "be 1 or more")
     if spec.min_replicas is not None and not 1 <= spec.min_replicas <= spec.replicas:
-        raise Refused(
-            f"min_replicas must be between 1 and replicas ({spec.replicas}), "
-            f"got {spec.min_replicas}"
-        )
+        bound = f"be between 1 and replicas ({spec.replicas})"
+        raise _out_of_range("min_replicas", spec.min_replicas, bound)
     if spec.preemption_delay_s < 0:
-        raise Refused(f"preemption_delay must not be negative, got {spec.preemption_delay_s}s")
+        value = f"{spec.preemption_delay_s}s"
+        raise _out_of_range("preemption_delay_s", value, "not be negative", "preemption_delay")
     if spec.min_runtime_s < 0:
-        raise Refused(f"min_runtime must not be negative, got {spec.min_runtime_s}s")
+        value = f"{spec.min_runtime_s}s"
+        raise _out_of_range("min_runtime_s", value, "not be negative", "min_runtime")
     _check_ports(spec)
 
 
@@ -53,11 +62,15 @@ def _check_ports(spec: JobSpec) -> None:
     for p in spec.ports:
         for port in (p.host, p.container):
             if not 1 <= port <= MAX_PORT:
-                raise Refused(
-                    f"port {p.host}:{p.container}: {port} is not between 1 and {MAX_PORT}"
+                problem = f"{port} is not between 1 and {MAX_PORT}"
+                raise Inadmissible(
+                    refuse("bad_port", "ports", f"{p.host}:{p.container}", problem=problem)
                 )
         if p.host in hosts:
-            raise Refused(f"port {p.host}:{p.container}: host port {p.host} is given twice")
+            problem = f"host port {p.host} is given twice"
+            raise Inadmissible(
+                refuse("bad_port", "ports", f"{p.host}:{p.container}", problem=problem)
+            )
         hosts.add(p.host)
 
 
@@ -75,8 +88,9 @@ def admit(
     }
     try:
         return JobAdmitted(**base, **_resolve(state, submitted.job_id, submitted.spec))  # type: ignore[arg-type]
-    except Refused as refused:
-        return JobRejected(**base, reason=str(refused))  # type: ignore[arg-type]
+    except Inadmissible as no:
+        refused = no.refused
+        return JobRejected(**base, reason=refused.reason, code=refused.code, field=refused.field)  # type: ignore[arg-type]
 
 
 def _resolve(state: ClusterState, job_id: str, spec: JobSpec) -> dict[str, object]:
@@ -84,26 +98,26 @@ def _resolve(state: ClusterState, job_id: str, spec: JobSpec) -> dict[str, objec
     project = state.projects.get(spec.project)
     if project is None:
         known = ", ".join(sorted(state.projects)) or "none"
-        raise Refused(f"unknown project {spec.project!r} (known: {known})")
+        raise Inadmissible(refuse("unknown_project", "project", spec.project, known=known))
     problem = mount_problems(spec, state.volumes)
     if problem is not None:
-        raise Refused(problem)
+        raise Inadmissible(refuse("bad_volume", "volumes", problem=problem))
     priority, preemptible = _priority(state, spec)
     pools = _pools(state, spec)
     min_replicas = spec.min_replicas if spec.min_replicas is not None else spec.replicas
     feasible = [p for p in pools if could_hold(state, p, spec.gpus, min_replicas, spec.node)]
     if not feasible:
-        raise Refused(_never_fits(state, pools, spec.gpus, min_replicas, spec.node))
+        why = _never_fits(state, pools, spec.gpus, min_replicas, spec.node)
+        raise Inadmissible(refuse("never_fits", "gpus", why))
     within_limit = [
         p for p in feasible if _within_limit(state, spec.project, p, spec.gpus * min_replicas)
     ]
     if not within_limit:
         pool = feasible[0]
         limit = project.in_pool(pool).limit
-        raise Refused(
-            f"job needs {spec.gpus * min_replicas} GPUs, more than project {spec.project!r}'s "
-            f"limit of {limit} in pool {pool!r}"
-        )
+        gpus = spec.gpus * min_replicas
+        over = refuse("over_limit", "gpus", gpus, project=spec.project, limit=limit, pool=pool)
+        raise Inadmissible(over)
     return {
         "project": spec.project,
         "priority": priority,
@@ -127,7 +141,8 @@ def _priority(state: ClusterState, spec: JobSpec) -> tuple[int, bool]:
         cls = state.priority_class(spec.priority_class)
         if cls is None:
             known = ", ".join(c.name for c in state.settings.priority_classes)
-            raise Refused(f"unknown priority class {spec.priority_class!r} (known: {known})")
+            unknown = refuse("unknown_class", "class", spec.priority_class, known=known)
+            raise Inadmissible(unknown)
     else:
         cls = state.priority_class("train") or state.settings.priority_classes[0]
     priority = cls.priority if spec.priority is None else spec.priority
@@ -137,21 +152,23 @@ def _priority(state: ClusterState, spec: JobSpec) -> tuple[int, bool]:
 def _pools(state: ClusterState, spec: JobSpec) -> tuple[str, ...]:
     """The pools the job names, or its node's pool, or the default pool for its kind."""
     if spec.node is not None and spec.node not in state.nodes:
-        raise Refused(f"unknown node {spec.node!r}")
+        known = ", ".join(sorted(state.nodes)) or "none"
+        raise Inadmissible(refuse("unknown_node", "node", spec.node, known=known))
     pools = spec.pools
     if not pools and spec.node is not None:
         pools = (state.nodes[spec.node].pool,)
     elif not pools:
         default = state.compute_pool() if spec.gpus > 0 else state.aux_pool()
         if default is None:
-            raise Refused("the cluster has no pool yet")
+            raise Inadmissible(refuse("no_pool", "pools"))
         pools = (default,)
     for pool in pools:
         if pool not in state.pools:
             known = ", ".join(state.pools) or "none"
-            raise Refused(f"unknown pool {pool!r} (known: {known})")
+            raise Inadmissible(refuse("unknown_pool", "pools", pool, known=known))
     if spec.node is not None and state.nodes[spec.node].pool not in pools:
-        raise Refused(f"node {spec.node!r} is not in pool {' or '.join(map(repr, pools))}")
+        named = " or ".join(map(repr, pools))
+        raise Inadmissible(refuse("not_in_pool", "node", spec.node, pools=named))
     return pools
 
 
@@ -167,9 +184,7 @@ def _never_fits(
 ) -> str:
     reasons = []
     for pool in pools:
-        nodes = [n for n in state.nodes.values() if n.pool == pool]
-        if node is not None:
-            nodes = [n for n in nodes if n.name == node]
+        nodes = nodes_for(state, pool, node)
         where = f"node {node!r}" if node is not None else f"pool {pool!r}"
         if not nodes:
             reasons.append(f"{where} has no nodes")
@@ -185,4 +200,4 @@ def _never_fits(
                 f"{replicas} replicas of {gpus} GPUs need {replicas} slots "
                 f"but {where} has {slots} even when empty"
             )
-    return "the job can never fit: " + "; ".join(reasons)
+    return "; ".join(reasons)

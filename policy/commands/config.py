@@ -30,8 +30,8 @@ from events.commands import (
 )
 from policy.commands import ids
 from policy.commands.names import name_problem
-from policy.commands.outcome import Accepted, Outcome, Refused
-from policy.decay import settings_problem
+from policy.commands.outcome import Accepted, Outcome, Refused, refuse
+from policy.decay import settings_refusal
 from policy.state import ClusterState
 
 
@@ -49,13 +49,14 @@ def hold(state: ClusterState, command: HoldScheduling, now: float, at: int) -> O
 def configure_cluster(
     state: ClusterState, command: ConfigureCluster, now: float, at: int
 ) -> Outcome:
-    for name in (command.default_compute_pool, command.default_aux_pool):
-        problem = name and name_problem("pool name", name)
-        if problem:
-            return Refused(problem)
+    for field in ("default_compute_pool", "default_aux_pool"):
+        name = getattr(command, field)
+        problem = name_problem("pool name", field, name) if name else None
+        if problem is not None:
+            return problem
     problem = scheduler_problem(command.scheduler)
     if problem is not None:
-        return Refused(problem)
+        return problem
     # the command's fields are the settings' own: said once, in the structs
     fields = msgspec.structs.asdict(command)
     del fields["actor"]
@@ -71,9 +72,11 @@ def configure_cluster(
 
 
 def set_pool(state: ClusterState, command: SetPool, now: float, at: int) -> Outcome:
-    problem = name_problem("pool name", command.pool) or scheduler_problem(command.scheduler)
+    problem = name_problem("pool name", "pool", command.pool) or scheduler_problem(
+        command.scheduler
+    )
     if problem is not None:
-        return Refused(problem)
+        return problem
     event = PoolConfigured(
         id=ids.pool_configured(command.pool, at),
         time=now,
@@ -85,17 +88,17 @@ def set_pool(state: ClusterState, command: SetPool, now: float, at: int) -> Outc
 
 
 def set_project(state: ClusterState, command: SetProject, now: float, at: int) -> Outcome:
-    problem = name_problem("project name", command.project)
+    problem = name_problem("project name", "project", command.project)
     if problem is not None:
-        return Refused(problem)
+        return problem
     pool = command.pool or state.compute_pool()
     if pool is None or pool not in state.pools:
         known = ", ".join(state.pools) or "none"
-        return Refused(f"unknown pool {command.pool or 'default'!r} (known: {known})")
+        return refuse("unknown_pool", "pool", command.pool or "default", known=known)
     for field in ("quota", "over_quota_weight", "limit"):
         value = getattr(command, field)
         if value is not None and value < 0:
-            return Refused(f"{field} must be 0 or more, got {value}")
+            return refuse("out_of_range", field, value, what=field, bound="be 0 or more")
     project = state.projects.get(command.project)
     terms = dict(project.terms) if project is not None else {}
     terms[pool] = merged_terms(terms.get(pool, ProjectTerms()), command)
@@ -159,11 +162,12 @@ def _unknown_node(state: ClusterState, node: str) -> Refused | None:
     if node in state.nodes:
         return None
     known = ", ".join(sorted(state.nodes)) or "none"
-    return Refused(f"unknown node {node!r} (known: {known})")
+    return refuse("unknown_node", "node", node, known=known)
 
 
-def scheduler_problem(settings: SchedulerSettings | None) -> str | None:
+def scheduler_problem(settings: SchedulerSettings | None) -> Refused | None:
     """Rule 11's bounds on a pool's (or the cluster's) scheduler settings, naming the value."""
-    if settings is None:
-        return None
-    return settings_problem(settings.usage_half_life_s, settings.usage_k)
+    found = (
+        None if settings is None else settings_refusal(settings.usage_half_life_s, settings.usage_k)
+    )
+    return None if found is None else Refused("out_of_range", found[0], found[1])

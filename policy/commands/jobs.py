@@ -7,7 +7,7 @@ from events.commands import CancelJob, PauseJob, ResumeJob, SetJobPriority, Subm
 from policy.commands import ids
 from policy.commands.admission import admit
 from policy.commands.names import name_problem
-from policy.commands.outcome import Accepted, Outcome, Refused
+from policy.commands.outcome import Accepted, Outcome, Refused, refuse
 from policy.state import FINAL_PHASES, ClusterState, Job
 
 #: Phases a job can be paused from: it is admitted and not yet paused or ended.
@@ -17,12 +17,12 @@ PAUSABLE = frozenset({"pending", "starting", "running", "stopping"})
 def submit(state: ClusterState, command: SubmitJob, now: float, at: int) -> Outcome:
     """Record the submission and admission's verdict on it (`policy.admission.admit`)."""
     job_id = command.job_id
-    problem = name_problem("job id", job_id)
+    problem = name_problem("job id", "job_id", job_id)
     if problem is not None:
-        return Refused(problem)
+        return problem
     known = state.jobs.get(job_id)
     if known is not None and known.phase != "rejected":
-        return Refused(f"job id {job_id!r} already exists", exists=True)
+        return refuse("name_taken", "job_id", job_id)
     # a rejected job's name may be used again: a new submission, told apart by the position
     # of the rejection it follows
     after = known.rejected_at if known is not None else 0
@@ -42,7 +42,7 @@ def cancel(state: ClusterState, command: CancelJob, now: float, at: int) -> Outc
     if job is None:
         return _unknown(command.job_id)
     if job.phase in FINAL_PHASES:
-        return Refused(f"job {job.id!r} is already {job.phase}")
+        return _wrong_phase(job, "cancelled")
     return Accepted(
         (JobCancelled(id=ids.cancelled(job.id), time=now, actor=command.actor, job_id=job.id),)
     )
@@ -53,7 +53,7 @@ def pause(state: ClusterState, command: PauseJob, now: float, at: int) -> Outcom
     if job is None:
         return _unknown(command.job_id)
     if job.phase not in PAUSABLE:
-        return Refused(f"job {job.id!r} cannot be paused: it is {job.phase}")
+        return _wrong_phase(job, "paused")
     event = JobPaused(id=ids.paused(job.id, at), time=now, actor=command.actor, job_id=job.id)
     return Accepted((event,))
 
@@ -63,7 +63,7 @@ def resume(state: ClusterState, command: ResumeJob, now: float, at: int) -> Outc
     if job is None:
         return _unknown(command.job_id)
     if job.phase != "paused":
-        return Refused(f"job {job.id!r} is not paused: it is {job.phase}")
+        return _wrong_phase(job, "resumed")
     event = JobResumed(id=ids.resumed(job.id, at), time=now, actor=command.actor, job_id=job.id)
     return Accepted((event,))
 
@@ -73,9 +73,9 @@ def set_priority(state: ClusterState, command: SetJobPriority, now: float, at: i
     if job is None:
         return _unknown(command.job_id)
     if job.phase in FINAL_PHASES or job.phase in ("submitted", "rejected"):
-        return Refused(f"job {job.id!r} cannot change priority: it is {job.phase}")
+        return _wrong_phase(job, "given a new priority")
     if job.priority == command.priority:
-        return Refused(f"job {job.id!r} has priority {job.priority} already")
+        return refuse("no_change", "priority", job.id, priority=job.priority)
     event = JobPriorityChanged(
         id=ids.priority_changed(job.id, at),
         time=now,
@@ -102,4 +102,8 @@ def admit_waiting(state: ClusterState, job: Job, now: float) -> Accepted | None:
 
 
 def _unknown(job_id: str) -> Refused:
-    return Refused(f"unknown job id {job_id!r}")
+    return refuse("not_found", "job_id", job_id)
+
+
+def _wrong_phase(job: Job, done: str) -> Refused:
+    return refuse("wrong_phase", None, job.id, done=done, phase=job.phase)

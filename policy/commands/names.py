@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from typing import Final
 
+from policy.commands.outcome import Refused, refuse
+
 #: 1-128 letters, digits, '-' or '_', starting with a letter or digit: no '.', '*' or '>',
 #: which would change the subject an event is stored under. `$(?!\n)`, not `$`: a Python `$`
 #: also matches before a trailing newline, and "job\n" passed here and then failed as a
@@ -18,6 +20,7 @@ def is_name(value: str) -> bool:
     return NAME.match(value) is not None
 
 
-def name_problem(what: str, value: str) -> str | None:
-    """Why `value` is not a valid name for a `what` (job id, project name, ...), or None."""
-    return None if is_name(value) else f"{what} {value!r} is not valid: {RULE}"
+def name_problem(what: str, field: str, value: str) -> Refused | None:
+    """Why `value` is not a valid name for a `what` (job id, project name, ...) given as
+    `field`, or None."""
+    return None if is_name(value) else refuse("invalid_name", field, value, what=what, rule=RULE)

@@ -1,10 +1,11 @@
-"""What a command decider answers: the events to record, or a refusal with its reason."""
+"""What a command decider answers: the events to record, or a refusal with its code."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from events.catalogue import AnyEvent
+from events.refusals import RefusalCode, say
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,11 +21,22 @@ class Accepted:
 
 @dataclass(frozen=True, slots=True)
 class Refused:
-    """Nothing is recorded; `reason` names the bad value."""
+    """Nothing is recorded: why (`code`), the request field it is about, and the words, which
+    name the bad value."""
 
+    code: RefusalCode
+    field: str | None
     reason: str
-    #: The job already exists: a retried submission may be answered with its first verdict.
-    exists: bool = False
+
+    @property
+    def exists(self) -> bool:
+        """The job already exists: a retried submission may be answered with its first verdict."""
+        return self.code == "name_taken"
+
+
+def refuse(code: RefusalCode, field: str | None, value: object = None, **values: object) -> Refused:
+    """A refusal with its words from `events.refusals.WORDS`."""
+    return Refused(code, field, say(code, value, **values))
 
 
 Outcome = Accepted | Refused

@@ -16,7 +16,7 @@ from typing import Final
 from events import JobSpec, VolumeGrant, VolumeMount, VolumesConfigured
 from events.commands import MAX_VOLUME_GRANTS, AllowVolume, DenyVolume
 from policy.commands import ids
-from policy.commands.outcome import Accepted, Outcome, Refused
+from policy.commands.outcome import Accepted, Outcome, refuse
 from policy.state import ClusterState
 
 #: Refused as a prefix: it would hand a job the whole node (the Docker socket, credentials).
@@ -96,15 +96,20 @@ def allow(state: ClusterState, command: AllowVolume, now: float, at: int) -> Out
     try:
         prefix = normalized("host prefix", command.host_prefix)
     except ValueError as e:
-        return Refused(str(e))
+        return refuse("bad_volume", "host_prefix", problem=str(e))
     if prefix == ROOT:
-        return Refused(
-            "host prefix '/' would let jobs mount the whole node (its credentials, the "
-            "Docker socket): allow the folders they need"
+        return refuse(
+            "bad_volume",
+            "host_prefix",
+            problem="host prefix '/' would let jobs mount the whole node (its credentials, "
+            "the Docker socket): allow the folders they need",
         )
     kept = [g for g in state.volumes if g.prefix != prefix]
     if len(kept) >= MAX_VOLUME_GRANTS:
-        return Refused(f"the allowlist holds {len(kept)} prefixes already, the most there may be")
+        bound = f"hold at most {MAX_VOLUME_GRANTS} prefixes"
+        return refuse(
+            "out_of_range", "host_prefix", len(kept) + 1, what="the allowlist", bound=bound
+        )
     grants = tuple(sorted([*kept, VolumeGrant(prefix, command.read_write)], key=_by_prefix))
     return Accepted((_configured(command.actor, grants, now, at),))
 
@@ -113,10 +118,10 @@ def deny(state: ClusterState, command: DenyVolume, now: float, at: int) -> Outco
     try:
         prefix = normalized("host prefix", command.host_prefix)
     except ValueError as e:
-        return Refused(str(e))
+        return refuse("bad_volume", "host_prefix", problem=str(e))
     kept = tuple(g for g in state.volumes if g.prefix != prefix)
     if len(kept) == len(state.volumes):
-        return Refused(f"host prefix {prefix!r} is not allowed now (allowed: {said(kept)})")
+        return refuse("not_allowed", "host_prefix", prefix, allowed=said(kept))
     return Accepted((_configured(command.actor, kept, now, at),))
 
 

@@ -7,15 +7,12 @@ many as needed, all or nothing.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from events import Replica
-from policy.pool_cycle import Candidate, PoolCycle, Shape, Taken
+from policy.candidates import Candidate, Shape
+from policy.pool_cycle import PoolCycle
+from policy.turns import queue_key
+from policy.victim_search import Pick, Taken, take_until_fits
 from policy.victims import Unit
-
-
-def queue_key(cand: Candidate) -> tuple[int, int, int]:
-    return (-cand.job.priority, 1 if cand.extra else 0, cand.job.seq)
 
 
 def allocate(cycle: PoolCycle, cands: list[Candidate]) -> list[Candidate]:
@@ -53,7 +50,7 @@ def preempt(cycle: PoolCycle, waiting: list[Candidate]) -> None:
         if cycle.try_releasing(cand):
             continue
         pick = _lower_priority_picker(cycle, job.priority, job.node)
-        taken = cycle.take_until_fits(cand, pick)
+        taken = take_until_fits(cycle, cand, pick)
         if taken is None or not taken.units:
             failed[memo] = cycle.generation
             continue
@@ -61,13 +58,11 @@ def preempt(cycle: PoolCycle, waiting: list[Candidate]) -> None:
         cycle.commit_preemption(cand, taken, "priority", note)
 
 
-def _lower_priority_picker(
-    cycle: PoolCycle, priority: int, pin: str | None
-) -> Callable[[Taken], tuple[Unit, list[Replica]] | None]:
+def _lower_priority_picker(cycle: PoolCycle, priority: int, pin: str | None) -> Pick:
     """Takes units of strictly lower priority, in the pool's taking order, that free GPUs the
     job could use (units of jobs already stopping or nominated are skipped)."""
-    units, start = cycle.pool_units()
-    gone = cycle.gone
+    units, start = cycle.victims.pool_units()
+    gone = cycle.victims.gone
 
     def pick(taken: Taken) -> tuple[Unit, list[Replica]] | None:
         i = taken.cursor.get("", start)

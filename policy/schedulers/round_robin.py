@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import heapq
 
-from policy.pool_cycle import Candidate, PoolCycle, gate
-from policy.schedulers.fair_share import JobKey, job_key
+from policy.candidates import Candidate, gate
+from policy.pool_cycle import PoolCycle
+from policy.turns import JobKey, fewest_held_key, job_key
 
 
 def allocate(cycle: PoolCycle, cands: list[Candidate]) -> list[Candidate]:
@@ -23,15 +24,14 @@ def allocate(cycle: PoolCycle, cands: list[Candidate]) -> list[Candidate]:
 
     def rank(project: str) -> None:
         if queues.get(project):
-            acct = cycle.ledger.account(project)
-            heapq.heappush(turns, (acct.usage, acct.order, project))
+            heapq.heappush(turns, (*fewest_held_key(cycle.accounts.account(project)), project))
 
     for project in queues:
         rank(project)
     while turns:
         _, _, project = heapq.heappop(turns)
         _, _, cand = heapq.heappop(queues[project])
-        closed = gate(cycle.ledger.account(project), cand, respect_quota=False)
+        closed = gate(cycle.accounts.account(project), cand, respect_quota=False)
         if closed is None and cycle.try_place(cand):
             follow = cand.follow_up()
             if follow is not None:

@@ -26,11 +26,12 @@ from events import Event, JobAdmitted, JobRejected, JobSubmitted
 from events.commands import ADMISSION_SUBJECT, LEDGER_COMMANDS, AnyCommand, Reply, SubmitJob
 from policy.commands import Accepted, Refused, decide_command
 from policy.commands.jobs import admit_waiting
+from policy.commands.outcome import refuse
 from services.runtime.clock import WALL_CLOCK, Clock
 from services.runtime.commands import (
     GIVE_UP_AFTER_S,
+    CommandRefused,
     MayTakeEffect,
-    Refusal,
     carry_out,
     outcome_unknown,
     time_left,
@@ -42,7 +43,8 @@ from services.runtime.retry import is_transient
 
 CONCURRENCY = 64
 
-Verdict = JobAdmitted | JobRejected
+#: Admission's answer to a submission, as recorded
+AdmissionEvent = JobAdmitted | JobRejected
 
 
 def job_subjects(job_id: str) -> str:
@@ -57,7 +59,7 @@ class Admission:
         self.host = host or nats_host(log)
         self.follower = Follower(log, snapshots=self.host.snapshots())
         self.keys: dict[str, str | None] = {}  # job id -> idempotency key of its submission
-        self.verdicts: dict[str, Verdict] = {}
+        self.verdicts: dict[str, AdmissionEvent] = {}
         #: Submissions being recorded now: a second one for the same id waits for the first.
         self.inflight: dict[str, asyncio.Future[Reply]] = {}
 
@@ -88,7 +90,8 @@ class Admission:
 
     async def handle(self, command: AnyCommand) -> Reply:
         if isinstance(command, LEDGER_COMMANDS):
-            raise Refusal(f"admission does not take {type(command).__name__} commands")
+            kind = type(command).__name__
+            raise CommandRefused(refuse("not_taken_here", None, kind, service="admission"))
         if isinstance(command, SubmitJob):
             return await self._submit(command)
         now = self.clock.now()
@@ -123,9 +126,9 @@ class Admission:
         if isinstance(outcome, Refused):
             if outcome.exists:
                 return await self._repeated(command)
-            raise Refusal(outcome.reason)
+            raise CommandRefused(outcome)
         submitted, verdict = outcome.events
-        assert isinstance(submitted, JobSubmitted) and isinstance(verdict, Verdict)
+        assert isinstance(submitted, JobSubmitted) and isinstance(verdict, AdmissionEvent)
         subjects = job_subjects(command.job_id)
         known = self.follower.state.jobs.get(command.job_id)
         # create-once: nothing on the job's subjects yet, or nothing after its rejection
@@ -150,12 +153,12 @@ class Admission:
                 raise MayTakeEffect(command, e) from e
             raise
         if standing is None:
-            raise Refusal(f"job {command.job_id!r} was ended before admission could answer")
+            raise CommandRefused(refuse("ended", "job_id", command.job_id))
         return _reply(standing)
 
     async def _record_verdict(
-        self, verdict: Verdict, subjects: str, submitted_seq: int
-    ) -> Verdict | None:
+        self, verdict: AdmissionEvent, subjects: str, submitted_seq: int
+    ) -> AdmissionEvent | None:
         """Store the verdict unless the job has one already; returns the one that stands
         (None: the job was ended, by a cancel, before it got one)."""
         try:
@@ -185,13 +188,13 @@ class Admission:
         verdict (given now if the job never got one); otherwise a refusal."""
         job_id, key = command.job_id, command.idempotency_key
         if key is None or await self._recorded_key(job_id) != key:
-            raise Refusal(f"job id {job_id!r} already exists")
+            raise CommandRefused(refuse("name_taken", "job_id", job_id))
         verdict = await self._recorded_verdict(job_id) or await self._verdict_for_stranded(job_id)
         if verdict is None:
-            raise Refusal(f"job id {job_id!r} already exists")
+            raise CommandRefused(refuse("name_taken", "job_id", job_id))
         return _reply(verdict)
 
-    async def _verdict_for_stranded(self, job_id: str) -> Verdict | None:
+    async def _verdict_for_stranded(self, job_id: str) -> AdmissionEvent | None:
         job = self.follower.state.jobs.get(job_id)
         submitted = await self.log.last_on(f"fl.job.{job_id}.job_submitted")
         if job is None or submitted is None:
@@ -200,7 +203,7 @@ class Admission:
         if decided is None:
             return await self._recorded_verdict(job_id)
         verdict = decided.answer
-        assert isinstance(verdict, Verdict)
+        assert isinstance(verdict, AdmissionEvent)
         return await self._record_verdict(verdict, job_subjects(job_id), submitted.seq)
 
     async def _recorded_key(self, job_id: str) -> str | None:
@@ -209,7 +212,7 @@ class Admission:
         submitted = await self._last_event(f"fl.job.{job_id}.job_submitted")
         return submitted.idempotency_key if isinstance(submitted, JobSubmitted) else None
 
-    async def _recorded_verdict(self, job_id: str) -> Verdict | None:
+    async def _recorded_verdict(self, job_id: str) -> AdmissionEvent | None:
         if job_id in self.verdicts:
             return self.verdicts[job_id]
         for kind in ("job_admitted", "job_rejected"):
@@ -225,7 +228,7 @@ class Admission:
 
 def _reply(event: Event) -> Reply:
     if isinstance(event, JobRejected):
-        return Reply(ok=False, event=event, error=event.reason)
+        return Reply(ok=False, event=event, error=event.reason, code=event.code, field=event.field)
     return Reply(ok=True, event=event)  # type: ignore[arg-type]
 
 

@@ -393,23 +393,32 @@ def _admin(caller: Caller, what: str) -> None:
 
 # -- commands ---------------------------------------------------------------------------------
 
-#: Words in a refusal and the request field they are about, most specific first.
-_REFUSAL_FIELDS: Final = (
-    ("host prefix", "host_prefix"),
-    ("volume", "volumes"),
-    ("unknown project", "project"),
-    ("project", "project"),
-    ("unknown pool", "pool"),
-    ("pool", "pool"),
-    ("class", "class"),
-    ("node", "node"),
-    ("replica", "replicas"),
-    ("limit", "limit"),
-    ("quota", "quota"),
-    ("job id", "job_id"),
-    ("priority", "priority"),
-    ("port", "ports"),
-)
+#: The HTTP status of each refusal's code (`events.refusals.RefusalCode`, every one of them):
+#: the one place a refusal becomes a status. Keyed by plain strings, as the reply carries it.
+REFUSAL_STATUS: Final[dict[str, int]] = {
+    "invalid_name": 422,
+    "out_of_range": 422,
+    "bad_port": 422,
+    "unknown_project": 422,
+    "unknown_pool": 422,
+    "unknown_node": 422,
+    "unknown_class": 422,
+    "not_found": 404,
+    "name_taken": 422,
+    "never_fits": 422,
+    "over_limit": 422,
+    "not_in_pool": 422,
+    "no_pool": 422,
+    "wrong_phase": 422,
+    "no_change": 422,
+    "not_taken_here": 500,
+    "ended": 422,
+    "bad_volume": 422,
+    "not_allowed": 422,
+}
+#: A refusal without a code (stored, or answered by a service, before codes were), or with
+#: one this build does not know: refused as a request the cluster cannot carry out.
+UNCODED_STATUS: Final = 422
 
 
 async def _command(ctx: Context, command: AnyCommand) -> Accepted:
@@ -433,10 +442,8 @@ async def _command(ctx: Context, command: AnyCommand) -> Accepted:
         return Accepted(type=type(reply.event).__name__, event=event)
     if reply.retryable:
         raise ServiceUnavailableException(detail=reply.error)
-    lowered = reply.error.lower()
-    field = next((f for words, f in _REFUSAL_FIELDS if words in lowered), None)
-    status = 404 if "unknown job id" in lowered else 422
-    raise _fail(status, reply.error or "refused", field)
+    status = REFUSAL_STATUS.get(reply.code or "", UNCODED_STATUS)
+    raise _fail(status, reply.error or "refused", reply.field)
 
 
 @post("/v1/jobs", status_code=201, responses=ACT_ERRORS, tags=["jobs"])
@@ -587,8 +594,7 @@ async def set_pool(
     settings = _with_usage(settings, data)
     problem = scheduler_problem(settings)  # rule 11's bounds: said before anything is sent
     if problem is not None:
-        field = "usage_k" if problem.startswith("usage_k") else "usage_half_life_s"
-        raise _fail(400, problem, field)
+        raise _fail(400, problem.reason, problem.field)
     return await _command(ctx, SetPool(actor=caller.name, pool=name, scheduler=settings))
 
 

@@ -18,10 +18,12 @@ from events.commands import (
     MAX_VOLUMES,
     NO_NUL,
     Duration,
+    GpuCount,
     Gpus,
     Priority,
     Replicas,
     Text,
+    Weight,
     WorkingDir,
 )
 from policy.commands.names import PATTERN as NAME_PATTERN
@@ -103,12 +105,13 @@ class SubmitRequest(msgspec.Struct, forbid_unknown_fields=True):
 
 
 class ProjectRequest(msgspec.Struct, forbid_unknown_fields=True):
-    """A project's terms in one pool; what is left out keeps its value."""
+    """A project's terms in one pool; what is left out keeps its value. Its bounds are the
+    command's own (`events/commands.py`), as the submission's are."""
 
     pool: Name | None = None
-    quota: Count | None = None
-    over_quota_weight: Count | None = None
-    limit: Count | None = None
+    quota: GpuCount | None = None
+    over_quota_weight: Weight | None = None
+    limit: GpuCount | None = None
     no_limit: bool = False
     priority: Priority | None = None
 

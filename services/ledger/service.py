@@ -13,9 +13,10 @@ from __future__ import annotations
 from events import NodeLost, ProjectQuotaCrossed
 from events.commands import LEDGER_COMMANDS, LEDGER_SUBJECT, AnyCommand, Reply
 from policy.commands import ids
-from policy.commands.usage import Usage
+from policy.commands.outcome import refuse
+from policy.usage import Usage
 from services.runtime.clock import WALL_CLOCK, Clock
-from services.runtime.commands import Refusal, carry_out
+from services.runtime.commands import CommandRefused, carry_out
 from services.runtime.eventlog import EventLog, Stored
 from services.runtime.follower import Follower
 from services.runtime.host import Host, nats_host
@@ -50,7 +51,8 @@ class Ledger:
 
     async def handle(self, command: AnyCommand) -> Reply:
         if not isinstance(command, LEDGER_COMMANDS):
-            raise Refusal(f"the ledger does not take {type(command).__name__} commands")
+            kind = type(command).__name__
+            raise CommandRefused(refuse("not_taken_here", None, kind, service="the ledger"))
         return await carry_out(self.log, self.follower, command, self.clock.now())
 
     async def _observe(self, stored: Stored) -> None:

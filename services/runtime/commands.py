@@ -37,8 +37,12 @@ ANSWER_MARGIN_S: Final = 1.0
 _deadline: ContextVar[float | None] = ContextVar("fairlane_command_deadline", default=None)
 
 
-class Refusal(Exception):
-    """A command that cannot be carried out; the message names the bad value."""
+class CommandRefused(Exception):
+    """A command that cannot be carried out, and why (`policy.commands.Refused`)."""
+
+    def __init__(self, refused: Refused) -> None:
+        super().__init__(refused.reason)
+        self.refused = refused
 
 
 class MayTakeEffect(Exception):
@@ -85,7 +89,7 @@ async def carry_out(
             await follower.wait_for(last, within=give_up_after)
             outcome = decide_command(follower.state, command, now, follower.applied_seq)
     if isinstance(outcome, Refused):
-        raise Refusal(outcome.reason)
+        raise CommandRefused(outcome)
     give_up_after = time_left(give_up_after)  # answer before the sender stops listening
     seq = 0
     for i, event in enumerate(outcome.events):
@@ -110,8 +114,9 @@ async def answer(handler: Handler, command: AnyCommand) -> Reply:
     come again) and a failure are answered too."""
     try:
         return await handler(command)
-    except Refusal as refused:
-        return Reply(ok=False, error=str(refused))
+    except CommandRefused as no:
+        refused = no.refused
+        return Reply(ok=False, error=refused.reason, code=refused.code, field=refused.field)
     except MayTakeEffect as maybe:
         return Reply(ok=False, error=str(maybe), retryable=True)
     except Exception as e:  # answer, log, and keep serving

@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 
 from events import Event, JobPreemptionRequested, JobRejected, Replica
 from events.catalogue import MAKES_ROOM
-from policy.commands.usage import Usage
 from policy.cycle import fair_shares
 from policy.state import ClusterState
+from policy.usage import Usage
 from simulation.spec import Expectation
 
 

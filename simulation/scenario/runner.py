@@ -14,7 +14,7 @@ from simulation.scenario.observe import check
 from simulation.spec import Scenario, ScenarioError, load_scenario
 from simulation.virtual_cluster import NotSettled
 
-Verdict = Literal["pass", "fail", "skip", "error"]
+Grade = Literal["pass", "fail", "skip", "error"]
 #: core: the pure policy; live: the services on nats-server, with real workloads on the wall
 #: clock or simulated ones on a virtual clock (as the scenario needs); in-process: the services
 #: in one process on the in-memory log and a virtual clock. Every scenario runs on each.
@@ -25,7 +25,7 @@ EngineName = Literal["core", "live", "in-process"]
 class Result:
     path: str
     name: str
-    verdict: Verdict
+    verdict: Grade
     expectations: int = 0
     problems: list[str] = field(default_factory=list)
     reason: str = ""  # why it was skipped, or the error

@@ -13,7 +13,7 @@ waiting jobs). `Recorder.summary()` turns that into the figures the report print
 - GPU-hours lost: GPU time held minus the work the jobs needed (duration x GPUs), over the
   completed jobs: work lost since the last checkpoint plus restore time.
 - fairness, per project: GPU-hours it held against the GPU-hours of its fair share, the time
-  integral of the share the policy's own division (`policy.fair_share.divide`, rule 1)
+  integral of the share the policy's own division (`policy.division.divide`, rule 1)
   gives it from quotas, weights and demand (GPUs of its admitted, unfinished jobs). A ratio
   below 1 means it got less than it was entitled to; demand caps the share, so a project that
   always got what it asked for is at 1.
@@ -40,8 +40,8 @@ from events import (
 )
 from events.catalogue import MAKES_ROOM
 from events.units import percentile
-from policy.fair_share import Claim, divide
-from policy.ledger import UNLIMITED
+from policy.accounts import UNLIMITED
+from policy.division import Claim, divide
 
 
 @dataclass(slots=True)

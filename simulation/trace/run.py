@@ -39,7 +39,7 @@ from events import (
 )
 from events.commands import ConfigureCluster, SetPool
 from events.model import VictimOrder
-from policy.cycle import could_hold
+from policy.pools import could_hold
 from policy.state import FINAL_PHASES
 from simulation.trace.cluster import ClusterSpec
 from simulation.trace.errors import SimulationError

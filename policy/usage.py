@@ -1,5 +1,6 @@
 """A project's usage: the GPUs its jobs hold and keep, per pool (what the quota is weighed
-against). Replicas being stopped no longer count."""
+against). Replicas being stopped no longer count. Counted here once, for the quota ledger
+service, the read models (projections) and the scenario observer alike."""
 
 from __future__ import annotations
 
@@ -31,16 +32,21 @@ class Usage:
         usage.recount(state)
         return usage
 
-    def job_changed(self, job: Job) -> None:
+    def job_changed(self, job: Job) -> list[tuple[str, str]]:
+        """Count the job's part again; returns the (project, pool) whose usage it changed."""
         old, new = self.parts.pop(job.id, None), counted_usage(job)
         if new is not None:
             self.parts[job.id] = new
         if old == new:
-            return
+            return []
+        changed = []
         if old is not None:
             self.by_pool[old[:2]] -= old[2]
+            changed.append(old[:2])
         if new is not None:
             self.by_pool[new[:2]] = self.by_pool.get(new[:2], 0) + new[2]
+            changed.append(new[:2])
+        return changed
 
     def recount(self, state: ClusterState) -> None:
         self.by_pool.clear()

@@ -13,7 +13,7 @@ from typing import TypeVar
 
 from events.model import UsageFacts
 from policy.decay import U_DIGITS
-from policy.fair_share import Claim, History, divide
+from policy.division import Claim, History, divide
 from policy.state import ClusterState, Job
 
 UNLIMITED = 1 << 40
@@ -49,8 +49,9 @@ class Account:
         self.add(-gpus, preemptible)
 
 
-class Ledger:
-    """Every project's account in one pool."""
+class Accounts:
+    """Every project's account in one pool, for one cycle (the quota ledger service keeps
+    usage across the log; this is the cycle's own book)."""
 
     def __init__(
         self, state: ClusterState, pool: str, capacity: int, now: float | None = None

@@ -1,0 +1,268 @@
+"""Rule 5, reclaim: a project within its fair share takes GPUs back from projects above theirs.
+
+One victim at a time from the project that would be served last without it, only from projects
+above their threshold, and only if no victim would come straight back and the claimant is the
+first to be placed when the victims queue again beside it (anti ping-pong).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from events import Replica
+from policy.accounts import Account, Accounts
+from policy.candidates import Candidate, gate_ok
+from policy.capacity import Overlay
+from policy.pool_cycle import PoolCycle
+from policy.turns import job_key, project_key
+from policy.victim_search import Taken, fits_with, new_taken, next_unit, take_until_fits
+from policy.victims import Unit
+
+
+def try_reclaim(cycle: PoolCycle, cand: Candidate) -> bool:  # noqa: PLR0911 (one return per rule)
+    """Rule 5: take from preemptible jobs of other projects, only up to the claimant's fair
+    share (and quota, for non-preemptible work), from projects above their threshold, one
+    victim at a time from the project that would be served last without it."""
+    job = cand.job
+    claimant = cycle.accounts.account(job.project)
+    after = claimant.usage + cand.gpus
+    if after > claimant.fair_share:
+        return False
+    if not job.preemptible and claimant.np_usage + cand.gpus > claimant.quota:
+        return False
+    within_quota = after <= claimant.quota
+    held = _givers(cycle, job.project, within_quota)
+    if not held or not _could_free_enough(cycle, cand, held, within_quota):
+        return False
+    if not _reclaim_could_fit(cycle, cand, within_quota):
+        return False
+    taken = take_until_fits(cycle, cand, _ServedLast(cycle, held, within_quota, job.node))
+    if taken is None and cycle.most_freed_generation != cycle.generation:
+        # a walk found no fit: others may follow in this generation, bound them from now on
+        cycle.most_freed.clear()
+        cycle.most_freed_generation = cycle.generation
+    if taken is None or not taken.units:
+        return False
+    if not within_quota and _a_victim_comes_back(cycle, taken):
+        return False
+    if not _claimant_goes_first(cycle, cand, taken):
+        return False
+    cycle.commit_preemption(cand, taken, "reclaim", _note(cycle.accounts, job.project, taken))
+    return True
+
+
+def _givers(cycle: PoolCycle, claimant: str, within_quota: bool) -> dict[str, int]:
+    """The other projects that may give GPUs now, with what each holds. Only a project above
+    its threshold gives GPUs, and what it holds only falls as victims are taken: the projects
+    at or below theirs can be left out from the start."""
+    held: dict[str, int] = {}
+    for project in cycle.victims.jobs():
+        if project != claimant:
+            victim = cycle.accounts.account(project)
+            if _may_give(victim, victim.usage, within_quota):
+                held[project] = victim.usage
+    return held
+
+
+Offer = tuple["ServedLastKey", Unit, list[Replica]]
+
+
+class _ServedLast:
+    """Picks the next victim from the project that would be served last without it
+    (`_served_last_key`), while that project may still give (`_may_give`)."""
+
+    def __init__(
+        self, cycle: PoolCycle, held: dict[str, int], within_quota: bool, pin: str | None
+    ) -> None:
+        self.cycle = cycle
+        self.held = held  # what each giving project holds, less the victims taken
+        self.within_quota = within_quota
+        self.pin = pin
+        # Each project's next victim and how late it would then be served, as last looked
+        # at: it changes only when that project gives a victim (one Taken is passed along).
+        self.offers: dict[str, Offer | None] = {}
+
+    def __call__(self, taken: Taken) -> tuple[Unit, list[Replica]] | None:
+        best: Offer | None = None
+        for project in self.held:
+            if project not in self.offers:
+                self.offers[project] = self._offer(project, taken)
+            found = self.offers[project]
+            if found is not None and (best is None or found[0] > best[0]):
+                best = found
+        if best is None:
+            return None
+        _, unit, freed = best
+        self.held[unit.project] -= len(freed) * unit.job.gpus
+        del self.offers[unit.project]
+        return unit, freed
+
+    def _offer(self, project: str, taken: Taken) -> Offer | None:
+        victim = self.cycle.accounts.account(project)
+        now_held = self.held[project]
+        if not _may_give(victim, now_held, self.within_quota):
+            return None
+        found = next_unit(self.cycle, project, taken, self.pin, _any)
+        if found is None:
+            return None
+        unit, freed = found
+        left = now_held - len(freed) * unit.job.gpus
+        return (_served_last_key(victim, now_held, left), unit, freed)
+
+
+def _note(accounts: Accounts, project: str, taken: Taken) -> str:
+    """The stop request's words: where the claimant and each giving project stood."""
+    claimant = accounts.account(project)
+    return (
+        f"{project} holds {claimant.usage} of its fair share {claimant.fair_share} "
+        f"(quota {claimant.quota}); "
+        + "; ".join(
+            f"{p} held {accounts.account(p).usage}, fair share {accounts.account(p).fair_share}, "
+            f"quota {accounts.account(p).quota}"
+            for p in taken.freed_by_project
+        )
+    )
+
+
+def _threshold(victim: Account) -> int:
+    """What a victim's project must hold more than to give GPUs: the larger of its quota and
+    its fair share, each counted at most up to its limit."""
+    return max(min(victim.quota, victim.limit), min(victim.fair_share, victim.limit))
+
+
+def _may_give(victim: Account, now_held: int, claimant_within_quota: bool) -> bool:
+    """Rule 5: before each victim is taken, its project holds more than its threshold, or the
+    claimant is within its quota and the victim's project above its quota."""
+    if now_held > _threshold(victim):
+        return True
+    return claimant_within_quota and now_held > min(victim.quota, victim.limit)
+
+
+def _a_victim_comes_back(cycle: PoolCycle, taken: Taken) -> bool:
+    """Rule 5, for a claimant above its quota: would the victims leave a project below its
+    quota (counted at most up to its limit) while one of them would fit within that quota
+    again? That project would take it straight back by the quota rule, and round it goes. A
+    victim too large to come back within the quota may still be taken."""
+    smallest: dict[str, int] = {}
+    for unit, gpus in zip(taken.units, taken.gpus_freed, strict=True):
+        smallest[unit.project] = min(gpus, smallest.get(unit.project, gpus))
+    for project, freed in taken.freed_by_project.items():
+        victim = cycle.accounts.account(project)
+        quota = min(victim.quota, victim.limit)
+        left = victim.usage - freed
+        if left < quota and left + smallest[project] <= quota:
+            return True
+    return False
+
+
+def _could_free_enough(
+    cycle: PoolCycle, cand: Candidate, held: dict[str, int], within_quota: bool
+) -> bool:
+    """A quick upper bound before looking at victims one by one: a project gives GPUs only
+    while it holds more than its threshold, and its last victim overshoots by at most one unit."""
+    job = cand.job
+    room = cycle.capacity.free_on(job.node) if job.node else cycle.capacity.total_free
+    room += sum(len(g) for node, g in cycle.releasing.items() if job.node in (None, node))
+    for project, now_held in held.items():
+        victim = cycle.accounts.account(project)
+        floor = min(victim.quota, victim.limit) if within_quota else _threshold(victim)
+        if now_held > floor:
+            room += min(now_held, now_held - floor + cycle.victims.largest_unit_gpus(project))
+        if room >= cand.gpus:
+            return True
+    return room >= cand.gpus
+
+
+def _reclaim_could_fit(cycle: PoolCycle, cand: Candidate, within_quota: bool) -> bool:
+    """Would an unpinned candidate fit if every project gave every victim a reclaim could
+    take from it? If not, taking victims one by one (what `try_reclaim` does next) never
+    makes it fit. (A pinned candidate is not bounded: its walk skips victims elsewhere, so
+    it may go further down a project's victims than this walk does.)
+
+    A failed reclaim walks every victim it may take, and at 4x the size there are 4x the
+    claimants, each walking 4x the victims: that part of the settled cycle grew with the
+    square of the size. The bound is worked out once per generation (decisions change it) and
+    standing of the claimant (within its quota or not) for all claimants: each project gives
+    its victims in order while `_may_give` lets it, so what any claimant's walk frees,
+    whatever its project, is a subset of it. It costs a walk of everything any project may
+    give, so it is worked out only once a walk has failed in this generation (`try_reclaim`
+    marks it): where reclaims succeed (a burst of arrivals, each success a new generation),
+    walks stop at the first fit and a bound per generation would cost more than it saves.
+    """
+    if cand.job.node is not None or cycle.most_freed_generation != cycle.generation:
+        return True
+    overlay = cycle.most_freed.get(within_quota)
+    if overlay is None:
+        overlay = cycle.most_freed[within_quota] = _most_reclaim_frees(cycle, within_quota)
+    return cycle.capacity.fits(cand.job.gpus, cand.replicas, None, cand.ports, overlay)
+
+
+def _most_reclaim_frees(cycle: PoolCycle, within_quota: bool) -> Overlay:
+    """What every project giving every victim `_may_give` allows frees (with the GPUs being
+    given back already), as `try_reclaim`'s walk counts it."""
+    taken = new_taken(cycle)
+    for project in cycle.victims.jobs():
+        victim = cycle.accounts.account(project)
+        now_held = victim.usage
+        while _may_give(victim, now_held, within_quota):
+            found = next_unit(cycle, project, taken, None, _any)
+            if found is None:
+                break
+            unit, freed = found
+            taken.add(unit, freed)
+            now_held -= len(freed) * unit.job.gpus
+    return taken.overlay
+
+
+def _any(unit: Unit) -> bool:
+    return True
+
+
+ServedLastKey = tuple[bool, bool, int, float, int]
+
+
+def _served_last_key(victim: Account, now_held: int, left: int) -> ServedLastKey:
+    """How late the victim's project would be served if the victim were gone (`left` GPUs):
+    over its fair share, then over its quota, then lower project priority, then the larger
+    part of its fair share in use now (a fair share of 0 with GPUs held: infinitely over),
+    then the newer project. Larger is later."""
+    fair = victim.fair_share
+    share = now_held / fair if fair else (float("inf") if now_held else 0.0)
+    return (left > fair, left > victim.quota, -victim.priority, share, victim.order)
+
+
+def _claimant_goes_first(cycle: PoolCycle, cand: Candidate, taken: Taken) -> bool:
+    """Anti ping-pong: queue the victims again beside the claimant, with the GPUs they free,
+    in allocation order (the same project turns, each project's jobs in job order, its usage
+    reduced by the victims); the claimant must be the first of them to be placed, or a victim
+    would take its GPUs straight back."""
+    requeued = [cand]
+    for victim, replicas in taken.requests():
+        if replicas:
+            requeued.append(Candidate(victim, 1, extra=True, before=victim.min_replicas))
+        else:
+            requeued.append(Candidate(victim, victim.min_replicas))
+    book = cycle.accounts
+    accounts = {
+        p: replace(book.account(p), usage=book.account(p).usage - g)
+        for p, g in taken.freed_by_project.items()
+    }
+    queues: dict[str, list[Candidate]] = {}
+    for c in requeued:
+        queues.setdefault(c.job.project, []).append(c)
+    for q in queues.values():
+        q.sort(key=job_key)
+    while queues:
+        project = min(
+            queues,
+            key=lambda p: project_key(accounts.get(p) or book.account(p), queues[p][0]),
+        )
+        c = queues[project].pop(0)
+        if not queues[project]:
+            del queues[project]
+        if c is cand:
+            return True
+        acct = accounts.get(project) or book.account(project)
+        if gate_ok(acct, c) and fits_with(cycle, c, taken):
+            return False
+    return True

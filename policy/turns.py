@@ -1,0 +1,157 @@
+"""Turn order: which project goes next, and which of its jobs.
+
+Rule 2 ranks projects (`project_key`) and each project's jobs (`job_key`); `Turns` gives the
+candidates in that order, ranking a project again after each of its jobs is served. Round robin
+ranks projects by what they hold (`fewest_held_key`); the priority scheduler has one queue for
+the pool (`queue_key`).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterator
+
+from policy.accounts import Account, Accounts
+from policy.candidates import Candidate
+
+ProjectKey = tuple[bool, bool, int, float, float, int]
+
+
+def project_key(acct: Account, cand: Candidate) -> ProjectKey:
+    """Rule 2: not over fair share first, then within quota (with this job), then higher project
+    priority, then the lower share of the fair share in use, then the older project."""
+    return (
+        acct.usage > acct.fair_share,
+        acct.usage + cand.gpus > acct.quota,
+        -acct.priority,
+        acct.share_in_use(cand.gpus),
+        acct.share_in_use(),
+        acct.order,
+    )
+
+
+JobKey = tuple[int, int, int, int]
+
+
+def job_key(cand: Candidate) -> JobKey:
+    """Inside a project (rules 2 and 6): higher job priority first; among equal priority, jobs
+    below their minimum, then extra replicas in rounds (every job's first extra, then every
+    job's second, ...: round robin), then submission order."""
+    job = cand.job
+    if cand.extra:
+        return (-cand.priority, 1, cand.before - job.min_replicas, job.seq)
+    return (-cand.priority, 0, 0, job.seq)
+
+
+#: A candidate queued after the start: job_key(cand) flattened, the order queued, the candidate
+LaterItem = tuple[int, int, int, int, int, Candidate]
+
+
+class _Queue:
+    """One project's candidates in job order (job_key, then the order queued): a list sorted
+    once, plus a heap for candidates queued later (an elastic job's next replica), which come
+    after every listed candidate of the same job_key."""
+
+    __slots__ = ("acct", "at", "items", "key", "key_gpus", "key_usage", "later")
+
+    def __init__(self, acct: Account, items: list[Candidate]) -> None:
+        self.acct = acct
+        self.items = items
+        self.at = 0
+        self.later: list[LaterItem] = []
+        # the project's key, remembered with the usage and request size it was computed for
+        self.key: ProjectKey | None = None
+        self.key_usage = 0
+        self.key_gpus = 0
+
+    def _later_first(self) -> bool:
+        """Does the first candidate queued later go before the next listed one?"""
+        return self.later[0][:4] < job_key(self.items[self.at])
+
+    def front(self) -> Candidate | None:
+        if self.at < len(self.items):
+            if self.later and self._later_first():
+                return self.later[0][5]
+            return self.items[self.at]
+        return self.later[0][5] if self.later else None
+
+    def take(self) -> Candidate | None:
+        if self.at < len(self.items) and not (self.later and self._later_first()):
+            self.at += 1
+            return self.items[self.at - 1]
+        return heapq.heappop(self.later)[5] if self.later else None
+
+    def rank(self, front: Candidate) -> ProjectKey:
+        """project_key(acct, front), which changes only with the usage and the request size."""
+        gpus, usage = front.gpus, self.acct.usage
+        if self.key is None or usage != self.key_usage or gpus != self.key_gpus:
+            self.key = project_key(self.acct, front)
+            self.key_usage, self.key_gpus = usage, gpus
+        return self.key
+
+    def remaining(self) -> list[Candidate]:
+        return self.items[self.at :] + [item[5] for item in self.later]
+
+
+class Turns:
+    """Projects taking turns, each with its own queue of candidates.
+
+    A heap holds one entry per project with candidates left, keyed by `project_key` as it was
+    when the project was last served (other projects are not ranked again when one is served).
+    A project whose new key is still the smallest goes again without a trip through the heap.
+    """
+
+    def __init__(self, accounts: Accounts, cands: list[Candidate]) -> None:
+        self._tie = len(cands)  # candidates queued later go after those of the same job_key
+        grouped: dict[str, list[Candidate]] = {}
+        for cand in cands:
+            grouped.setdefault(cand.job.project, []).append(cand)
+        self.queues: dict[str, _Queue] = {}
+        for project, items in grouped.items():
+            items.sort(key=job_key)  # stable: equal keys keep the order given
+            self.queues[project] = _Queue(accounts.account(project), items)
+        self.heap: list[tuple[ProjectKey, str]] = []
+        for project, q in self.queues.items():
+            front = q.front()
+            if front is not None:
+                self.heap.append((q.rank(front), project))
+        heapq.heapify(self.heap)
+
+    def __iter__(self) -> Iterator[Candidate]:
+        """The candidates in turn order. The loop body handles each one (and may `queue` what
+        follows it) before its project is ranked again."""
+        heap, queues = self.heap, self.queues
+        while heap:
+            _, project = heapq.heappop(heap)
+            q = queues[project]
+            while (cand := q.take()) is not None:
+                yield cand
+                front = q.front()
+                if front is None:
+                    break
+                entry = (q.rank(front), project)
+                if heap and not entry < heap[0]:
+                    heapq.heappush(heap, entry)
+                    break
+                # else its new key is still the smallest: it would be popped straight back
+
+    def queue(self, cand: Candidate) -> None:
+        """Queue a candidate in its project (an elastic job's next replica)."""
+        self._tie += 1
+        item = (*job_key(cand), self._tie, cand)
+        heapq.heappush(self.queues[cand.job.project].later, item)
+
+    def remaining(self) -> list[Candidate]:
+        """Every candidate not yet popped."""
+        return [c for q in self.queues.values() for c in q.remaining()]
+
+
+def fewest_held_key(acct: Account) -> tuple[int, int]:
+    """Round robin: the project holding the fewest GPUs first, then the older project."""
+    return (acct.usage, acct.order)
+
+
+def queue_key(cand: Candidate) -> tuple[int, int, int]:
+    """The priority scheduler's one queue: higher job priority first, a job's minimum before
+    extra replicas, then submission order."""
+    return (-cand.job.priority, 1 if cand.extra else 0, cand.job.seq)

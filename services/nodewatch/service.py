@@ -3,8 +3,9 @@
 It folds the log (which nodes are registered, and by which registration), watches the
 heartbeat bucket, and when a registered node's heartbeat has not changed for the timeout it
 publishes `NodeLost`: the fold then frees the node's GPUs and queues its jobs again, so they
-run elsewhere. Like the scheduler, it holds a lease and fences each `NodeLost` on its term, so
-a deposed watcher cannot declare anything. Its clock is its own (given: the wall clock, or a
+run elsewhere. Like the scheduler, it leads through the fenced leader
+(services/runtime/leader.py) and fences each `NodeLost` on its term, so a deposed watcher
+cannot declare anything. Its clock is its own (given: the wall clock, or a
 test's virtual one): a node is lapsed when this watcher has not seen its heartbeat's revision
 change for the timeout; a watcher that just took the lead (or a node that just registered) gets
 a full timeout first. (On the wall clock, a host whose time is stepped forward by more than the
@@ -26,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import uuid
 
 import nats.errors
 import structlog
@@ -35,7 +35,6 @@ from nats.js.kv import KeyValue
 
 from events import (
     EventSetAside,
-    LeaderElected,
     NodeLost,
     NodeRegistered,
     WorkRelayed,
@@ -53,10 +52,11 @@ from services.nodewatch.work import (
     relay_key,
 )
 from services.runtime.clock import WALL_CLOCK, Clock
-from services.runtime.eventlog import TRANSIENT, Conflict, JetStreamLog, Stored
+from services.runtime.eventlog import JetStreamLog, Stored
 from services.runtime.follower import Follower
 from services.runtime.heartbeats import TIMEOUT_S, heartbeat_bucket
-from services.runtime.lease import Lease
+from services.runtime.host import Host, nats_host
+from services.runtime.leader import FencedLeader, Term
 from services.runtime.retry import is_transient
 from services.runtime.tasks import cancel_and_wait
 
@@ -76,13 +76,15 @@ class NodeWatch:
         timeout_s: float = TIMEOUT_S,
         lease_ttl_s: float = 3.0,
         clock: Clock = WALL_CLOCK,
+        host: Host | None = None,
     ) -> None:
         self.log = event_log
         self.timeout_s = timeout_s
         self.poll_s = max(0.1, timeout_s / 10)
         self.clock = clock
-        self.holder = f"{KIND}-{uuid.uuid4().hex[:8]}"
-        self.lease = Lease(KIND, self.holder, ttl_s=lease_ttl_s)
+        host = host or nats_host(event_log)
+        self.leader = FencedLeader(event_log, host, KIND, clock, ttl_s=lease_ttl_s)
+        self.holder = self.leader.holder
         self.follower = Follower(event_log)
         #: node -> the id of the registration the fold knows it by
         self.registrations: dict[str, str] = {}
@@ -100,16 +102,9 @@ class NodeWatch:
         await self.follower.catch_up(self._note)
         following = asyncio.create_task(self.follower.run(self._note))
         try:
-            while True:
-                try:
-                    await self.lease.acquire(self.log.js)
-                    await self._lead()
-                except TRANSIENT as e:
-                    log.warning("watch interrupted", error=str(e) or repr(e))
-                    await asyncio.sleep(0.5)
+            await self.leader.run(self._lead)
         finally:
             await cancel_and_wait(following)
-            await self.lease.release(self.log.js)
 
     async def _note(self, stored: Stored) -> None:
         event = stored.event
@@ -130,21 +125,9 @@ class NodeWatch:
             self.registrations[event.node] = event.id
             self.last_seen[event.node] = self.clock.now()  # a full timeout from (re)registering
 
-    async def _lead(self) -> None:
-        term = self.lease.revision or 0
-        elected = LeaderElected(
-            id=f"{KIND}/term/{self.holder}/{term}",
-            time=self.clock.now(),
-            actor=self.holder,
-            kind=KIND,
-            holder=self.holder,
-            term=term,
-        )
-        fence = (f"fl.leader.{KIND}", await self.log.publish_durably(elected))
-        await self.follower.wait_for(fence[1])
-        lost = asyncio.Event()
-        keeping = asyncio.create_task(self.lease.keep(self.log.js, lost))
-        relaying = asyncio.create_task(self._relay(fence))
+    async def _lead(self, term: Term) -> None:
+        await self.follower.wait_for(term.fence[1])
+        relaying = asyncio.create_task(self._relay(term.fence))
         try:
             bucket = await heartbeat_bucket(self.log.js, self.timeout_s)
             started = self.clock.now()
@@ -152,21 +135,18 @@ class NodeWatch:
             log.info(
                 "watching heartbeats and relaying work",
                 holder=self.holder,
-                term=term,
+                term=term.number,
                 timeout_s=self.timeout_s,
                 to_relay=len(self.queue.pending),
             )
-            while not lost.is_set() and not relaying.done():
+            while not term.lost.is_set() and not relaying.done():
                 await self._look(bucket)
-                await self._declare(fence)
-                await self._pause(lost, relaying)
+                await self._declare(term.fence)
+                await self._pause(term.lost, relaying)
             if relaying.done():
                 relaying.result()  # it only ends by failing
-        except Conflict:
-            log.warning("deposed: a newer term fenced our write")
         finally:
             await cancel_and_wait(relaying)
-            await cancel_and_wait(keeping)
 
     async def _pause(self, lost: asyncio.Event, relaying: asyncio.Task[None]) -> None:
         """Until the next poll, or sooner if the lease is lost or the relaying ended (with a

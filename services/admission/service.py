@@ -40,6 +40,7 @@ from services.runtime.follower import Follower
 from services.runtime.host import Host, nats_host
 from services.runtime.retry import is_transient
 
+SERVICE = "admission"
 CONCURRENCY = 64
 
 Verdict = JobAdmitted | JobRejected
@@ -55,7 +56,7 @@ class Admission:
         self.log = log
         self.clock = clock
         self.host = host or nats_host(log)
-        self.follower = Follower(log, snapshots=self.host.snapshots())
+        self.follower = Follower(log, snapshots=self.host.snapshots(), service=SERVICE)
         self.keys: dict[str, str | None] = {}  # job id -> idempotency key of its submission
         self.verdicts: dict[str, Verdict] = {}
         #: Submissions being recorded now: a second one for the same id waits for the first.

@@ -85,7 +85,7 @@ class NodeWatch:
         host = host or nats_host(event_log)
         self.leader = FencedLeader(event_log, host, KIND, clock, ttl_s=lease_ttl_s)
         self.holder = self.leader.holder
-        self.follower = Follower(event_log)
+        self.follower = Follower(event_log, service=KIND)
         #: node -> the id of the registration the fold knows it by
         self.registrations: dict[str, str] = {}
         self.last_seen: dict[str, float] = {}

@@ -196,7 +196,7 @@ def _client(user: str, inbox: list[str]) -> Permissions:
 
 
 def _admission(user: str, inbox: list[str]) -> Permissions:
-    publish = _log_reader() + _jobs(ADMISSION_EVENTS)
+    publish = [*_log_reader(), *_jobs(ADMISSION_EVENTS), set_aside_subject(user)]
     return Permissions(publish, [*inbox, ADMISSION_SUBJECT], allow_responses=True)
 
 
@@ -208,6 +208,7 @@ def _ledger(user: str, inbox: list[str]) -> Permissions:
         "fl.cluster.>",
         "fl.node.*.node_cordoned",
         "fl.node.*.node_uncordoned",
+        set_aside_subject(user),
     ]
     # writing a snapshot: its chunks and metadata, and purging the previous one's chunks
     publish += [f"$O.{SNAPSHOTS}.>", f"$JS.API.STREAM.PURGE.OBJ_{SNAPSHOTS}"]
@@ -216,13 +217,14 @@ def _ledger(user: str, inbox: list[str]) -> Permissions:
 
 def _decider(user: str, inbox: list[str]) -> Permissions:
     publish = _log_reader() + _jobs(DECISIONS[user]) + [f"fl.leader.{user}"]
+    publish.append(set_aside_subject(user))  # an event it cannot handle, set aside
     publish += [*_reading(f"KV_{LEASES}"), f"$KV.{LEASES}.{user}"]
     return Permissions(publish, inbox)
 
 
 def _nodewatch(user: str, inbox: list[str]) -> Permissions:
     publish = [*_log_reader(), "fl.node.*.node_lost", f"fl.leader.{user}", "fl.work.*"]
-    publish.append(set_aside_subject(user))  # a relay it cannot write, set aside
+    publish.append(set_aside_subject(user))  # a relay it cannot write, an event it cannot fold
     publish += [*_reading(f"KV_{LEASES}"), f"$KV.{LEASES}.{user}"]
     publish += _reading(f"KV_{HEARTBEATS}")
     return Permissions(publish, inbox)

@@ -58,7 +58,7 @@ class Decider:
         self.holder = self.leader.holder
         self.is_leader = self.leader.is_leader
         # a restart (or a standby's start) replays from the newest snapshot the ledger took
-        self.follower = Follower(event_log, snapshots=host.snapshots())
+        self.follower = Follower(event_log, snapshots=host.snapshots(), service=kind)
         self.settle_s = settle_s
         self.last_cycle_s = 0.0
         self.decisions = 0

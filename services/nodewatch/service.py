@@ -13,8 +13,8 @@ timeout would see every node lapse once; hosts slew their clocks, they do not st
 The `NodeLost` id names the registration it ends, so a repeat is dropped and a node that
 registers again can be lost again.
 
-It reads each registered node's key every poll (a node count in the hundreds; a thousand nodes
-would want a KV watch instead).
+It reads each registered node's heartbeat from its host every poll (a node count in the
+hundreds; a thousand nodes would want a watch instead).
 
 Its second duty is the work relay (`services/nodewatch/work.py`): every event the fold applied
 that concerns a node's jobs (or the node) is written again on `fl.work.<node>`, fenced on the
@@ -30,8 +30,7 @@ import os
 
 import nats.errors
 import structlog
-from nats.js.errors import APIError, KeyNotFoundError, NotFoundError
-from nats.js.kv import KeyValue
+from nats.js.errors import APIError
 
 from events import (
     EventSetAside,
@@ -52,9 +51,9 @@ from services.nodewatch.work import (
     relay_key,
 )
 from services.runtime.clock import WALL_CLOCK, Clock
-from services.runtime.eventlog import JetStreamLog, Stored
+from services.runtime.eventlog import EventLog, Stored
 from services.runtime.follower import Follower
-from services.runtime.heartbeats import TIMEOUT_S, heartbeat_bucket
+from services.runtime.heartbeats import TIMEOUT_S, Heartbeats
 from services.runtime.host import Host, nats_host
 from services.runtime.leader import FencedLeader, Term
 from services.runtime.retry import is_transient
@@ -72,7 +71,7 @@ RELAY_BATCH = 256
 class NodeWatch:
     def __init__(
         self,
-        event_log: JetStreamLog,
+        event_log: EventLog,
         timeout_s: float = TIMEOUT_S,
         lease_ttl_s: float = 3.0,
         clock: Clock = WALL_CLOCK,
@@ -82,7 +81,7 @@ class NodeWatch:
         self.timeout_s = timeout_s
         self.poll_s = max(0.1, timeout_s / 10)
         self.clock = clock
-        host = host or nats_host(event_log)
+        self.host = host = host or nats_host(event_log)
         self.leader = FencedLeader(event_log, host, KIND, clock, ttl_s=lease_ttl_s)
         self.holder = self.leader.holder
         self.follower = Follower(event_log, service=KIND)
@@ -129,7 +128,7 @@ class NodeWatch:
         await self.follower.wait_for(term.fence[1])
         relaying = asyncio.create_task(self._relay(term.fence))
         try:
-            bucket = await heartbeat_bucket(self.log.js, self.timeout_s)
+            heartbeats = self.host.heartbeats(self.timeout_s)
             started = self.clock.now()
             self.last_seen = {node: started for node in self.follower.state.nodes}
             log.info(
@@ -140,7 +139,7 @@ class NodeWatch:
                 to_relay=len(self.queue.pending),
             )
             while not term.lost.is_set() and not relaying.done():
-                await self._look(bucket)
+                await self._look(heartbeats)
                 await self._declare(term.fence)
                 await self._pause(term.lost, relaying)
             if relaying.done():
@@ -181,7 +180,7 @@ class NodeWatch:
             # the server counts headers too, and closes the connection of a client that sends
             # more than max_payload (which reads as a transient error, retried for ever): so
             # the size is checked here, before sending
-            too_big = oversized(len(encode_event(relay)), self.log.nc.max_payload)
+            too_big = oversized(len(encode_event(relay)), self.host.message_limit())
             if too_big is not None:
                 await self._set_aside(relay, too_big, fence)
                 continue
@@ -214,14 +213,13 @@ class NodeWatch:
         self.queue.seen(relay)
         self.set_aside += 1
 
-    async def _look(self, bucket: KeyValue) -> None:
+    async def _look(self, heartbeats: Heartbeats) -> None:
         for node in list(self.follower.state.nodes):
-            try:
-                entry = await bucket.get(node)
-            except (KeyNotFoundError, NotFoundError):
+            revision = await heartbeats.get(node)
+            if revision is None:
                 continue  # expired, or never sent: not seen
-            if entry.revision != self.revisions.get(node):
-                self.revisions[node] = entry.revision or 0
+            if revision != self.revisions.get(node):
+                self.revisions[node] = revision
                 self.last_seen[node] = self.clock.now()
 
     async def _declare(self, fence: tuple[str, int]) -> None:

@@ -31,7 +31,7 @@ async def main(nats_url: str, dsn: str, name: str, instance: str) -> None:
     await cancel_and_wait(task)
     stopping.cancel()
     with contextlib.suppress(Exception):  # stopped for good (or for a while): nobody reads it
-        await log.js.delete_consumer(log.stream, durable)
+        await log.drop_durable()
     with contextlib.suppress(Exception):
         await log.nc.drain()
     if not task.cancelled() and task.exception() is not None:

@@ -186,6 +186,13 @@ class JetStreamLog:
         self._fenced_one_at_a_time = False
         self._fence_locks: dict[str, asyncio.Lock] = {}
 
+    async def drop_durable(self) -> None:
+        """Delete this reader's durable consumer (a service stopping for good: nobody reads
+        it, and the server would keep it for an hour)."""
+        if self.durable is not None:
+            with contextlib.suppress(NotFoundError):
+                await self.js.delete_consumer(self.stream, self.durable)
+
     async def ensure_stream(self) -> None:
         config = StreamConfig(
             name=self.stream, subjects=SUBJECTS, duplicate_window=120.0, allow_rollup_hdrs=False

@@ -418,7 +418,7 @@ def _read_side(  # noqa: PLR0913 (where each part of the read side runs)
     admin_token_file(token_file)
     common = ["--nats", nats_url]
     dsn = {DSN_ENV: postgres_dsn}  # not an argument: every user may read those
-    projector = ["-m", "services.projector", *common, "--instance", "embedded"]
+    projector = ["-m", "services.projector", *common]
     programs.append(Program("projector", projector, {**env("projector"), **dsn}))
     port = api_port or (DEFAULT_API_PORT if _port_free(DEFAULT_API_PORT) else free_port())
     api = ["-m", "services.api", *common, "--port", str(port)]

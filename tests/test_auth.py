@@ -56,6 +56,7 @@ from services.runtime.auth import (
     known_nodes,
     load_credentials,
     node_of,
+    projector_consumer,
     write_auth,
 )
 from services.runtime.checkpoint_bucket import BUCKET as CHECKPOINTS
@@ -350,12 +351,12 @@ async def test_an_executor_reads_only_its_own_work_and_cannot_write_any(secured:
     await nc.close()
 
 
-async def refused_on_executors_consumer(secured: Secured, user: str) -> None:
-    """`user` tries everything one can do to a consumer on the executor's; each is refused,
-    and `user` still reads the log with consumers of its own."""
+async def refused_on_consumer(secured: Secured, user: str, consumer: str, events: int = 2) -> None:
+    """`user` tries everything one can do to a consumer on `consumer`; each is refused, and
+    `user` still reads the log (`events` long) with consumers of its own."""
     errors: list[str] = []
     nc = await secured.connect(user, errors)
-    js, consumer = nc.jetstream(timeout=1.0), executor_consumer(NODE)
+    js = nc.jetstream(timeout=1.0)
     pull = json.dumps({"batch": 10, "expires": 500_000_000}).encode()
     inbox = nc.new_inbox()
     await nc.subscribe(inbox)
@@ -374,7 +375,7 @@ async def refused_on_executors_consumer(secured: Secured, user: str) -> None:
         await asyncio.sleep(0.1)  # let the server's -ERR arrive
         assert any("permissions violation" in e.lower() for e in errors), (user, errors)
     errors.clear()
-    assert len([s async for s in JetStreamLog(nc).read(1)]) == 2
+    assert len([s async for s in JetStreamLog(nc).read(1)]) == events
     assert errors == [], (user, errors)
     await nc.close()
 
@@ -395,12 +396,29 @@ async def test_no_service_takes_or_deletes_an_executors_consumer(secured: Secure
     await watcher.nc.close()
     consumer = executor_consumer(NODE)
     for user in ("api", "scheduler"):
-        await refused_on_executors_consumer(secured, user)
+        await refused_on_consumer(secured, user, consumer)
     # the executor's consumer is still there, and the new work is still for it to take
     admin = await secured.connect(ADMIN)
     info = await admin.jetstream().consumer_info(STREAM, consumer)
     assert (info.delivered.consumer_seq, info.num_pending) == (1, 1), info
     await admin.close()
+
+
+async def test_no_other_service_takes_or_deletes_the_projectors_consumer(
+    secured: Secured,
+) -> None:
+    """The projector's consumer is pinned like an executor's: the api's user cannot pull
+    from, bind or delete it, and the projector's own user reads through it."""
+    admin = JetStreamLog(await secured.connect(ADMIN))
+    await admin.ensure_stream()
+    await admin.publish(PoolConfigured(id="p", time=0.0, actor="admin", pool="default"))
+    projector = JetStreamLog(await secured.connect("projector"), durable=projector_consumer())
+    assert len([s async for s in projector.read(1, subject="fl.>")]) == 1  # its durable
+    await projector.nc.close()
+    await refused_on_consumer(secured, "api", projector_consumer(), events=1)
+    info = await admin.js.consumer_info(STREAM, projector_consumer())  # still there
+    assert info.name == projector_consumer()
+    await admin.nc.close()
 
 
 async def test_a_client_cannot_read_others_replies_or_the_log(secured: Secured) -> None:

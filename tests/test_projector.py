@@ -16,6 +16,7 @@ import pytest
 
 from bench.projector import synthetic_log
 from services.projector.service import Projector
+from services.runtime.auth import projector_consumer
 from services.runtime.eventlog import STREAM, JetStreamLog, connect
 from services.runtime.servers import NatsServer, Postgres
 from services.runtime.tasks import cancel_and_wait
@@ -158,17 +159,17 @@ async def test_restarts_leave_no_consumer_behind(
     await publish_all(log, events[:200])
     # killed three times, as the supervisor would restart it: its one consumer, taken back
     for round_ in range(3):
-        process = await _start_projector(nats_server.url, dsn, tmp_path, "--instance", "one")
+        process = await _start_projector(nats_server.url, dsn, tmp_path)
         start = 200 + 50 * round_
         await wait_position(dsn, await publish_all(log, events[start : start + 50]))
         process.send_signal(signal.SIGKILL)
         await process.wait()
-    assert len(await _projector_consumers(log)) == 1
-    # stopped (SIGTERM), with no instance named: its consumer goes with it
+    assert await _projector_consumers(log) == [projector_consumer()]
+    # stopped (SIGTERM): its consumer goes with it
     process = await _start_projector(nats_server.url, dsn, tmp_path)
     await wait_position(dsn, await publish_all(log, events[350:]))
-    assert len(await _projector_consumers(log)) == 2
+    assert await _projector_consumers(log) == [projector_consumer()]
     process.send_signal(signal.SIGTERM)
     await process.wait()
-    assert len(await _projector_consumers(log)) == 1
+    assert await _projector_consumers(log) == []
     await log.nc.close()

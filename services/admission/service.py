@@ -41,6 +41,7 @@ from services.runtime.follower import Follower
 from services.runtime.host import Host, nats_host
 from services.runtime.retry import is_transient
 
+SERVICE = "admission"
 CONCURRENCY = 64
 
 #: Admission's answer to a submission, as recorded
@@ -57,7 +58,7 @@ class Admission:
         self.log = log
         self.clock = clock
         self.host = host or nats_host(log)
-        self.follower = Follower(log, snapshots=self.host.snapshots())
+        self.follower = Follower(log, snapshots=self.host.snapshots(), service=SERVICE)
         self.keys: dict[str, str | None] = {}  # job id -> idempotency key of its submission
         self.verdicts: dict[str, AdmissionEvent] = {}
         #: Submissions being recorded now: a second one for the same id waits for the first.

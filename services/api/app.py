@@ -45,7 +45,6 @@ from litestar.params import HeaderParameter, JSONBody, PathParameter, QueryParam
 from litestar.response import Stream
 from litestar.response.sse import ServerSentEvent, ServerSentEventMessage
 from litestar.utils.scope.state import ScopeState
-from nats.aio.client import Client
 
 from events import (
     Event,
@@ -110,8 +109,9 @@ from services.api.types import (
     Pool as PoolView,
 )
 from services.api.ui import dashboard_routes
-from services.runtime.client import may_take_effect, send
-from services.runtime.eventlog import JetStreamLog, Stored, connect
+from services.runtime.client import may_take_effect
+from services.runtime.eventlog import EventLog, JetStreamLog, Stored, connect
+from services.runtime.host import NatsHost
 from services.runtime.postgres import PG_TRANSIENT, connect_pool, migrate
 from services.runtime.tasks import cancel_and_wait
 
@@ -156,7 +156,8 @@ class Settings:
 @dataclass
 class Context:
     db: asyncpg.Pool
-    nc: Client
+    #: the log, commands and what else the api reaches on the bus
+    host: NatsHost
     streams: StreamPlaces
     #: one audit at a time: each folds the whole log in a worker thread
     audits: asyncio.Semaphore = dataclasses.field(default_factory=lambda: asyncio.Semaphore(1))
@@ -423,7 +424,7 @@ UNCODED_STATUS: Final = 422
 
 async def _command(ctx: Context, command: AnyCommand) -> Accepted:
     try:
-        reply = await send(ctx.nc, command)
+        reply = await ctx.host.request(command)
     except msgspec.ValidationError as e:  # out of bounds (a negative quota): unsent
         at = re.search(r"`\$\.(\w+)", str(e))
         raise _fail(400, str(e), at[1] if at else None) from None
@@ -514,7 +515,7 @@ async def _job_command(ctx: Context, caller: Caller, job_id: str, command: AnyCo
 async def _caught_up(ctx: Context, conn: asyncpg.Connection, within: float = 3.0) -> bool:
     """Wait (a little) until the read models hold everything the log holds now, so a job
     submitted a moment ago can be acted on; False if they are not there in time."""
-    target = await JetStreamLog(ctx.nc).last_seq()
+    target = await ctx.host.log.last_seq()
     deadline = asyncio.get_running_loop().time() + within
     while await queries.projected_seq(conn) < target:
         if asyncio.get_running_loop().time() > deadline:
@@ -638,7 +639,7 @@ HostPrefix = Annotated[str, QueryParameter(min_length=1, max_length=4096, patter
 @get("/v1/volumes", responses=ERRORS, tags=["volumes"])
 async def list_volumes(ctx: Ctx, caller: Who) -> list[VolumeGrantView]:
     """The host path prefixes jobs may mount (`--volume`), each read-only or read-write."""
-    last = await JetStreamLog(ctx.nc).last_on(_VOLUMES_SUBJECT)
+    last = await ctx.host.log.last_on(_VOLUMES_SUBJECT)
     if last is None or not isinstance(last.event, VolumesConfigured):
         return []
     return [VolumeGrantView(g.prefix, g.read_write) for g in last.event.grants]
@@ -760,7 +761,7 @@ async def job_logs(
         return now is None or now.attempt != wanted or now.state not in LIVE_STATES
 
     lines = logs.Lines(prefixed=job.replicas > 1)
-    js = ctx.nc.jetstream()
+    js = ctx.host.log.js
     output = logs.read_output(
         js, job_id, wanted, lines, follow=follow, attempt_over=over, since=since
     )
@@ -890,7 +891,7 @@ async def job_timeline(
     if not rederive:
         return page
     try:
-        outcomes = await api_audit.outcomes_for_job(JetStreamLog(ctx.nc), ctx.audits, job_id)
+        outcomes = await api_audit.outcomes_for_job(ctx.host.log, ctx.audits, job_id)
     except api_audit.TooLong as e:
         raise _fail(422, str(e), "rederive") from None
     items = [msgspec.structs.replace(e, rederived=outcomes.get(e.seq)) for e in page.items]
@@ -916,7 +917,7 @@ async def audit_log(
     else:
         await _readable_job(ctx, caller, job)
     try:
-        return await api_audit.audit_log(JetStreamLog(ctx.nc), ctx.audits, Scope(first, last, job))
+        return await api_audit.audit_log(ctx.host.log, ctx.audits, Scope(first, last, job))
     except api_audit.TooLong as e:
         raise _fail(422, str(e), "to") from None
 
@@ -1096,7 +1097,7 @@ async def event_stream(
         after = int(last_event_id)
     if job is not None:
         await _readable_job(ctx, caller, job)
-    log_ = JetStreamLog(ctx.nc)
+    log_ = ctx.host.log
     start = (after + 1) if after is not None else (await log_.last_seq()) + 1
     # `>`: a node's report has its node after the event (`fl.job.<job>.<event>.<node>`)
     subject = f"fl.job.{job}.>" if job is not None else None
@@ -1138,7 +1139,7 @@ class _Visibility:
 
 async def _stream(
     place: Place,
-    log_: JetStreamLog,
+    log_: EventLog,
     start: int,
     subject: str | None,
     seen: _Visibility,
@@ -1186,14 +1187,14 @@ async def health(ctx: Ctx) -> Health:
     """How far the read models are: the last event projected, and the log's last."""
     async with ctx.db.acquire() as conn:
         projected = await queries.projected_seq(conn)
-    return Health(projected_seq=projected, log_seq=await JetStreamLog(ctx.nc).last_seq())
+    return Health(projected_seq=projected, log_seq=await ctx.host.log.last_seq())
 
 
 @get("/metrics", media_type="text/plain; version=0.0.4", include_in_schema=False)
 async def prometheus(ctx: Ctx) -> bytes:
-    log_seq = await JetStreamLog(ctx.nc).last_seq()
+    log_seq = await ctx.host.log.last_seq()
     async with ctx.db.acquire() as conn:
-        gpu = await gpus.read(conn, ctx.nc.jetstream(), await queries.nodes(conn), lambda _: True)
+        gpu = await gpus.read(conn, ctx.host.log.js, await queries.nodes(conn), lambda _: True)
         return await metrics.render(conn, log_seq, gpus.families(gpu))
 
 
@@ -1208,7 +1209,7 @@ async def gpu_report(ctx: Ctx, caller: Who) -> gpus.GpuReport:
     async with ctx.db.acquire() as conn:
         nodes = await queries.nodes(conn)
         return await gpus.read(
-            conn, ctx.nc.jetstream(), nodes, lambda p: visible is None or p in visible
+            conn, ctx.host.log.js, nodes, lambda p: visible is None or p in visible
         )
 
 
@@ -1261,7 +1262,7 @@ def create_app(settings: Settings) -> Litestar:
         nc = await connect(settings.nats_url, "api")
         app.state.ctx = Context(
             db=db,
-            nc=nc,
+            host=NatsHost(JetStreamLog(nc)),
             streams=StreamPlaces(settings.max_streams),
             node_runtime=settings.node_runtime,
         )

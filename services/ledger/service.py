@@ -22,6 +22,8 @@ from services.runtime.follower import Follower
 from services.runtime.host import Host, nats_host
 from services.runtime.snapshots import EVERY_EVENTS, Snapshotter
 
+SERVICE = "ledger"
+
 
 class Ledger:
     def __init__(
@@ -37,7 +39,7 @@ class Ledger:
         # the ledger takes the snapshots every decision service restarts from (see snapshots.py)
         store = self.host.snapshots()
         snapshotter = None if store is None else Snapshotter(store, every=snapshot_every)
-        self.follower = Follower(log, snapshotter=snapshotter)
+        self.follower = Follower(log, snapshotter=snapshotter, service=SERVICE)
         self.over: dict[tuple[str, str], bool] = {}  # as last recorded in the log
         self.usage = Usage()
         self.live = False

@@ -3,8 +3,9 @@
 It folds the log (which nodes are registered, and by which registration), watches the
 heartbeat bucket, and when a registered node's heartbeat has not changed for the timeout it
 publishes `NodeLost`: the fold then frees the node's GPUs and queues its jobs again, so they
-run elsewhere. Like the scheduler, it holds a lease and fences each `NodeLost` on its term, so
-a deposed watcher cannot declare anything. Its clock is its own (given: the wall clock, or a
+run elsewhere. Like the scheduler, it leads through the fenced leader
+(services/runtime/leader.py) and fences each `NodeLost` on its term, so a deposed watcher
+cannot declare anything. Its clock is its own (given: the wall clock, or a
 test's virtual one): a node is lapsed when this watcher has not seen its heartbeat's revision
 change for the timeout; a watcher that just took the lead (or a node that just registered) gets
 a full timeout first. (On the wall clock, a host whose time is stepped forward by more than the
@@ -12,8 +13,8 @@ timeout would see every node lapse once; hosts slew their clocks, they do not st
 The `NodeLost` id names the registration it ends, so a repeat is dropped and a node that
 registers again can be lost again.
 
-It reads each registered node's key every poll (a node count in the hundreds; a thousand nodes
-would want a KV watch instead).
+It reads each registered node's heartbeat from its host every poll (a node count in the
+hundreds; a thousand nodes would want a watch instead).
 
 Its second duty is the work relay (`services/nodewatch/work.py`): every event the fold applied
 that concerns a node's jobs (or the node) is written again on `fl.work.<node>`, fenced on the
@@ -26,16 +27,13 @@ from __future__ import annotations
 
 import asyncio
 import os
-import uuid
 
 import nats.errors
 import structlog
-from nats.js.errors import APIError, KeyNotFoundError, NotFoundError
-from nats.js.kv import KeyValue
+from nats.js.errors import APIError
 
 from events import (
     EventSetAside,
-    LeaderElected,
     NodeLost,
     NodeRegistered,
     WorkRelayed,
@@ -53,10 +51,11 @@ from services.nodewatch.work import (
     relay_key,
 )
 from services.runtime.clock import WALL_CLOCK, Clock
-from services.runtime.eventlog import TRANSIENT, Conflict, JetStreamLog, Stored
+from services.runtime.eventlog import EventLog, Stored
 from services.runtime.follower import Follower
-from services.runtime.heartbeats import TIMEOUT_S, heartbeat_bucket
-from services.runtime.lease import Lease
+from services.runtime.heartbeats import TIMEOUT_S, Heartbeats
+from services.runtime.host import Host, nats_host
+from services.runtime.leader import FencedLeader, Term
 from services.runtime.retry import is_transient
 from services.runtime.tasks import cancel_and_wait
 
@@ -72,18 +71,20 @@ RELAY_BATCH = 256
 class NodeWatch:
     def __init__(
         self,
-        event_log: JetStreamLog,
+        event_log: EventLog,
         timeout_s: float = TIMEOUT_S,
         lease_ttl_s: float = 3.0,
         clock: Clock = WALL_CLOCK,
+        host: Host | None = None,
     ) -> None:
         self.log = event_log
         self.timeout_s = timeout_s
         self.poll_s = max(0.1, timeout_s / 10)
         self.clock = clock
-        self.holder = f"{KIND}-{uuid.uuid4().hex[:8]}"
-        self.lease = Lease(KIND, self.holder, ttl_s=lease_ttl_s)
-        self.follower = Follower(event_log)
+        self.host = host = host or nats_host(event_log)
+        self.leader = FencedLeader(event_log, host, KIND, clock, ttl_s=lease_ttl_s)
+        self.holder = self.leader.holder
+        self.follower = Follower(event_log, service=KIND)
         #: node -> the id of the registration the fold knows it by
         self.registrations: dict[str, str] = {}
         self.last_seen: dict[str, float] = {}
@@ -100,16 +101,9 @@ class NodeWatch:
         await self.follower.catch_up(self._note)
         following = asyncio.create_task(self.follower.run(self._note))
         try:
-            while True:
-                try:
-                    await self.lease.acquire(self.log.js)
-                    await self._lead()
-                except TRANSIENT as e:
-                    log.warning("watch interrupted", error=str(e) or repr(e))
-                    await asyncio.sleep(0.5)
+            await self.leader.run(self._lead)
         finally:
             await cancel_and_wait(following)
-            await self.lease.release(self.log.js)
 
     async def _note(self, stored: Stored) -> None:
         event = stored.event
@@ -130,43 +124,28 @@ class NodeWatch:
             self.registrations[event.node] = event.id
             self.last_seen[event.node] = self.clock.now()  # a full timeout from (re)registering
 
-    async def _lead(self) -> None:
-        term = self.lease.revision or 0
-        elected = LeaderElected(
-            id=f"{KIND}/term/{self.holder}/{term}",
-            time=self.clock.now(),
-            actor=self.holder,
-            kind=KIND,
-            holder=self.holder,
-            term=term,
-        )
-        fence = (f"fl.leader.{KIND}", await self.log.publish_durably(elected))
-        await self.follower.wait_for(fence[1])
-        lost = asyncio.Event()
-        keeping = asyncio.create_task(self.lease.keep(self.log.js, lost))
-        relaying = asyncio.create_task(self._relay(fence))
+    async def _lead(self, term: Term) -> None:
+        await self.follower.wait_for(term.fence[1])
+        relaying = asyncio.create_task(self._relay(term.fence))
         try:
-            bucket = await heartbeat_bucket(self.log.js, self.timeout_s)
+            heartbeats = self.host.heartbeats(self.timeout_s)
             started = self.clock.now()
             self.last_seen = {node: started for node in self.follower.state.nodes}
             log.info(
                 "watching heartbeats and relaying work",
                 holder=self.holder,
-                term=term,
+                term=term.number,
                 timeout_s=self.timeout_s,
                 to_relay=len(self.queue.pending),
             )
-            while not lost.is_set() and not relaying.done():
-                await self._look(bucket)
-                await self._declare(fence)
-                await self._pause(lost, relaying)
+            while not term.lost.is_set() and not relaying.done():
+                await self._look(heartbeats)
+                await self._declare(term.fence)
+                await self._pause(term.lost, relaying)
             if relaying.done():
                 relaying.result()  # it only ends by failing
-        except Conflict:
-            log.warning("deposed: a newer term fenced our write")
         finally:
             await cancel_and_wait(relaying)
-            await cancel_and_wait(keeping)
 
     async def _pause(self, lost: asyncio.Event, relaying: asyncio.Task[None]) -> None:
         """Until the next poll, or sooner if the lease is lost or the relaying ended (with a
@@ -201,7 +180,7 @@ class NodeWatch:
             # the server counts headers too, and closes the connection of a client that sends
             # more than max_payload (which reads as a transient error, retried for ever): so
             # the size is checked here, before sending
-            too_big = oversized(len(encode_event(relay)), self.log.nc.max_payload)
+            too_big = oversized(len(encode_event(relay)), self.host.message_limit())
             if too_big is not None:
                 await self._set_aside(relay, too_big, fence)
                 continue
@@ -234,14 +213,13 @@ class NodeWatch:
         self.queue.seen(relay)
         self.set_aside += 1
 
-    async def _look(self, bucket: KeyValue) -> None:
+    async def _look(self, heartbeats: Heartbeats) -> None:
         for node in list(self.follower.state.nodes):
-            try:
-                entry = await bucket.get(node)
-            except (KeyNotFoundError, NotFoundError):
+            revision = await heartbeats.get(node)
+            if revision is None:
                 continue  # expired, or never sent: not seen
-            if entry.revision != self.revisions.get(node):
-                self.revisions[node] = entry.revision or 0
+            if revision != self.revisions.get(node):
+                self.revisions[node] = revision
                 self.last_seen[node] = self.clock.now()
 
     async def _declare(self, fence: tuple[str, int]) -> None:

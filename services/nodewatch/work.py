@@ -50,9 +50,10 @@ def rendezvous_port(job_id: str, attempt: int, taken: Collection[int]) -> int:
 HEADER_ROOM: Final = 4096
 
 
-def oversized(size: int, max_payload: int) -> str | None:
-    """Why a relay of `size` bytes cannot go on the bus, or None if it can."""
-    if size <= max_payload - HEADER_ROOM:
+def oversized(size: int, max_payload: int | None) -> str | None:
+    """Why a relay of `size` bytes cannot go on the bus, or None if it can (None: a bus with
+    no limit)."""
+    if max_payload is None or size <= max_payload - HEADER_ROOM:
         return None
     return (
         f"the relay is {size} bytes, more than the bus carries "

@@ -7,19 +7,20 @@ import asyncio
 import contextlib
 import os
 import signal
-import socket
 
 from services.projector.service import DEFAULT_NAME, Projector
-from services.runtime.eventlog import JetStreamLog, connect, durable_name
+from services.runtime.auth import projector_consumer
+from services.runtime.eventlog import JetStreamLog, connect
 from services.runtime.main import configure_logging
 from services.runtime.postgres import DSN_ENV
 from services.runtime.tasks import cancel_and_wait
 
 
-async def main(nats_url: str, dsn: str, name: str, instance: str) -> None:
-    # named by its instance, not its process: a restarted projector takes its consumer back
-    # instead of leaving one behind per process (each kept for an hour by the server)
-    durable = durable_name("projector", name, socket.gethostname(), instance)
+async def main(nats_url: str, dsn: str, name: str) -> None:
+    # named by its read models, not its process: a restarted projector takes its consumer
+    # back instead of leaving one behind per process (each kept for an hour by the server),
+    # and no other service's user may touch it (services/runtime/auth.py denies it by name)
+    durable = projector_consumer(name)
     log = JetStreamLog(await connect(nats_url, "projector"), durable=durable)
     task = asyncio.create_task(Projector(log, dsn, name=name).run())
     stop = asyncio.Event()
@@ -31,7 +32,7 @@ async def main(nats_url: str, dsn: str, name: str, instance: str) -> None:
     await cancel_and_wait(task)
     stopping.cancel()
     with contextlib.suppress(Exception):  # stopped for good (or for a while): nobody reads it
-        await log.js.delete_consumer(log.stream, durable)
+        await log.drop_durable()
     with contextlib.suppress(Exception):
         await log.nc.drain()
     if not task.cancelled() and task.exception() is not None:
@@ -48,14 +49,8 @@ if __name__ == "__main__":
     )
     parser.add_argument("--name", default=DEFAULT_NAME, help="the read models' position name")
     parser.add_argument("--log-level", default="info")
-    parser.add_argument(
-        "--instance",
-        default=None,
-        help="this instance's name, the same across its restarts, so that its durable "
-        "consumer is reused (default: the process id, a consumer per process)",
-    )
     args = parser.parse_args()
     if not args.postgres:
         parser.error(f"--postgres or {DSN_ENV} is required")
     configure_logging(args.log_level)
-    asyncio.run(main(args.nats, args.postgres, args.name, args.instance or str(os.getpid())))
+    asyncio.run(main(args.nats, args.postgres, args.name))

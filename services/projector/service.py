@@ -30,7 +30,7 @@ from events import EventSetAside, set_aside_id, subject_for
 from projections import Batch, Projection
 from projections.storable import storable
 from services.projector import store
-from services.runtime.eventlog import JetStreamLog, Stored
+from services.runtime.eventlog import EventLog, Stored
 from services.runtime.postgres import PG_TRANSIENT, connect_pool, migrate
 from services.runtime.tasks import cancel_and_wait
 
@@ -43,7 +43,7 @@ log = structlog.get_logger("fairlane.projector")
 
 class Projector:
     def __init__(
-        self, log: JetStreamLog, dsn: str, *, name: str = DEFAULT_NAME, batch_max: int = BATCH_MAX
+        self, log: EventLog, dsn: str, *, name: str = DEFAULT_NAME, batch_max: int = BATCH_MAX
     ) -> None:
         self.log = log
         self.dsn = dsn

@@ -11,7 +11,8 @@ snapshot, or delete the stream. With it, the server itself refuses all of that:
   the reports of attempts on its own node (`fl.job.*.<event>.<its node>`);
 - only the node watcher relays work to a node (`fl.work.<node>`), and an executor reads only
   its own node's work, through its own consumer (it reads nothing else of the log); no other
-  user may make, bind, pull from, ack or delete that consumer (denied by name);
+  user may make, bind, pull from, ack or delete that consumer, nor the projector's (each
+  denied by name);
 - only the ledger writes configuration events (a node's cordon among them) and snapshots;
 - executors read and write the objects of the cluster's checkpoint store (a job resumes on any
   node, so any node's executor reads any job's; the object store's subjects carry no job to
@@ -70,6 +71,8 @@ SERVICES: Final = (
     "api",
 )
 ADMIN: Final = "admin"
+#: projector.service.DEFAULT_NAME: the read models' position name a cluster's projector uses
+PROJECTION_NAME: Final = "main"
 CLIENT: Final = "client"
 
 #: The job events each writer records (`fl.job.<job id>.<event>`; an executor's reports,
@@ -183,7 +186,12 @@ def permissions(user: str, nodes: list[str] | tuple[str, ...] = ()) -> Permissio
         # would let it pull, ack or delete an executor's consumer: a reader that pulled an
         # executor's work took it from the executor, and the jobs never started. Every
         # executor's consumer has a fixed name, so each is refused by name.
-        deny = [s for node in nodes for s in _consumer_subjects(STREAM, executor_consumer(node))]
+        # The projector's consumer likewise: a reader that pulled from it took events from
+        # the read models. Each service may make, bind and delete only consumers of its own.
+        pinned = [executor_consumer(node) for node in nodes]
+        if user != "projector":
+            pinned.append(projector_consumer())
+        deny = [s for consumer in pinned for s in _consumer_subjects(STREAM, consumer)]
         granted = msgspec.structs.replace(granted, deny_publish=deny)
     return granted
 
@@ -196,7 +204,7 @@ def _client(user: str, inbox: list[str]) -> Permissions:
 
 
 def _admission(user: str, inbox: list[str]) -> Permissions:
-    publish = _log_reader() + _jobs(ADMISSION_EVENTS)
+    publish = [*_log_reader(), *_jobs(ADMISSION_EVENTS), set_aside_subject(user)]
     return Permissions(publish, [*inbox, ADMISSION_SUBJECT], allow_responses=True)
 
 
@@ -208,6 +216,7 @@ def _ledger(user: str, inbox: list[str]) -> Permissions:
         "fl.cluster.>",
         "fl.node.*.node_cordoned",
         "fl.node.*.node_uncordoned",
+        set_aside_subject(user),
     ]
     # writing a snapshot: its chunks and metadata, and purging the previous one's chunks
     publish += [f"$O.{SNAPSHOTS}.>", f"$JS.API.STREAM.PURGE.OBJ_{SNAPSHOTS}"]
@@ -216,13 +225,14 @@ def _ledger(user: str, inbox: list[str]) -> Permissions:
 
 def _decider(user: str, inbox: list[str]) -> Permissions:
     publish = _log_reader() + _jobs(DECISIONS[user]) + [f"fl.leader.{user}"]
+    publish.append(set_aside_subject(user))  # an event it cannot handle, set aside
     publish += [*_reading(f"KV_{LEASES}"), f"$KV.{LEASES}.{user}"]
     return Permissions(publish, inbox)
 
 
 def _nodewatch(user: str, inbox: list[str]) -> Permissions:
     publish = [*_log_reader(), "fl.node.*.node_lost", f"fl.leader.{user}", "fl.work.*"]
-    publish.append(set_aside_subject(user))  # a relay it cannot write, set aside
+    publish.append(set_aside_subject(user))  # a relay it cannot write, an event it cannot fold
     publish += [*_reading(f"KV_{LEASES}"), f"$KV.{LEASES}.{user}"]
     publish += _reading(f"KV_{HEARTBEATS}")
     return Permissions(publish, inbox)
@@ -243,6 +253,12 @@ def executor_consumer(node: str) -> str:
     """The one consumer an executor reads its work with: services/executor/__main__.py names
     its durable consumer so."""
     return executor_user(node)
+
+
+def projector_consumer(name: str = PROJECTION_NAME) -> str:
+    """The one consumer the projector writing the read models `name` reads the log with
+    (services/projector/__main__.py): one per name, since one projector writes each."""
+    return f"projector-{_token(name)}"
 
 
 def _consumer_subjects(stream: str, consumer: str) -> list[str]:

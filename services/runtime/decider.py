@@ -1,8 +1,8 @@
 """A decision service: a leader that folds the log, runs the policy, and publishes its decisions.
 
 The scheduler (placements) and the preemptor (stop requests and nominations) are the same loop
-with a different share of `policy.cycle.decide`'s output. Only the holder of the kind's lease
-decides; it records its term (`LeaderElected`) and fences every decision on it, so if it is
+with a different share of `policy.cycle.decide`'s output. Only the kind's fenced leader
+decides (services/runtime/leader.py): every decision is fenced on its term, so if it is
 deposed while a write is in flight the server refuses that write. A standby waits on the lease.
 
 Decision ids derive from their inputs, so a new leader that decides the same thing again
@@ -14,22 +14,18 @@ from __future__ import annotations
 import asyncio
 import gc
 import time
-import uuid
 from collections.abc import Callable
 
-import structlog
-
-from events import Event, JobScheduled, LeaderElected
+from events import Event, JobScheduled
 from policy.cycle import decide, next_wakeup
 from policy.version import stamped
 from services.runtime.clock import WALL_CLOCK, Clock
-from services.runtime.eventlog import Conflict, EventLog
+from services.runtime.eventlog import EventLog
 from services.runtime.follower import Follower
 from services.runtime.host import Host, nats_host
-from services.runtime.retry import is_transient
+from services.runtime.leader import FencedLeader, Term
 from services.runtime.tasks import cancel_and_wait
 
-log = structlog.get_logger("fairlane.decider")
 #: How long to let a burst of events land before deciding on them (at least).
 SETTLE_S = 0.005
 #: Under load, wait as long as the last cycle took before the next one (up to this much):
@@ -57,15 +53,15 @@ class Decider:
         self.kind = kind
         self.mine = mine
         self.clock = clock
-        self.holder = f"{kind}-{uuid.uuid4().hex[:8]}"
         host = host or nats_host(event_log)
-        self.lease = host.leadership(kind, self.holder, ttl_s=LEASE_TTL_S)
+        self.leader = FencedLeader(event_log, host, kind, clock, ttl_s=LEASE_TTL_S)
+        self.holder = self.leader.holder
+        self.is_leader = self.leader.is_leader
         # a restart (or a standby's start) replays from the newest snapshot the ledger took
-        self.follower = Follower(event_log, snapshots=host.snapshots())
+        self.follower = Follower(event_log, snapshots=host.snapshots(), service=kind)
         self.settle_s = settle_s
         self.last_cycle_s = 0.0
         self.decisions = 0
-        self.is_leader = asyncio.Event()
 
     async def run(self) -> None:
         await self.log.ensure_stream()
@@ -77,48 +73,19 @@ class Decider:
         gc.freeze()
         following = asyncio.create_task(self.follower.run())
         try:
-            while True:
-                try:
-                    await self.lease.acquire()
-                    await self._lead()
-                except Exception as e:  # the server went away, or the store is full:
-                    if not is_transient(e):  # decide again later
-                        raise
-                    log.warning("cycle interrupted", kind=self.kind, error=str(e) or repr(e))
-                    await asyncio.sleep(0.5)
+            await self.leader.run(self._lead)
         finally:
-            following.cancel()
-            await self.lease.release()
+            await cancel_and_wait(following)
 
-    async def _lead(self) -> None:
-        term = self.lease.revision or 0
-        elected = LeaderElected(
-            id=f"{self.kind}/term/{self.holder}/{term}",
-            time=self.clock.now(),
-            actor=self.holder,
-            kind=self.kind,
-            holder=self.holder,
-            term=term,
-        )
-        fence = (f"fl.leader.{self.kind}", await self.log.publish_durably(elected))
-        lost = asyncio.Event()
-        keeping = asyncio.create_task(self.lease.keep(lost))
-        self.is_leader.set()
-        log.info("leading", kind=self.kind, holder=self.holder, term=term)
-        try:
-            await self.follower.wait_for(fence[1])
-            while not lost.is_set():
-                published = await self._cycle(fence)
-                if published:
-                    await self.follower.wait_for(published)
-                    await asyncio.sleep(min(self.last_cycle_s, MAX_PACE_S))
-                    continue
-                await self._wait_for_change(lost)
-        except Conflict:
-            log.warning("deposed: a newer term fenced our write", kind=self.kind)
-        finally:
-            self.is_leader.clear()
-            await cancel_and_wait(keeping)
+    async def _lead(self, term: Term) -> None:
+        await self.follower.wait_for(term.fence[1])
+        while not term.lost.is_set():
+            published = await self._cycle(term.fence)
+            if published:
+                await self.follower.wait_for(published)
+                await asyncio.sleep(min(self.last_cycle_s, MAX_PACE_S))
+                continue
+            await self._wait_for_change(term.lost)
 
     async def _cycle(self, fence: tuple[str, int]) -> int:
         """One cycle; returns the sequence of the last decision published (0 if none)."""

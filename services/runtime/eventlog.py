@@ -59,6 +59,16 @@ class Conflict(Exception):
     """The stream moved on since the state this write was decided from."""
 
 
+class UnreadableEvent(Undecodable):
+    """`Undecodable`, and where: the sequence and subject of the event that cannot be read."""
+
+    def __init__(self, seq: int, subject: str, error: Undecodable) -> None:
+        super().__init__(f"at sequence {seq} ({subject}): {error}")
+        self.seq = seq
+        self.subject = subject
+        self.reason = str(error)
+
+
 class ConsumerGone(Exception):
     """The server no longer has the consumer being read (it restarted, or cleaned it up)."""
 
@@ -146,7 +156,7 @@ def stored_or_skip(seq: int, subject: str, data: bytes) -> Stored | None:
         return None
     except Undecodable as e:
         log.error("stopped at an unreadable event", seq=seq, subject=subject, error=str(e))
-        raise Undecodable(f"at sequence {seq} ({subject}): {e}") from None
+        raise UnreadableEvent(seq, subject, e) from None
     if not on_its_subject(subject, event):
         # the server let its writer write there, not say what it says: a node's report on
         # another node's subject (or naming another node) is skipped by every reader alike
@@ -175,6 +185,13 @@ class JetStreamLog:
         # the other (a decider's window of placements would otherwise lose all but one).
         self._fenced_one_at_a_time = False
         self._fence_locks: dict[str, asyncio.Lock] = {}
+
+    async def drop_durable(self) -> None:
+        """Delete this reader's durable consumer (a service stopping for good: nobody reads
+        it, and the server would keep it for an hour)."""
+        if self.durable is not None:
+            with contextlib.suppress(NotFoundError):
+                await self.js.delete_consumer(self.stream, self.durable)
 
     async def ensure_stream(self) -> None:
         config = StreamConfig(

@@ -1,9 +1,11 @@
-"""What a service needs besides the event log: where commands reach it, leadership, snapshots.
+"""Everything a service reaches outside its own code: the event log, where commands reach it,
+leadership, snapshots, the nodes' heartbeats and the bus's message limit.
 
-On a cluster that is NATS (`NatsHost`: request/reply subjects, a KV lease, the snapshot object
-store, all on the JetStream log's connection). In one process on the in-memory log
-(`InProcessHost`) commands are handed to the services' handlers directly, each decision kind
-has one leader for good, and there are no snapshots: the services are the same code either way.
+On a cluster that is NATS (`NatsHost`: the JetStream log, request/reply subjects, a KV lease,
+the snapshot object store, the heartbeat bucket, all on the log's connection). In one process
+on the in-memory log (`InProcessHost`) commands are handed to the services' handlers directly,
+each decision kind has one leader for good, heartbeats are a dictionary and there are no
+snapshots: the services are the same code either way, and none of them touches NATS itself.
 """
 
 from __future__ import annotations
@@ -12,10 +14,13 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from events.commands import AnyCommand, Reply
+from events.commands import AnyCommand, Reply, service_subject
+from services.runtime.client import send
 from services.runtime.commands import Handler, answer, serve
 from services.runtime.eventlog import EventLog, JetStreamLog
+from services.runtime.heartbeats import TIMEOUT_S, Heartbeats, KvHeartbeats, MemoryHeartbeats
 from services.runtime.lease import Lease
+from services.runtime.memory_log import MemoryLog
 from services.runtime.snapshots import SnapshotStore
 
 
@@ -35,13 +40,28 @@ class Leadership(Protocol):
 
 
 class Host(Protocol):
+    @property
+    def log(self) -> EventLog: ...
+
     async def serve(self, subject: str, handler: Handler, concurrency: int = 1) -> None:
         """Answer the commands sent to `subject` with `handler`."""
+        ...
+
+    async def request(self, command: AnyCommand) -> Reply:
+        """Send `command` to the service that serves it; its answer."""
         ...
 
     def leadership(self, kind: str, holder: str, ttl_s: float) -> Leadership: ...
 
     def snapshots(self) -> SnapshotStore | None: ...
+
+    def heartbeats(self, ttl_s: float = TIMEOUT_S) -> Heartbeats:
+        """The nodes' heartbeats (`ttl_s`: how long one counts, where the store is made)."""
+        ...
+
+    def message_limit(self) -> int | None:
+        """The most bytes one message may carry (headers included); None: no limit."""
+        ...
 
 
 @dataclass
@@ -70,11 +90,20 @@ class NatsHost:
     async def serve(self, subject: str, handler: Handler, concurrency: int = 1) -> None:
         await serve(self.log.nc, subject, handler, concurrency)
 
+    async def request(self, command: AnyCommand) -> Reply:
+        return await send(self.log.nc, command)
+
     def leadership(self, kind: str, holder: str, ttl_s: float) -> Leadership:
         return _KvLeadership(Lease(kind, holder, ttl_s=ttl_s), self.log)
 
     def snapshots(self) -> SnapshotStore | None:
         return SnapshotStore(self.log.js)
+
+    def heartbeats(self, ttl_s: float = TIMEOUT_S) -> Heartbeats:
+        return KvHeartbeats(self.log.js, ttl_s)
+
+    def message_limit(self) -> int | None:
+        return int(self.log.nc.max_payload)
 
 
 def nats_host(log: EventLog) -> Host:
@@ -104,8 +133,10 @@ class InProcessHost:
     """Services in one process: `send` hands a command to the handler serving its subject,
     one at a time per subject when it was served with concurrency 1, as NATS serving does."""
 
+    log: EventLog = field(default_factory=MemoryLog)
     handlers: dict[str, tuple[Handler, asyncio.Semaphore]] = field(default_factory=dict)
     _served: asyncio.Event = field(default_factory=asyncio.Event)
+    _heartbeats: MemoryHeartbeats = field(default_factory=MemoryHeartbeats)
 
     async def serve(self, subject: str, handler: Handler, concurrency: int = 1) -> None:
         self.handlers[subject] = (handler, asyncio.Semaphore(concurrency))
@@ -122,6 +153,15 @@ class InProcessHost:
 
     def snapshots(self) -> SnapshotStore | None:
         return None
+
+    def heartbeats(self, ttl_s: float = TIMEOUT_S) -> Heartbeats:
+        return self._heartbeats
+
+    def message_limit(self) -> int | None:
+        return None
+
+    async def request(self, command: AnyCommand) -> Reply:
+        return await self.send(service_subject(command), command)
 
     async def send(self, subject: str, command: AnyCommand) -> Reply:
         if subject not in self.handlers:

@@ -204,7 +204,7 @@ class InProcessCluster:
     def __init__(self, start: float = 0.0) -> None:
         self.log = MemoryLog()
         self.clock = VirtualClock(start)
-        self.host = InProcessHost()
+        self.host = InProcessHost(self.log)
         self.observer = Follower(self.log)
         self.executors = SimulatedExecutors(self.log, self.clock)
         self.tasks: list[asyncio.Task[None]] = []

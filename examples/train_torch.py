@@ -104,7 +104,7 @@ def main() -> int:
         optimizer.step()
         step += 1
         if step % args.report_every == 0:
-            workload.progress(step=step, metrics={"loss": float(loss)})
+            workload.progress(step=step, metrics={"loss": loss.detach().item()})
         if step % args.checkpoint_every == 0:
             save(path, step, model, optimizer)
     if step % args.checkpoint_every:

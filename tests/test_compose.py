@@ -6,7 +6,9 @@ A batch of short jobs runs while the leading scheduler's container and one NATS 
 killed with SIGKILL and started again; then the Run:AI exercise is played through the HTTP API
 of the api container. The log, read as the admin user, must hold every submitted job once,
 every batch job completed once, no GPU held by two attempts at once, the training job preempted
-once and placed again; and the API's read models must agree with it.
+once and placed again; and the API's read models must agree with it. Last, with two executors:
+the checkpoint store (and the nodes' heartbeats and samples) is kept on all three servers, and
+a training job drained off the node it runs on resumes on the other from its step.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import msgspec
@@ -40,7 +43,10 @@ from services.runtime.auth import (
     route_credentials,
     route_urls,
 )
+from services.runtime.checkpoint_bucket import BUCKET as CHECKPOINTS
 from services.runtime.eventlog import STREAM, JetStreamLog, Stored, connect
+from services.runtime.gpu_samples import BUCKET as SAMPLES
+from services.runtime.heartbeats import BUCKET as HEARTBEATS
 from tests.compose_support import build_images, docker, project_name, remove_stale_stacks
 from tests.docker_support import DOCKER_HOST, REPO, missing
 from tests.holdings import check_holdings
@@ -140,13 +146,14 @@ def stack() -> Iterator[Stack]:
     built = time.monotonic() - began
     folder = Path(tempfile.mkdtemp(prefix="fairlane-compose-"))
     secrets = folder / "secrets"
-    write_secrets(secrets, ["node-1"])
-    executor_data = folder / "executor"
-    executor_data.mkdir()
-    try:
-        os.chown(executor_data, IMAGE_UID, IMAGE_UID)
-    except PermissionError:  # not root: let the image's user in all the same
-        executor_data.chmod(0o777)
+    write_secrets(secrets, ["node-1", "node-2"])
+    executor_data = [folder / "executor", folder / "executor-2"]
+    for data in executor_data:
+        data.mkdir()
+        try:
+            os.chown(data, IMAGE_UID, IMAGE_UID)
+        except PermissionError:  # not root: let the image's user in all the same
+            data.chmod(0o777)
     clients, routes, monitors = free_ports(3), free_ports(3), free_ports(3)
     login = route_credentials(secrets)  # written by write_secrets with the cluster's config
     postgres, api = free_ports(2)
@@ -160,7 +167,8 @@ def stack() -> Iterator[Stack]:
         "FAIRLANE_SECRETS": str(secrets),
         "FAIRLANE_NATS_URL": nats_url,
         "FAIRLANE_POSTGRES_DSN": f"postgresql://fairlane@127.0.0.1:{postgres}/fairlane",
-        "FAIRLANE_EXECUTOR_DATA": str(executor_data),
+        "FAIRLANE_EXECUTOR_DATA": str(executor_data[0]),
+        "FAIRLANE_EXECUTOR_DATA_2": str(executor_data[1]),
         "FAIRLANE_TEST_ROUTES": ",".join(route_urls(login, [f"127.0.0.1:{p}" for p in routes])),
         "FAIRLANE_TEST_ROUTE_LOGIN": f"{login.user}:{login.password}",
         "FAIRLANE_TEST_POSTGRES": str(postgres),
@@ -304,7 +312,7 @@ def play(stack: Stack) -> None:
     """The batch under kills, then the exercise, then the checks (see the module's docstring)."""
     with stack.http() as client:
         wait_for("the api answers", lambda: _answers(client))
-        wait_for("node-1 registered", lambda: _node_up(client))
+        wait_for("node-1 and node-2 registered", lambda: _nodes_up(client) == NODES)
         for project in ("project-a", "project-b"):
             answer = client.put(f"/v1/projects/{project}", json={"quota": 4})
             assert answer.status_code == 200, answer.text
@@ -366,6 +374,12 @@ def play(stack: Stack) -> None:
         states = {j["job_id"]: j["state"] for j in all_jobs(client)}
         assert all(states[name] == "completed" for name in batch), states
 
+        began = time.monotonic()
+        assert asyncio.run(copies(stack)) == dict.fromkeys(BUCKETS, 3)
+        assert client.delete("/v1/jobs/large-training-job").status_code == 200
+        moves_by_its_checkpoint(client)
+        print(f"a checkpoint moved between the nodes in {time.monotonic() - began:.0f}s")
+
 
 def check_the_log(stored: list[Stored], submitted: list[str], batch: list[str]) -> None:
     """Nothing lost, nothing doubled: counted per job and event type, from the raw log."""
@@ -397,16 +411,91 @@ def _answers(client: httpx.Client) -> bool:
         return False
 
 
-def _node_up(client: httpx.Client) -> bool:
+NODES = {"node-1", "node-2"}
+
+
+def _nodes_up(client: httpx.Client) -> set[str]:
     try:
         nodes = client.get("/v1/nodes").json()
     except httpx.TransportError:
-        return False
-    return (
-        any(n.get("node") == "node-1" and not n.get("lost") for n in nodes)
-        if isinstance(nodes, list)
-        else False
-    )
+        return set()
+    return {n["node"] for n in nodes if not n.get("lost")} if isinstance(nodes, list) else set()
+
+
+#: the streams under the buckets that must outlive a server: the checkpoints, and the nodes'
+#: heartbeats and GPU samples (a node whose heartbeats cannot be written is soon lost)
+BUCKETS = (f"OBJ_{CHECKPOINTS}", f"KV_{HEARTBEATS}", f"KV_{SAMPLES}")
+
+
+async def copies(stack: Stack) -> dict[str, int]:
+    """How many servers keep each of BUCKETS (its stream's replicas)."""
+    log = await admin_log(stack)
+    try:
+        infos = [await log.js.stream_info(name) for name in BUCKETS]
+    finally:
+        await log.nc.close()
+    return {info.config.name or "": int(info.config.num_replicas or 1) for info in infos}
+
+
+#: examples/train.py as the executors' image holds it, run as a process on the node
+TRAIN = ["python", "/app/examples/train.py", "--steps", "100000", "--step-seconds", "0.01"]
+
+
+def moves_by_its_checkpoint(client: httpx.Client) -> None:
+    """A training job saves on the node it runs on; that node is drained; the job resumes on
+    the other node from the step it stopped at (the nodes share no folder: the object store
+    carried its checkpoint), the drain on its timeline."""
+    submit(client, "moving", "project-b", 1, job_class="train", command=[*TRAIN])
+    wait_for("moving saved a checkpoint", lambda: bool(steps_saved(client, "moving")))
+    [a] = nodes_of(client, "moving")
+    [b] = NODES - {a}
+    answer = client.post(f"/v1/nodes/{a}/drain", json={"reason": "compose test"})
+    assert answer.status_code == 200, answer.text
+    wait_for("moving runs again", lambda: attempt_running(client, "moving") == 2)
+    assert nodes_of(client, "moving") == [b]
+    wait_for("both attempts said their step", lambda: None not in said_steps(client))
+    stopped, resumed = said_steps(client)
+    assert stopped is not None and stopped > 0 and resumed == stopped
+    assert [e["nodes"] for e in timeline(client, "moving", "JobScheduled")] == [[a], [b]]
+    [stop] = timeline(client, "moving", "JobPreempted")
+    assert stop["reason"] == "drain" and stop["nodes"] == [a], stop
+    assert stop["event"]["checkpointed"] and stop["event"]["stored_bytes"] > 0, stop
+    assert client.post(f"/v1/nodes/{a}/uncordon", json={}).status_code == 200
+
+
+def nodes_of(client: httpx.Client, job_id: str) -> list[str]:
+    return [str(node) for node in client.get(f"/v1/jobs/{job_id}").json()["nodes"]]
+
+
+def attempt_running(client: httpx.Client, job_id: str) -> int | None:
+    found = job(client, job_id)
+    return int(str(found["attempt"])) if found.get("state") == "running" else None
+
+
+def timeline(client: httpx.Client, job_id: str, kind: str) -> list[dict[str, Any]]:
+    answer = client.get(f"/v1/jobs/{job_id}/timeline", params={"type": kind, "limit": 500})
+    items: list[dict[str, Any]] = answer.json()["items"]
+    return items
+
+
+def steps_saved(client: httpx.Client, job_id: str) -> list[int]:
+    return [
+        e["event"]["step"]
+        for e in timeline(client, job_id, "JobCheckpointed")
+        if e["event"].get("step")
+    ]
+
+
+def said_steps(client: httpx.Client) -> tuple[int | None, int | None]:
+    """The steps examples/train.py printed: where job `moving` stopped in attempt 1 and
+    resumed in attempt 2 (its output is shipped a moment after it is written)."""
+
+    def step(attempt: int, what: str) -> int | None:
+        output = client.get("/v1/jobs/moving/logs", params={"attempt": attempt}).text
+        found = re.findall(rf"{what} (\d+)", output)
+        return int(found[-1]) if found else None
+
+    return step(1, "stopping at step"), step(2, "resumed from step")
 
 
 def test_compose_files_parse_as_one_deployment() -> None:

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
+import tarfile
 import time
 import urllib.request
 from collections.abc import AsyncIterator, Callable
@@ -22,7 +25,6 @@ from types import ModuleType
 from typing import Any, TypeVar
 
 import pytest
-from nats.js.errors import NotFoundError
 
 from events import (
     ClusterConfigured,
@@ -745,21 +747,25 @@ async def test_a_shut_down_that_could_not_report_is_reported_when_the_node_comes
 async def test_a_checkpoint_over_the_bound_is_not_stored_and_the_timeline_says_so(
     cluster: Cluster,
 ) -> None:
-    small = CheckpointStorage("object_store", None, max_bytes=1000)
-    await cluster.executor("n1", gpus=1, checkpoint_storage=small)
-    command = (
-        "sh",
-        "-c",
-        'head -c 5000 /dev/zero > "$FAIRLANE_CHECKPOINT_DIR/big" '
-        '&& touch "$FAIRLANE_CHECKPOINT_DIR/.checkpoint"; sleep 30',
-    )
-    await cluster.job("big", (Replica("n1", (0,)),), command)
+    """A small save is stored; a later one over the bound is not, the timeline names its size
+    and the bound, and the store still holds the small one whole (nothing half-written)."""
+    bounded = CheckpointStorage("object_store", None, max_bytes=30_000)
+    await cluster.executor("n1", gpus=1, checkpoint_storage=bounded)
+    save = 'cd "$FAIRLANE_CHECKPOINT_DIR" && head -c {} /dev/zero > {} && touch .checkpoint'
+    script = f"{save.format(100, 'small')}; sleep 1; {save.format(100_000, 'big')}; sleep 30"
+    await cluster.job("big", (Replica("n1", (0,)),), ("sh", "-c", script))
+    stored = await cluster.recorder.wait(JobCheckpointed, "big", lambda e: bool(e.size_bytes))
     said = await cluster.recorder.wait(JobMessage, "big")
-    assert "over the bound of 1000 (--checkpoint-max-bytes): not stored" in said.text
+    size = re.search(
+        r"is (\d+) bytes, over the bound of 30000 \(--checkpoint-max-bytes\)", said.text
+    )
+    assert size and int(size[1]) > 100_000 and "not stored" in said.text, said.text
     assert said.actor == "executor/n1"
     bucket = await checkpoint_bucket(cluster.log.js)
-    with pytest.raises(NotFoundError):
-        await bucket.get_info(object_name("big", 0))
+    kept = await bucket.get(object_name("big", 0))  # checks the digest
+    assert kept.info.size == stored.size_bytes
+    with tarfile.open(fileobj=io.BytesIO(kept.data or b"")) as tar:
+        assert [m.name for m in tar.getmembers() if m.isfile()] == ["small"]
 
 
 async def test_a_shared_folder_holds_the_checkpoints_of_every_node(cluster: Cluster) -> None:

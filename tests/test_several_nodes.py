@@ -1,10 +1,12 @@
 """Several nodes on one machine, as a newcomer runs them: `fairlane up`, `fairlane node start`,
 a training job drained off its node and resumed on the other from its step, the same after
 the node it moved to is stopped and declared lost, a node joining with a credentials file as
-from another machine, and the bad input refused with nothing half-applied."""
+from another machine, and the bad input refused with nothing half-applied; then the same move
+and a gang's rendezvous with two nodes that run their jobs as Docker containers."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import time
@@ -25,9 +27,19 @@ from fairlane.nodes import (
     without_program,
 )
 from fairlane.supervisor import Plan, Program
-from services.runtime.auth import Credentials, executor_user
+from services.runtime.auth import (
+    ADMIN,
+    Credentials,
+    credentials_file,
+    executor_user,
+    load_credentials,
+)
+from services.runtime.checkpoint_bucket import checkpoint_bucket
+from services.runtime.eventlog import connect
 from services.runtime.servers import free_port
 from tests import test_embedded
+from tests.compose_support import docker
+from tests.docker_support import DOCKER_HOST, engine, example_image
 
 TRAIN = str(Path(__file__).resolve().parent.parent / "examples" / "train.py")
 #: its jobs run this run's interpreter, which may sit where no job's own user may run it
@@ -208,6 +220,120 @@ def joins_from_elsewhere(api: Api, data: Path, remote: Path, url: str, a: str) -
 
 def program_of_node(node: str, host: str) -> str:
     return "executor" if node == host else f"executor-{node}"
+
+
+@pytest.mark.docker
+@pytest.mark.nats
+def test_docker_nodes_move_a_job_by_the_object_store_and_meet_as_a_gang(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two nodes on this machine that run their jobs as containers of the job's image, each
+    with its own executor and data folder: a training job drained off one resumes on the other
+    from its step, its checkpoint carried by the cluster's object store (the nodes share no
+    folder); then a 2-replica gang over both meets at one MASTER_ADDR:MASTER_PORT, and its
+    next attempt at a new port. One cluster for both: it is the slow part."""
+    image = asyncio.run(built_example_image())
+    monkeypatch.setenv("DOCKER_HOST", DOCKER_HOST)  # the executors' engine (read by aiodocker)
+    data = tmp_path / "fl"
+    ports = ("--nats-port", str(free_port()), "--api-port", str(free_port()))
+    docker_nodes = ("--runtime", "docker", "--nodes", "2", "--gpus", "1")
+    nodes: set[str] = set()
+    try:
+        fairlane("up", "--detach", *docker_nodes, *ports, data_dir=data)
+        host = json.loads((data / "cluster.json").read_text())["node"]
+        nodes = {host, f"{host}-2"}
+        api = Api(resolve(None, None, data))
+        fairlane("project", "set", "team", "--quota", "2", data_dir=data)
+        train = ("python3", "/app/examples/train.py", "--steps=100000")
+        image_job = ("--project", "team", "--class", "train", "--image", image)
+        fairlane("submit", "train-1", *image_job, "--", *train, data_dir=data)
+        [a] = eventually(lambda: job(api, 1), "attempt 1 runs")["nodes"]
+        [b] = nodes - {a}
+        drained(api, data, a, b)
+        assert containers("train-1") == [b]
+        carried_by_the_store(api, data, node_data(data, b, host))
+        fairlane("delete", "train-1", data_dir=data)
+        fairlane("node", "uncordon", a, data_dir=data)
+        meets_as_a_gang(api, data, image_job, nodes)
+    finally:
+        fairlane("down", data_dir=data)
+        for node in nodes:  # what a failed test may have left
+            left = docker("ps", "-aq", "--filter", f"label=fairlane.node={node}").split()
+            if left:
+                docker("rm", "-f", *left, check=False)
+
+
+async def built_example_image() -> str:
+    """The image with examples/ and fairlane.workload in /app (tests/docker_support.py)."""
+    client = await engine()
+    try:
+        return await example_image(client)
+    finally:
+        await client.close()
+
+
+def containers(job_id: str) -> list[str]:
+    """The nodes of the job's running containers, by the labels the executors give them."""
+    label = '{{.Label "fairlane.node"}}'
+    ps = docker("ps", "--filter", f"label=fairlane.job={job_id}", "--format", label)
+    return sorted(ps.split())
+
+
+def node_data(data: Path, node: str, host: str) -> Path:
+    """A node's executor folder: the first node's is the cluster's, the others' their own."""
+    return data / "executor" if node == host else data / "nodes" / node / "executor"
+
+
+def carried_by_the_store(api: Api, data: Path, b_folder: Path) -> None:
+    """Node a stored the replica's folder in the object store before it reported the stop; the
+    bucket holds the object, and b's folder records the stored checkpoint it fetched."""
+    [stop] = [e["event"] for e in timeline(api, type="JobPreempted")]
+    assert stop["checkpointed"] and stop["stored_bytes"] > 0, stop
+    assert (b_folder / "checkpoints" / "train-1" / "replica-0.stored").is_file()
+    assert asyncio.run(stored_size(data, "train-1/replica-0")) > 0
+
+
+async def stored_size(data: Path, name: str) -> int:
+    info = json.loads((data / "cluster.json").read_text())
+    creds = load_credentials(credentials_file(data, ADMIN))
+    nc = await connect(info["nats_url"], "test", credentials=creds)
+    try:
+        found = await (await checkpoint_bucket(nc.jetstream())).get_info(name)
+        return int(found.size or 0)
+    finally:
+        await nc.close()
+
+
+#: what each replica of the gang prints from its environment
+MEETS = 'echo "rank $RANK of $WORLD_SIZE, node $NODE_RANK, meets at $MASTER_ADDR:$MASTER_PORT"'
+MET = re.compile(r"\[replica (\d)\] rank (\d) of (\d), node (\d), meets at (\S+):(\d+)")
+
+
+def met(api: Api, attempt: int) -> list[tuple[str, ...]] | None:
+    """What both replicas of `attempt` said, once both said it (the API's output of a gang
+    prefixes each line with its replica)."""
+    found = sorted(set(MET.findall(api.get_text("/v1/jobs/g2/logs", attempt=attempt))))
+    return found if len(found) == 2 else None
+
+
+def meets_as_a_gang(api: Api, data: Path, image_job: tuple[str, ...], nodes: set[str]) -> None:
+    """One replica on each node, each told the same master (replica 0's node) and its rank;
+    paused and resumed, the next attempt meets at another port."""
+    gang = ("--replicas", "2", "--gpus", "1")
+    meets = f"{MEETS}; exec sleep 600"
+    fairlane("submit", "g2", *image_job, *gang, "--", "sh", "-c", meets, data_dir=data)
+    first = eventually(lambda: met(api, 1), "both replicas of attempt 1 say where they meet")
+    port = first[0][5]
+    assert first == [(str(r), str(r), "2", str(r), "127.0.0.1", port) for r in (0, 1)]
+    assert 29500 <= int(port) < 32768
+    assert sorted(api.get("/v1/jobs/g2")["nodes"]) == containers("g2") == sorted(nodes)
+    fairlane("pause", "g2", data_dir=data)
+    eventually(lambda: api.get("/v1/jobs/g2")["state"] == "paused" or None, "g2 paused")
+    fairlane("resume", "g2", data_dir=data)
+    second = eventually(lambda: met(api, 2), "both replicas of attempt 2 say where they meet")
+    assert len({line[5] for line in second}) == 1 and second[0][5] != port
+    assert [line[:5] for line in second] == [line[:5] for line in first]
+    assert not api.get("/v1/jobs/g2/timeline", type="JobFailed")["items"]
 
 
 def test_a_plan_gains_and_loses_a_nodes_executor() -> None:

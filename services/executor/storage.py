@@ -132,18 +132,42 @@ def pack(folder: Path, into: Path) -> int:
 def unpack(archive: Path, folder: Path) -> None:
     """Replace `folder` with the archive's content: unpacked beside it, then swapped in, so the
     replica never sees half of it. The `data` filter refuses links out of the folder, absolute
-    names and device files."""
-    if not hasattr(tarfile, "data_filter"):  # Python 3.11.4 and later
-        raise RuntimeError("unpacking a checkpoint safely needs Python 3.11.4 or later")
-    fresh = Path(tempfile.mkdtemp(prefix=folder.name + ".fetched-", dir=folder.parent))
+    names and device files; where Python has none, `plain_members` checks as much first."""
     with tarfile.open(archive) as tar:
-        tar.extractall(fresh, filter="data")
+        members = None if hasattr(tarfile, "data_filter") else plain_members(tar)
+        fresh = Path(tempfile.mkdtemp(prefix=folder.name + ".fetched-", dir=folder.parent))
+        if members is None:
+            tar.extractall(fresh, filter="data")
+        else:
+            tar.extractall(fresh, members=members)  # checked by plain_members
     old = folder.with_name(folder.name + ".replaced")
     shutil.rmtree(old, ignore_errors=True)
     if folder.exists():
         folder.rename(old)
     fresh.rename(folder)
     shutil.rmtree(old, ignore_errors=True)
+
+
+def plain_members(tar: tarfile.TarFile) -> list[tarfile.TarInfo]:
+    """For a Python without tarfile's `data` filter (before 3.11.4: Debian 12's python3 is
+    3.11.2), the same guard by hand, before anything is unpacked: only files and folders, each
+    under the destination (no absolute name, no `..`), without setuid, setgid, sticky, group or
+    other write bits, and owned by whoever unpacks (the archive's owners are another node's)."""
+    members = tar.getmembers()
+    for member in members:
+        name = member.name
+        if (
+            name.startswith("/")
+            or ".." in name.split("/")
+            or not (member.isfile() or member.isdir())
+        ):
+            raise ValueError(
+                f"checkpoint archive member {name!r} refused: only files and folders inside "
+                "the checkpoint folder are unpacked"
+            )
+        member.mode &= 0o755
+        member.uid, member.gid, member.uname, member.gname = os.geteuid(), os.getegid(), "", ""
+    return members
 
 
 class ObjectCheckpoints:

@@ -93,15 +93,16 @@ def decode(data: bytes) -> NodeSamples:
     return _decoder.decode(data)
 
 
-async def samples_bucket(js: JetStreamContext) -> KeyValue:
+async def samples_bucket(js: JetStreamContext, replicas: int = 1) -> KeyValue:
     """The bucket, made on first use where the user may (without authentication); with it,
-    `provision` made it beforehand."""
+    `provision` made it beforehand, with a copy on every server of a cluster."""
     try:
         return await js.key_value(BUCKET)
     except (BucketNotFoundError, NotFoundError):
         pass
     try:
-        return await js.create_key_value(KeyValueConfig(bucket=BUCKET, ttl=TTL_S, history=1))
+        config = KeyValueConfig(bucket=BUCKET, ttl=TTL_S, history=1, replicas=replicas)
+        return await js.create_key_value(config)
     except BadRequestError:  # made meanwhile by someone else
         return await js.key_value(BUCKET)
 

@@ -21,14 +21,18 @@ BUCKET: Final = "fairlane-heartbeats"
 TIMEOUT_S: Final = 10.0
 
 
-async def heartbeat_bucket(js: JetStreamContext, ttl_s: float = TIMEOUT_S) -> KeyValue:
-    """The bucket, made on first use (its TTL is fixed by whoever makes it)."""
+async def heartbeat_bucket(
+    js: JetStreamContext, ttl_s: float = TIMEOUT_S, replicas: int = 1
+) -> KeyValue:
+    """The bucket, made on first use (its TTL and copies are fixed by whoever makes it:
+    `provision` keeps it on every server of a cluster, so a node's heartbeats outlive one)."""
     try:
         return await js.key_value(BUCKET)
     except (BucketNotFoundError, NotFoundError):
         pass
     try:
-        return await js.create_key_value(KeyValueConfig(bucket=BUCKET, ttl=ttl_s, history=1))
+        config = KeyValueConfig(bucket=BUCKET, ttl=ttl_s, history=1, replicas=replicas)
+        return await js.create_key_value(config)
     except BadRequestError:  # made meanwhile by someone else, with a TTL of their own
         return await js.key_value(BUCKET)
 

@@ -80,8 +80,8 @@ async def provision(
         await js.key_value(LEASES)
     except (BucketNotFoundError, NotFoundError):
         await js.create_key_value(KeyValueConfig(bucket=LEASES, ttl=LEASE_TTL_S, replicas=replicas))
-    await heartbeat_bucket(js)
-    await samples_bucket(js)  # the GPUs' samples, off the log like heartbeats
+    await heartbeat_bucket(js, replicas=replicas)
+    await samples_bucket(js, replicas=replicas)  # the GPUs' samples, off the log like heartbeats
     try:  # the workloads' output, bounded apart from the log (services/runtime/logstream.py)
         await js.stream_info(LOG_STREAM)
     except NotFoundError:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import io
 import json
 import os
@@ -1092,9 +1093,18 @@ async def test_a_gang_of_the_training_example_resumes_each_replica_from_its_own_
     assert not cluster.recorder.of(JobFailed, "g4")
 
 
+def require_torch() -> None:
+    """PyTorch is not a dependency (only the example uses it): skip without it, but with
+    CI=true fail, since `.ci/torch` installs it there."""
+    if importlib.util.find_spec("torch") is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("torch is not installed (CI=true: run .ci/torch first)")
+        pytest.skip("torch is not installed (.ci/torch installs its CPU build)")
+
+
 async def test_the_pytorch_example_is_preempted_and_resumes(cluster: Cluster) -> None:
     """Runs where PyTorch is installed (it is not a dependency); on a GPU where there is one."""
-    pytest.importorskip("torch")
+    require_torch()
     ex = await cluster.executor("n1", gpus=1)
     example = str(Path(__file__).resolve().parent.parent / "examples" / "train_torch.py")
     command = (sys.executable, example, "--steps", "1000000", "--checkpoint-every", "50")
@@ -1116,7 +1126,7 @@ async def test_the_pytorch_example_trains_as_a_gang_over_two_nodes(cluster: Clus
     """torch.distributed over the rendezvous the executors give (gloo on CPUs, NCCL on GPUs):
     two replicas on two nodes meet, are preempted together and resume from the same step.
     Runs where PyTorch is installed (it is not a dependency)."""
-    pytest.importorskip("torch")
+    require_torch()
     nodes = [await cluster.executor(n, gpus=1) for n in ("n1", "n2")]
     example = str(Path(__file__).resolve().parent.parent / "examples" / "train_torch.py")
     command = (sys.executable, example, "--steps", "1000000", "--checkpoint-every", "50")

@@ -83,9 +83,9 @@ from services.runtime.servers import (
 SERVICES = ("admission", "ledger", "scheduler", "preemptor", "nodewatch")
 SUPERVISOR = "supervisor"
 PLAN_FILE = "supervisor-plan.json"
-#: The services' instance name: the same across restarts, so their durable consumers are
+#: The services' instance number: the same across restarts, so their durable consumers are
 #: reused, not left behind one per process.
-INSTANCE = "embedded"
+INSTANCE = "0"
 POSTGRES = "postgres"
 DEFAULT_NATS_PORT = 4222
 DEFAULT_API_PORT = 8080

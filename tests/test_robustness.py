@@ -111,7 +111,7 @@ async def leader_terms(url: str, kind: str) -> list[int]:
 async def test_the_standby_takes_over(
     cluster: ProcessCluster, nats_server: NatsServer, kind: str
 ) -> None:
-    await cluster.start(f"{kind}-2", kind)
+    await cluster.start(f"{kind}-2", kind, "--instance", "1")  # its own consumer
     leader = await cluster.leader(kind, f"{kind}-2")
     await submit_many(nats_server.url, 30, prefix="before")
     log = await open_log(nats_server.url)

@@ -22,6 +22,8 @@ import nats
 import pytest
 from nats.aio.client import Client
 
+from cluster.provision import provision
+from cluster.servers import NatsServer
 from events import (
     Event,
     EventSetAside,
@@ -67,8 +69,6 @@ from services.runtime.gpu_samples import BUCKET as SAMPLES
 from services.runtime.gpu_samples import GpuSample, NodeSamples, encode, read_all, samples_bucket
 from services.runtime.lease import Lease
 from services.runtime.main import instance_number
-from services.runtime.provision import provision
-from services.runtime.servers import NatsServer
 from services.runtime.snapshots import SnapshotStore
 from services.runtime.tasks import cancel_and_wait
 from tests.process_cluster import (

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from cluster.servers import NatsServer
 from events import JobScheduled, JobSpec, LeaderElected
 from events.commands import SetPool, SetProject
 from services.nodewatch.service import TIMEOUT_ENV
-from services.runtime.servers import NatsServer
 from tests.process_cluster import (
     ProcessCluster,
     audit,

@@ -15,8 +15,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from fairlane.client import Api, resolve
-from fairlane.nodes import (
+from cluster.nodes import (
     NodeError,
     credentials_for,
     executor_args,
@@ -24,9 +23,10 @@ from fairlane.nodes import (
     with_program,
     without_program,
 )
-from fairlane.supervisor import Plan, Program
+from cluster.servers import free_port
+from cluster.supervisor import Plan, Program
+from fairlane.client import Api, resolve
 from services.runtime.auth import Credentials, executor_user
-from services.runtime.servers import free_port
 from tests import test_embedded
 
 TRAIN = str(Path(__file__).resolve().parent.parent / "examples" / "train.py")

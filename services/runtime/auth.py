@@ -20,7 +20,7 @@ snapshot, or delete the stream. With it, the server itself refuses all of that:
 - admission alone records submissions and their verdicts;
 - clients (the CLI, workloads) reach only the command subjects and their own replies;
 - only the admin user creates, changes or deletes streams and buckets (`fairlane up` does that
-  once, before any service starts: see services/runtime/provision.py).
+  once, before any service starts: see cluster/provision.py).
 
 Every user gets its own inbox prefix (`_INBOX_<user>`), so nobody can read another's replies.
 Readers get what reading the log takes (stream info, consumers, pull, ack, message get), never

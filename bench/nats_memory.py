@@ -31,10 +31,10 @@ from rich.console import Console
 from rich.table import Table
 
 from bench.replay import workload
+from cluster.servers import NatsServer
 from events import encode_event, subject_for
 from services.runtime.eventlog import JetStreamLog, connect
 from services.runtime.main import configure_logging
-from services.runtime.servers import NatsServer
 
 Variant = Literal["fairlane", "no-msg-id", "few-subjects"]
 VARIANTS: tuple[Variant, ...] = ("fairlane", "no-msg-id", "few-subjects")

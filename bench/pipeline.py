@@ -48,6 +48,7 @@ from nats.aio.client import Client
 from rich.console import Console
 from rich.table import Table
 
+from cluster.servers import NatsServer
 from events import JobCancelled, JobSpec, JobStarted
 from events.commands import CancelJob, SetPool, SetProject, SubmitJob
 from events.units import percentile
@@ -56,7 +57,6 @@ from services.nodewatch.service import TIMEOUT_ENV
 from services.runtime.client import send
 from services.runtime.eventlog import JetStreamLog, connect
 from services.runtime.main import configure_logging
-from services.runtime.servers import NatsServer
 
 
 @dataclass

@@ -29,6 +29,7 @@ import msgspec
 from rich.console import Console
 from rich.table import Table
 
+from cluster.servers import NatsServer, Postgres, free_port
 from events import (
     Event,
     JobAdmitted,
@@ -53,7 +54,6 @@ from services.api.tokens import admin_token_file
 from services.projector.service import Projector
 from services.runtime.eventlog import JetStreamLog, connect
 from services.runtime.main import configure_logging
-from services.runtime.servers import NatsServer, Postgres, free_port
 
 PROJECTS = ("vision", "speech", "nlp", "robotics")
 

@@ -29,6 +29,7 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
+from cluster.servers import NatsServer
 from events import (
     Event,
     JobAdmitted,
@@ -49,7 +50,6 @@ from policy.state import ClusterState
 from services.runtime.eventlog import JetStreamLog, connect
 from services.runtime.follower import Follower
 from services.runtime.main import configure_logging
-from services.runtime.servers import NatsServer
 from services.runtime.snapshots import SnapshotStore
 
 NODES = 1000

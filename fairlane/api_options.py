@@ -10,8 +10,8 @@ from typing import Annotated
 
 import cyclopts
 
+from cluster.cluster_file import DEFAULT_DATA_DIR
 from fairlane.client import Api, resolve
-from fairlane.cluster_file import DEFAULT_DATA_DIR
 
 
 @cyclopts.Parameter(name="*", group="Connection")

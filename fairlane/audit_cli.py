@@ -8,37 +8,28 @@ audited anywhere.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sys
-import threading
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated
 
 import cyclopts
 import msgspec
-import nats.errors as nats_errors
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from cluster import log_reading
+from cluster.cluster_file import DEFAULT_DATA_DIR
 from events import Event
 from events.export import ExportError, export_line, read_export
 from fairlane.cluster_cli import DataDir, NatsUrl, Output
-from fairlane.cluster_file import DEFAULT_DATA_DIR, read_cluster
 from policy.audit import AuditReport, Finding, Reader, Scope, as_document, audit, differences
-from services.runtime.auth import ADMIN, Credentials, load_credentials
-from services.runtime.connection import NotAuthorized, connect
-from services.runtime.eventlog import JetStreamLog
-from services.runtime.log_reader import blocking_reader
-from services.runtime.main import configure_logging
 
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 Log = list[tuple[int, Event]]
-T = TypeVar("T")
-CONNECT_WITHIN_S = 10.0
 #: events between two updates of the progress bar (rich redraws it at most 10 times a second)
 PROGRESS_EVERY = 500
 
@@ -128,70 +119,12 @@ def opened_log(file: Path | None, data_dir: Path, nats: str | None) -> Iterator[
         with _file_errors(file):
             yield _file_reader(file), _count_lines(file)
         return
-    url, credentials = _cluster(data_dir, nats)
-    with _stream(url, credentials) as opened:
-        yield opened
-
-
-def _cluster(data_dir: Path, nats: str | None) -> tuple[str, Credentials | None]:
-    """Where the log is and whom to read it as. A cluster found in `data_dir` is read as its
-    admin user (reading the whole stream is an operator's act); with `--nats`, as the user
-    whose credentials file FAIRLANE_NATS_CREDENTIALS names, if any."""
-    if nats is not None:
-        return nats, None
-    running = read_cluster(data_dir.resolve())
-    if running is None:
-        err.print(f"[red]error:[/] no cluster runs from {data_dir} (start one: fairlane up)")
-        sys.exit(2)
-    if not running.credentials_dir:  # a server not started here: no users of ours
-        return running.nats_url, None
-    path = Path(running.credentials_dir) / f"{ADMIN}.json"
     try:
-        return running.nats_url, load_credentials(path)
-    except (OSError, msgspec.DecodeError, msgspec.ValidationError) as e:
-        err.print(f"[red]error:[/] the cluster's admin credentials {path}: cannot read them ({e})")
+        with log_reading.stream(*log_reading.where(data_dir, nats)) as opened:
+            yield opened
+    except log_reading.LogUnreachable as e:
+        err.print(f"[red]error:[/] {e}")
         sys.exit(2)
-
-
-@contextmanager
-def _stream(url: str, credentials: Credentials | None) -> Iterator[tuple[Reader, int]]:
-    """The stream read through an event loop in a thread of its own, so that the audit (plain
-    code) pulls the events as it folds them."""
-    configure_logging("error")
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, name="log-reader", daemon=True)
-    thread.start()
-
-    def on_loop(coro: Coroutine[Any, Any, T]) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, loop).result()
-
-    nc = None
-    try:
-        # bounded: a server that does not answer is not waited for past CONNECT_WITHIN_S
-        nc = on_loop(
-            asyncio.wait_for(
-                connect(url, "fairlane-log-reader", retry_for=5, credentials=credentials),
-                CONNECT_WITHIN_S,
-            )
-        )
-        stream = JetStreamLog(nc)
-        end = on_loop(stream.last_seq())
-        yield blocking_reader(stream, loop, end), end
-    except TimeoutError:
-        err.print(
-            f"[red]error:[/] cannot read the log at {url}: no connection within"
-            f" {CONNECT_WITHIN_S:g} s (is the server up, and does it let this user in?)"
-        )
-        sys.exit(2)
-    except (OSError, nats_errors.Error, NotAuthorized) as e:
-        err.print(f"[red]error:[/] cannot read the log at {url}: {e or type(e).__name__}")
-        sys.exit(2)
-    finally:
-        if nc is not None:
-            on_loop(nc.close())
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join()
-        loop.close()
 
 
 def _file_reader(path: Path) -> Reader:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from fairlane.cluster_file import read_cluster
+from cluster.cluster_file import read_cluster
 
 API_ENV: Final = "FAIRLANE_API"
 TOKEN_ENV: Final = "FAIRLANE_TOKEN"

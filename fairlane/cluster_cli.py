@@ -16,8 +16,8 @@ import cyclopts
 from rich.console import Console
 from rich.table import Table
 
-from fairlane.cluster_file import DEFAULT_DATA_DIR, ClusterFile, read_cluster
-from fairlane.embedded import (
+from cluster.cluster_file import DEFAULT_DATA_DIR, ClusterFile, read_cluster, stopped
+from cluster.embedded import (
     EmbeddedError,
     down,
     limit_warnings,
@@ -25,10 +25,9 @@ from fairlane.embedded import (
     supervisor_status,
     up,
 )
-from fairlane.log_health import LogHealth, describe, look_now
-from fairlane.supervisor import STABLE_S, ProgramStatus
-from services.runtime.main import configure_logging
-from services.runtime.processes import pid_exists
+from cluster.log_health import LogHealth, describe, look_now
+from cluster.supervisor import STABLE_S, ProgramStatus
+from cluster.tool_log import log_like_services
 
 console = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -105,7 +104,7 @@ def up_command(
     if heartbeat_timeout is not None and not 0 < heartbeat_timeout <= 86_400:
         err.print(f"[red]error:[/] --heartbeat-timeout {heartbeat_timeout:g}: not in (0, 86400]")
         sys.exit(2)
-    configure_logging("warning")  # the table below says what started
+    log_like_services("warning")  # the table below says what started
     same_user = insecure_same_user or os.geteuid() != 0
     if same_user:
         err.print(
@@ -129,7 +128,7 @@ def up_command(
             insecure_same_user=same_user,
         )
         if nodes > 1 and gpus is not None:
-            from fairlane.nodes import NodeError, start_node  # noqa: PLC0415  (only for --nodes)
+            from cluster.nodes import NodeError, start_node  # noqa: PLC0415  (only for --nodes)
 
             for i in range(2, nodes + 1):
                 name = f"{info.node}-{i}"
@@ -258,7 +257,7 @@ def status_command(*, data_dir: DataDir = DEFAULT_DATA_DIR) -> None:
     table = Table(title=f"Fairlane at {info.nats_url}", title_justify="left")
     table.add_column("what")
     table.add_column("state")
-    dead = [name for name, pid in info.pids.items() if not pid_exists(pid)]
+    dead = stopped(info)
     for name, pid in info.pids.items():
         table.add_row(name, f"pid {pid}" + (" [red]not running[/]" if name in dead else ""))
     programs = supervisor_status(data_dir)

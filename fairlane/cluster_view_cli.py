@@ -17,11 +17,11 @@ import cyclopts
 from rich.markup import escape
 from rich.table import Table
 
+from cluster.cluster_file import DEFAULT_DATA_DIR
 from events.units import parse_duration
 from fairlane import gpus_cli
 from fairlane.api_options import Connection, connected
 from fairlane.client import Api
-from fairlane.cluster_file import DEFAULT_DATA_DIR
 from fairlane.output import (
     USAGE,
     MaybeWhole,
@@ -295,7 +295,7 @@ def node_start(
             "without both, the node joins the embedded cluster in --data-dir",
             USAGE,
         )
-    from fairlane import nodes  # noqa: PLC0415  (NATS and the supervisor: only when run)
+    from cluster import nodes  # noqa: PLC0415  (NATS and the supervisor: only when run)
 
     async def start() -> nodes.StartedNode:
         if nats is not None and credentials is not None:
@@ -359,7 +359,7 @@ def node_stop(name: str, /, *, data_dir: DataDir = DEFAULT_DATA_DIR) -> None:
     data_dir
         The folder the node was started from.
     """
-    from fairlane import nodes  # noqa: PLC0415  (NATS and the supervisor: only when run)
+    from cluster import nodes  # noqa: PLC0415  (NATS and the supervisor: only when run)
 
     try:
         where = asyncio.run(nodes.stop_node(data_dir, name))
@@ -397,7 +397,7 @@ def node_credentials(
     output_file
         Also write the credentials to this file (mode 0600); keep it secret.
     """
-    from fairlane import nodes  # noqa: PLC0415  (NATS: only when run)
+    from cluster import nodes  # noqa: PLC0415  (NATS: only when run)
 
     try:
         path, url = asyncio.run(nodes.node_credentials(data_dir, name))

@@ -15,9 +15,9 @@ from typing import Literal
 from rich.console import Console
 from rich.table import Table
 
+from cluster.tool_log import log_like_services
 from events import Event, JobNominated, JobPreempted, JobPreemptionRequested, JobScheduled
 from fairlane.demo_api import play_through_api
-from services.runtime.main import configure_logging
 from simulation.scenario.core_engine import CoreEngine
 from simulation.scenario.observe import check
 from simulation.scenario.runner import run_file
@@ -122,6 +122,6 @@ def demo_command(engine: Literal["core", "live"] = "live") -> None:
     engine
         live: a private embedded cluster, driven through its HTTP API; core: the pure policy.
     """
-    configure_logging("warning")
+    log_like_services("warning")
     if not run_demo(Console(soft_wrap=True, highlight=False), engine):
         raise SystemExit(1)

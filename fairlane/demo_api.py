@@ -18,9 +18,9 @@ from typing import Any, Final
 
 from rich.console import Console
 
+from cluster.embedded import down, up
 from fairlane.client import Api, CliError, Target
 from fairlane.cluster_view_cli import projects_table
-from fairlane.embedded import down, up
 from fairlane.timeline import print_timeline
 
 TRAINING: Final = "large-training-job"

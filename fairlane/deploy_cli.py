@@ -3,13 +3,9 @@ done once: its secrets, the stream and buckets, and the read models' schema.
 
 - `secrets DIR`: the nats-server authorization config (and the same with the cluster's
   authenticated routes, for compose.cluster.yaml) and one credentials file per NATS user,
-  made by the same code as the embedded cluster's (services/runtime/auth.py), so a compose
-  deployment has the same least privilege; plus PostgreSQL's password and the API's admin
-  token. Existing secrets are kept (running containers keep working). Compose secrets without
-  swarm are bind mounts that keep the host file's owner and mode, and the containers run as
-  users of their own, so the files are readable by all (0644) inside a folder only its owner
-  may enter (0700): nobody else on the host reaches them, and each container is given only
-  its own file.
+  made by the same code as the embedded cluster's; plus PostgreSQL's password and the API's
+  admin token (cluster/deploy.py says why the files are as they are). Existing secrets are
+  kept (running containers keep working).
 - `provision`: the stream, the lease bucket and the snapshot store, as the admin user, waiting
   while the servers elect their JetStream leaders.
 - `migrate`: the SQL migrations of the read models (the projector also applies them; doing it
@@ -19,46 +15,25 @@ done once: its secrets, the stream and buckets, and the read models' schema.
 from __future__ import annotations
 
 import asyncio
-import os
-import secrets
 import sys
 from pathlib import Path
-from typing import Annotated, Final
+from typing import Annotated
 
 import asyncpg
 import cyclopts
 from rich.console import Console
 
-from services.api.tokens import admin_token_file
-from services.runtime.auth import (
-    ADMIN,
-    Cluster,
-    credentials_dir,
-    credentials_from_env,
-    write_auth,
+from cluster.deploy import (
+    DeployError,
+    migrate_read_models,
+    provision_deployed,
+    write_secrets,
 )
-from services.runtime.connection import connect
-from services.runtime.main import configure_logging
-from services.runtime.postgres import connect_pool, migrate
-from services.runtime.provision import DEFAULT_MAX_BYTES, provision
-from services.runtime.retry import RetryPolicy
+from cluster.provision import DEFAULT_MAX_BYTES
+from cluster.tool_log import log_like_services
 
 deploy_app = cyclopts.App(name="deploy", help="One-time steps of a compose deployment.")
 console = Console(highlight=False, soft_wrap=True)
-
-#: The files `secrets` writes, relative to its folder (deploy/compose.yaml names them).
-NATS_CONFIG = "nats-server.conf"
-#: The same users, and the cluster block of compose.cluster.yaml's three servers: their routes
-#: log in (the flags `--cluster` and `--routes` would drop that: a `--cluster` URL without a
-#: user clears the config's route login, so that file gives none)
-NATS_CLUSTER_CONFIG = "nats-cluster.conf"
-COMPOSE_CLUSTER: Final = Cluster(
-    name="fairlane", listen="0.0.0.0:6222", routes=["nats:6222", "nats-2:6222", "nats-3:6222"]
-)
-POSTGRES_PASSWORD = "postgres-password"
-API_ADMIN_TOKEN = "api-admin-token"
-#: How long `provision` and `migrate` wait for their servers.
-WAIT_FOR_SERVERS_S = 120.0
 
 
 @deploy_app.command(name="secrets")
@@ -85,27 +60,6 @@ def secrets_command(
         console.print(str(path))
 
 
-def write_secrets(folder: Path, nodes: list[str]) -> list[Path]:
-    """Every secret a compose deployment needs, under `folder`; returns the files."""
-    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-    os.chmod(folder, 0o700)
-    files = list(write_auth(folder, folder / NATS_CONFIG, nodes).values())
-    write_auth(folder, folder / NATS_CLUSTER_CONFIG, nodes, cluster=COMPOSE_CLUSTER)
-    files += [folder / NATS_CONFIG, folder / NATS_CLUSTER_CONFIG]
-    password = folder / POSTGRES_PASSWORD
-    if not password.exists():
-        fd = os.open(password, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as out:
-            out.write(secrets.token_urlsafe(32))
-    files.append(password)
-    admin_token_file(folder / API_ADMIN_TOKEN)
-    files.append(folder / API_ADMIN_TOKEN)
-    os.chmod(credentials_dir(folder), 0o755)  # the folder above keeps others out
-    for path in files:
-        os.chmod(path, 0o644)
-    return files
-
-
 @deploy_app.command(name="provision")
 def provision_command(
     *,
@@ -125,25 +79,12 @@ def provision_command(
     max_bytes
         The stream's size limit.
     """
-    configure_logging("info")
-    creds = credentials_from_env()
-    if creds is None or creds.user != ADMIN:
-        console.print("[red]error:[/] FAIRLANE_NATS_CREDENTIALS must name the admin's file")
+    log_like_services("info")
+    try:
+        asyncio.run(provision_deployed(nats, replicas, max_bytes))
+    except DeployError as e:
+        console.print(f"[red]error:[/] {e}")
         sys.exit(1)
-    if replicas not in (1, 3, 5):
-        console.print(f"[red]error:[/] --replicas {replicas}: use 1, 3 or 5")
-        sys.exit(1)
-
-    async def go() -> None:
-        nc = await connect(nats, "fairlane-provision", retry_for=WAIT_FOR_SERVERS_S)
-        try:
-            policy = RetryPolicy(max_wait_s=2.0, give_up_after_s=WAIT_FOR_SERVERS_S)
-            js = nc.jetstream()
-            await policy.run(lambda: provision(js, max_bytes, replicas=replicas), "provision")
-        finally:
-            await nc.close()
-
-    asyncio.run(go())
     console.print(f"stream and buckets ready ({replicas} replica(s))")
 
 
@@ -159,18 +100,9 @@ def migrate_command(
     postgres
         PostgreSQL DSN; default: FAIRLANE_POSTGRES_DSN.
     """
-    configure_logging("info")
-
-    async def go() -> list[str]:
-        pool = await connect_pool(postgres, retry_for=WAIT_FOR_SERVERS_S, max_size=1)
-        try:
-            async with pool.acquire() as conn:
-                return await migrate(conn)
-        finally:
-            await pool.close()
-
+    log_like_services("info")
     try:
-        applied = asyncio.run(go())
+        applied = asyncio.run(migrate_read_models(postgres))
     except (OSError, asyncpg.PostgresError) as e:
         console.print(f"[red]error:[/] migrations on {postgres}: {e}")
         sys.exit(1)

@@ -11,7 +11,7 @@ import msgspec
 from rich.console import Console
 from rich.markup import escape
 
-from services.runtime.main import configure_logging
+from cluster.tool_log import log_like_services
 from simulation.scenario.runner import EngineName, Result, run_file
 
 scenario_app = cyclopts.App(
@@ -47,7 +47,7 @@ def run(
         text for people, json for scripts (one object with every result).
     """
     console = Console(highlight=False, soft_wrap=True)
-    configure_logging("warning")  # the live engine's services talk; only problems matter here
+    log_like_services("warning")  # the live engine's services talk; only problems matter here
     results = [run_file(path, engine) for path in files]
     if output == "json":
         sys.stdout.write(msgspec.json.encode(results).decode() + "\n")

@@ -18,11 +18,11 @@ import msgspec
 from rich.console import Console
 from rich.table import Table
 
+from cluster.cluster_file import DEFAULT_DATA_DIR
 from events import ProjectTerms
 from events.model import VictimOrder
 from fairlane.audit_cli import Log, read_log
 from fairlane.cluster_cli import DataDir, NatsUrl, Output
-from fairlane.cluster_file import DEFAULT_DATA_DIR
 from fairlane.simulate_cli import simulation_errors
 from policy.decay import settings_problem
 from simulation.trace.errors import SimulationError

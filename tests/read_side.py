@@ -10,11 +10,11 @@ import asyncpg
 import uvicorn
 from litestar import Litestar
 
+from cluster.servers import free_port
 from events import Event, encode_event, subject_for
 from services.projector.store import TABLES
 from services.runtime.eventlog import JetStreamLog
 from services.runtime.postgres import PG_TRANSIENT
-from services.runtime.servers import free_port
 
 
 async def publish_all(log: JetStreamLog, events: Iterable[Event], chunk: int = 2000) -> int:

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from cluster.servers import NatsServer
 from events import JobAdmitted, JobRejected, JobSpec, JobSubmitted, NodeRegistered
 from events.commands import SetProject, SubmitJob
 from policy.state import ClusterState
@@ -16,7 +17,6 @@ from services.admission.service import Admission, job_subjects
 from services.ledger.service import Ledger
 from services.runtime.client import send
 from services.runtime.eventlog import Conflict, JetStreamLog, connect
-from services.runtime.servers import NatsServer
 from services.runtime.tasks import cancel_and_wait
 
 

@@ -14,12 +14,12 @@ from pathlib import Path
 import httpx
 import pytest
 
+from cluster.servers import NatsServer, Postgres
 from events import JobMessage, NodeLost
 from services.api import app as app_module
 from services.api.app import Settings, create_app
 from services.projector.service import Projector
 from services.runtime.eventlog import JetStreamLog, connect
-from services.runtime.servers import NatsServer, Postgres
 from tests.read_side import publish_all, serve
 from tests.test_projections import exercise_log
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from cluster.servers import NatsServer, Postgres
 from services.api.app import Settings, create_app
 from services.runtime.eventlog import JetStreamLog, connect
-from services.runtime.servers import NatsServer, Postgres
 from tests.read_side import serve
 
 pytestmark = [pytest.mark.nats]

@@ -14,8 +14,8 @@ from typing import Any
 import httpx
 import pytest
 
-from fairlane.cluster_file import ClusterFile
-from fairlane.embedded import down, up
+from cluster.cluster_file import ClusterFile
+from cluster.embedded import down, up
 
 pytestmark = [pytest.mark.nats, pytest.mark.slow]
 

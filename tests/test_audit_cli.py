@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from cluster.servers import NatsServer
 from events.export import read_export
 from services.runtime.eventlog import JetStreamLog, connect
-from services.runtime.servers import NatsServer
 
 pytestmark = pytest.mark.nats
 HISTORY = Path(__file__).parent / "histories" / "gang-preempted-whole.jsonl"

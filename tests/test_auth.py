@@ -7,13 +7,13 @@ there, which must work, so a refusal is the permissions' doing and not a broken 
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import base64
-import contextlib
 import json
 import os
 import stat
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +22,8 @@ import nats
 import pytest
 from nats.aio.client import Client
 
+from cluster.provision import provision
+from cluster.servers import NatsServer
 from events import (
     Event,
     EventSetAside,
@@ -57,6 +59,7 @@ from services.runtime.auth import (
     load_credentials,
     node_of,
     projector_consumer,
+    service_consumer,
     write_auth,
 )
 from services.runtime.checkpoint_bucket import BUCKET as CHECKPOINTS
@@ -65,9 +68,9 @@ from services.runtime.eventlog import STREAM, JetStreamLog
 from services.runtime.gpu_samples import BUCKET as SAMPLES
 from services.runtime.gpu_samples import GpuSample, NodeSamples, encode, read_all, samples_bucket
 from services.runtime.lease import Lease
-from services.runtime.provision import provision
-from services.runtime.servers import NatsServer
+from services.runtime.main import instance_number
 from services.runtime.snapshots import SnapshotStore
+from services.runtime.tasks import cancel_and_wait
 from tests.process_cluster import (
     ProcessCluster,
     audit,
@@ -127,13 +130,17 @@ async def stored_count(secured: Secured, stream: str) -> int:
 
 
 async def try_publish(secured: Secured, user: str, subject: str, payload: bytes) -> list[str]:
-    """Publish to a stream subject as `user` (waiting for the stream's ack); returns what the
-    server complained of."""
+    """Publish to a stream subject as `user` (until the stream's ack, or the server's refusal:
+    it drops a refused message, so waiting for the ack's timeout would only take longer);
+    returns what the server complained of."""
     errors: list[str] = []
     nc = await secured.connect(user, errors)
-    with contextlib.suppress(nats.errors.TimeoutError, nats.errors.NoRespondersError):
-        await nc.request(subject, payload, timeout=1.0)
-    await asyncio.sleep(0.1)  # let the server's -ERR arrive
+    asking = asyncio.create_task(awaited(nc.request(subject, payload, timeout=5.0)))
+    complaint = asyncio.create_task(refusal(errors, user))
+    await asyncio.wait({asking, complaint}, return_when=asyncio.FIRST_COMPLETED)
+    await cancel_and_wait(asking)
+    await cancel_and_wait(complaint)
+    await asyncio.sleep(0.05)  # a complaint that came with the ack
     await nc.close()
     return errors
 
@@ -207,10 +214,8 @@ async def test_only_the_admin_deletes_the_stream(secured: Secured) -> None:
     for user in (CLIENT, "ledger", "scheduler", executor_user(NODE)):
         errors: list[str] = []
         nc = await secured.connect(user, errors)
-        with pytest.raises((nats.errors.TimeoutError, nats.errors.NoRespondersError)):
-            await nc.jetstream(timeout=1.0).delete_stream(STREAM)
+        assert not await until_refused(errors, user, nc.jetstream().delete_stream(STREAM))
         await nc.close()
-        assert any("permissions violation" in e.lower() for e in errors), (user, errors)
         assert await stored_count(secured, STREAM) >= 0  # still there
     admin = await secured.connect(ADMIN)
     assert await admin.jetstream().delete_stream(STREAM)
@@ -329,26 +334,47 @@ async def test_an_executor_reads_only_its_own_work_and_cannot_write_any(secured:
         assert any("permissions violation" in e.lower() for e in errors), errors
 
     # its own work, through its own consumer: all of it, and nothing else
-    errors: list[str] = []
+    errors = []
     nc = await secured.connect(executor_user(NODE), errors)
     own = JetStreamLog(nc, durable=executor_consumer(NODE))
     read = [s.event async for s in own.read(1, subject=f"fl.work.{NODE}")]
     assert [e.id for e in read] == [f"work/{NODE}/1", f"work/{NODE}/3"]
     assert errors == []
     # another node's work, the whole log, or any message by its sequence: refused
-    js = nc.jetstream(timeout=1.0)
+    js = nc.jetstream()
     for attempt in (
         lambda: anext(aiter(own.read(1, subject="fl.work.n1"))),
         lambda: anext(aiter(own.read(1, subject="fl.>"))),
         lambda: anext(aiter(JetStreamLog(nc).read(1))),
         lambda: js.get_msg(STREAM, 2),
     ):
-        errors.clear()
-        with pytest.raises(Exception):  # noqa: B017 (a timeout: the server drops the request)
-            await attempt()
-        await asyncio.sleep(0.1)  # let the server's -ERR arrive
-        assert any("permissions violation" in e.lower() for e in errors), errors
+        assert not await until_refused(errors, executor_user(NODE), attempt())
     await nc.close()
+
+
+async def awaited(attempt: Awaitable[object]) -> None:
+    await attempt
+
+
+async def refusal(errors: list[str], user: str, within: float = 5.0) -> None:
+    """Until the server's complaint of a permissions violation has arrived."""
+    deadline = asyncio.get_running_loop().time() + within
+    while not any("permissions violation" in e.lower() for e in errors):
+        assert asyncio.get_running_loop().time() < deadline, (user, errors)
+        await asyncio.sleep(0.01)
+
+
+async def until_refused(errors: list[str], user: str, attempt: Awaitable[object]) -> bool:
+    """Make `attempt` until the server complains of a permissions violation (it drops a
+    refused request, so waiting for the request's timeout would only take longer); whether
+    the attempt had succeeded by then (a message sent without waiting for an answer has)."""
+    errors.clear()
+    trying = asyncio.create_task(awaited(attempt))
+    try:
+        await refusal(errors, user)
+    finally:
+        await cancel_and_wait(trying)
+    return not trying.cancelled() and trying.exception() is None
 
 
 async def refused_on_consumer(secured: Secured, user: str, consumer: str, events: int = 2) -> None:
@@ -368,12 +394,7 @@ async def refused_on_consumer(secured: Secured, user: str, consumer: str, events
         # binding it as its own durable (which deletes it first, to make it again)
         lambda: anext(aiter(JetStreamLog(nc, durable=consumer).read(1, subject="fl.>"))),
     ):
-        errors.clear()
-        with contextlib.suppress(nats.errors.TimeoutError, StopAsyncIteration):
-            await attempt()
-        await nc.flush()
-        await asyncio.sleep(0.1)  # let the server's -ERR arrive
-        assert any("permissions violation" in e.lower() for e in errors), (user, errors)
+        await until_refused(errors, user, attempt())
     errors.clear()
     assert len([s async for s in JetStreamLog(nc).read(1)]) == events
     assert errors == [], (user, errors)
@@ -404,21 +425,38 @@ async def test_no_service_takes_or_deletes_an_executors_consumer(secured: Secure
     await admin.close()
 
 
-async def test_no_other_service_takes_or_deletes_the_projectors_consumer(
-    secured: Secured,
+@pytest.mark.parametrize(
+    ("owner", "consumer", "other"),
+    [
+        ("projector", projector_consumer(), "api"),
+        ("admission", service_consumer("admission", 0), "scheduler"),
+        ("scheduler", service_consumer("scheduler", auth.INSTANCES - 1), "preemptor"),
+    ],
+)
+async def test_no_other_service_takes_or_deletes_a_services_consumer(
+    secured: Secured, owner: str, consumer: str, other: str
 ) -> None:
-    """The projector's consumer is pinned like an executor's: the api's user cannot pull
-    from, bind or delete it, and the projector's own user reads through it."""
+    """The projector's consumer and every instance's of the other services are pinned like an
+    executor's: another service's user cannot pull from, bind or delete one, and its own
+    service's user reads through it."""
     admin = JetStreamLog(await secured.connect(ADMIN))
     await admin.ensure_stream()
     await admin.publish(PoolConfigured(id="p", time=0.0, actor="admin", pool="default"))
-    projector = JetStreamLog(await secured.connect("projector"), durable=projector_consumer())
-    assert len([s async for s in projector.read(1, subject="fl.>")]) == 1  # its durable
-    await projector.nc.close()
-    await refused_on_consumer(secured, "api", projector_consumer(), events=1)
-    info = await admin.js.consumer_info(STREAM, projector_consumer())  # still there
-    assert info.name == projector_consumer()
+    own = JetStreamLog(await secured.connect(owner), durable=consumer)
+    assert len([s async for s in own.read(1, subject="fl.>")]) == 1  # its durable
+    await own.nc.close()
+    await refused_on_consumer(secured, other, consumer, events=1)
+    info = await admin.js.consumer_info(STREAM, consumer)  # still there
+    assert info.name == consumer
     await admin.nc.close()
+
+
+def test_an_instance_beyond_the_pinned_names_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"instance 4 of scheduler: not one of 0\.\.3"):
+        service_consumer("scheduler", auth.INSTANCES)
+    with pytest.raises(argparse.ArgumentTypeError, match=r"'7' is not one of 0\.\.3"):
+        instance_number("7")
+    assert instance_number("3") == 3
 
 
 async def test_a_client_cannot_read_others_replies_or_the_log(secured: Secured) -> None:

@@ -25,13 +25,13 @@ import msgspec
 import pytest
 from ruamel.yaml import YAML
 
+from cluster.servers import free_port
 from events import ClusterConfigured, ClusterSettings, NodeRegistered
 from events.commands import ConfigureCluster
 from services.runtime.auth import ADMIN, credentials_file, load_credentials
 from services.runtime.client import send
 from services.runtime.connection import connect
 from services.runtime.eventlog import JetStreamLog
-from services.runtime.servers import free_port
 
 pytestmark = [pytest.mark.nats, pytest.mark.slow]
 

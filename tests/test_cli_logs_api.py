@@ -13,6 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from cluster.servers import NatsServer, Postgres
 from services.api.app import Settings, create_app
 from services.projector.service import Projector
 from services.runtime.eventlog import JetStreamLog, connect
@@ -23,7 +24,6 @@ from services.runtime.logstream import (
     ensure_log_stream,
     log_subject,
 )
-from services.runtime.servers import NatsServer, Postgres
 from tests.read_side import publish_all, serve
 from tests.test_projections import exercise_log
 

@@ -13,9 +13,9 @@ import msgspec
 import pytest
 from ruamel.yaml import YAML
 
+from cluster.cluster_file import ClusterFile, cluster_file
 from events.catalogue import AnyEvent
 from fairlane.client import CliError, closest, resolve
-from fairlane.cluster_file import ClusterFile, cluster_file
 from fairlane.jobs_cli import _on_this_machine, _working_dir
 from fairlane.output import duration, to_yaml
 from fairlane.timeline import details

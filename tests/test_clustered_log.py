@@ -15,11 +15,11 @@ from nats.aio.msg import Msg
 from nats.js.api import StreamConfig
 from nats.js.errors import APIError, NoStreamResponseError, ServiceUnavailableError
 
+from cluster.servers import NatsServer, free_port
 from events import JobCancelled, LeaderElected
 from services.runtime.auth import ADMIN, load_credentials, route_credentials, route_urls, write_auth
 from services.runtime.auth import Cluster as AuthCluster
 from services.runtime.eventlog import STREAM, SUBJECTS, Conflict, JetStreamLog, connect
-from services.runtime.servers import NatsServer, free_port
 
 pytestmark = pytest.mark.nats
 

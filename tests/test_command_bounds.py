@@ -11,6 +11,7 @@ import nats.errors
 import pytest
 from nats.aio.msg import Msg
 
+from cluster.servers import NatsServer
 from events import (
     JobAdmitted,
     JobSpec,
@@ -39,7 +40,6 @@ from services.ledger.service import Ledger
 from services.runtime.client import send
 from services.runtime.eventlog import JetStreamLog, connect
 from services.runtime.retry import RetryPolicy
-from services.runtime.servers import NatsServer
 from services.runtime.tasks import cancel_and_wait
 
 HUGE = 10**20

@@ -34,8 +34,8 @@ import msgspec
 import pytest
 from ruamel.yaml import YAML
 
+from cluster.deploy import API_ADMIN_TOKEN, NATS_CLUSTER_CONFIG, write_secrets
 from events import JobCompleted, JobPreempted, JobScheduled, JobStarted, JobSubmitted, LeaderElected
-from fairlane.deploy_cli import API_ADMIN_TOKEN, NATS_CLUSTER_CONFIG, write_secrets
 from services.runtime.auth import (
     ADMIN,
     credentials_file,

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from cluster.servers import NatsServer
 from events import (
     JobAdmitted,
     JobCompleted,
@@ -28,7 +29,6 @@ from events import (
 )
 from events.commands import Reply, SetPool, SetProject
 from services.nodewatch.service import TIMEOUT_ENV
-from services.runtime.servers import NatsServer
 from tests.holdings import check_holdings
 from tests.process_cluster import (
     ProcessCluster,

@@ -23,8 +23,8 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import Select
 
-from fairlane.embedded import down, up
-from services.runtime.servers import free_port
+from cluster.embedded import down, up
+from cluster.servers import free_port
 from tests.dashboard_support import Screens, binaries, chromium, console_errors, wait_for
 
 pytestmark = [pytest.mark.nats, pytest.mark.slow]

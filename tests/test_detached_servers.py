@@ -23,7 +23,7 @@ pytestmark = pytest.mark.nats
 START_AND_EXIT = """
 import asyncio, sys
 from pathlib import Path
-from services.runtime.servers import NatsServer
+from cluster.servers import NatsServer
 
 async def main() -> None:
     server = NatsServer(Path(sys.argv[1]))

@@ -25,11 +25,11 @@ from pathlib import Path
 import httpx
 import pytest
 
+from cluster.servers import free_port
 from events import JobCompleted, JobSubmitted
 from services.runtime.auth import ADMIN, credentials_file, load_credentials
 from services.runtime.connection import connect
 from services.runtime.eventlog import STREAM, JetStreamLog
-from services.runtime.servers import free_port
 from tests.test_embedded import fairlane
 
 pytestmark = pytest.mark.slow

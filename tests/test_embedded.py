@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from services.runtime.servers import free_port
+from cluster.servers import free_port
 
 pytestmark = pytest.mark.slow
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 
+from cluster.servers import NatsServer
 from events import (
     SCHEMA_VERSION,
     ClusterConfigured,
@@ -26,7 +27,6 @@ from events.versions import upcast
 from policy.state import ClusterState
 from services.runtime.eventlog import JetStreamLog, connect
 from services.runtime.follower import Follower
-from services.runtime.servers import NatsServer
 
 ADMITTED = JobAdmitted(
     id="j1/admission",

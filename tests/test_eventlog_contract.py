@@ -10,11 +10,11 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from cluster.servers import NatsServer
 from events import JobCancelled, JobSpec, JobSubmitted, Undecodable, encode_event
 from services.runtime.eventlog import Conflict, EventLog, JetStreamLog, connect
 from services.runtime.follower import Follower
 from services.runtime.memory_log import MemoryLog, subject_matches
-from services.runtime.servers import NatsServer
 
 
 @pytest.fixture(params=["jetstream", "memory"])

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import asyncio
 
+from cluster.servers import NatsServer
 from events import JobSpec, JobSubmitted
 from services.runtime.eventlog import JetStreamLog, connect
-from services.runtime.servers import NatsServer
 
 
 def submitted(job_id: str) -> JobSubmitted:

@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 
 import pytest
 
+from cluster.servers import NatsServer, free_port
 from events import (
     ClusterConfigured,
     ClusterSettings,
@@ -64,7 +65,6 @@ from services.nodewatch.service import NodeWatch
 from services.nodewatch.work import rendezvous_port
 from services.runtime.checkpoint_bucket import checkpoint_bucket
 from services.runtime.eventlog import JetStreamLog, connect
-from services.runtime.servers import NatsServer, free_port
 from services.runtime.tasks import cancel_and_wait
 
 pytestmark = pytest.mark.nats

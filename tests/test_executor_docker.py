@@ -19,6 +19,7 @@ import aiodocker
 import pytest
 from aiodocker.exceptions import DockerError
 
+from cluster.servers import NatsServer
 from events import (
     JobCheckpointed,
     JobCompleted,
@@ -33,7 +34,6 @@ from events import (
 )
 from services.executor.executor import Executor
 from services.executor.logs import attempt_logs
-from services.runtime.servers import NatsServer
 from tests.docker_support import DOCKER_HOST, engine, example_image
 from tests.test_executor import Cluster, eventually, open_cluster
 

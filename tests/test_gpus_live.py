@@ -25,7 +25,7 @@ from selenium import webdriver
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select
 
-from fairlane.embedded import down, up
+from cluster.embedded import down, up
 from tests.dashboard_support import SCREENSHOTS_ENV, Screens, chromium, console_errors, wait_for
 from tests.fake_nvml import FakeNvml, Gpu
 from tests.test_cli_live import until

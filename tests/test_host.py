@@ -3,10 +3,10 @@ heartbeat has a revision that changes with each one, and a node that sent none h
 
 from __future__ import annotations
 
+from cluster.servers import NatsServer
 from services.runtime.eventlog import JetStreamLog, connect
 from services.runtime.heartbeats import Heartbeats
 from services.runtime.host import InProcessHost, NatsHost
-from services.runtime.servers import NatsServer
 
 
 async def holds_the_contract(beats: Heartbeats) -> None:

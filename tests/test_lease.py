@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
+from cluster.servers import NatsServer
 from services.runtime.eventlog import connect
 from services.runtime.lease import Lease
-from services.runtime.servers import NatsServer
 
 
 async def test_one_holder_and_a_standby_that_takes_over(nats_server: NatsServer) -> None:

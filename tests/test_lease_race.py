@@ -7,9 +7,9 @@ from typing import Any
 
 from nats.js.kv import KeyValue
 
+from cluster.servers import NatsServer
 from services.runtime.eventlog import connect
 from services.runtime.lease import Lease
-from services.runtime.servers import NatsServer
 
 
 class SlowLookingBucket(KeyValue):

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from cluster.servers import NatsServer
 from events import (
     Event,
     JobAdmitted,
@@ -28,7 +29,6 @@ from policy.state import ClusterState
 from policy.usage import Usage, counted_usage
 from services.ledger.service import Ledger
 from services.runtime.eventlog import JetStreamLog, connect
-from services.runtime.servers import NatsServer
 from services.runtime.tasks import cancel_and_wait
 from tests.test_snapshot import SCENARIOS, scenario_log
 

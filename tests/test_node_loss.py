@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from cluster.servers import NatsServer
 from events import (
     JobAdmitted,
     JobFailed,
@@ -38,7 +39,6 @@ from services.nodewatch.rule import lapsed
 from services.nodewatch.service import NodeWatch
 from services.runtime.decider import Decider
 from services.runtime.eventlog import JetStreamLog, connect
-from services.runtime.servers import NatsServer
 from services.runtime.tasks import cancel_and_wait
 from tests.test_executor import POOL, Cluster, eventually, open_cluster
 

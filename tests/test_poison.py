@@ -31,6 +31,8 @@ import msgspec
 import pytest
 import pytest_asyncio
 
+from cluster.cluster_file import ClusterFile
+from cluster.embedded import down, up
 from events import (
     EventSetAside,
     JobAdmitted,
@@ -44,8 +46,6 @@ from events import (
 )
 from events.catalogue import JobWork
 from events.commands import MAX_SPEC_BYTES
-from fairlane.cluster_file import ClusterFile
-from fairlane.embedded import down, up
 from services.runtime.auth import ADMIN, load_credentials
 from services.runtime.eventlog import JetStreamLog, connect
 

@@ -15,10 +15,10 @@ import asyncpg
 import pytest
 
 from bench.projector import synthetic_log
+from cluster.servers import NatsServer, Postgres
 from services.projector.service import Projector
 from services.runtime.auth import projector_consumer
 from services.runtime.eventlog import STREAM, JetStreamLog, connect
-from services.runtime.servers import NatsServer, Postgres
 from services.runtime.tasks import cancel_and_wait
 from tests.read_side import dump, publish_all, wait_position
 

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from cluster.servers import NatsServer
 from events import JobScheduled, JobSpec, LeaderElected
 from events.commands import SetPool, SetProject
 from services.nodewatch.service import TIMEOUT_ENV
-from services.runtime.servers import NatsServer
 from tests.process_cluster import (
     ProcessCluster,
     audit,
@@ -111,7 +111,7 @@ async def leader_terms(url: str, kind: str) -> list[int]:
 async def test_the_standby_takes_over(
     cluster: ProcessCluster, nats_server: NatsServer, kind: str
 ) -> None:
-    await cluster.start(f"{kind}-2", kind)
+    await cluster.start(f"{kind}-2", kind, "--instance", "1")  # its own consumer
     leader = await cluster.leader(kind, f"{kind}-2")
     await submit_many(nats_server.url, 30, prefix="before")
     log = await open_log(nats_server.url)

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Callable
 
 import pytest
 
+from cluster.servers import NatsServer
 from events import (
     JobPreempted,
     JobPreemptionRequested,
@@ -28,7 +29,6 @@ from services.ledger.service import Ledger
 from services.runtime.client import send
 from services.runtime.decider import Decider
 from services.runtime.eventlog import JetStreamLog, Stored, connect
-from services.runtime.servers import NatsServer
 from services.runtime.tasks import cancel_and_wait
 
 

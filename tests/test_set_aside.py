@@ -17,6 +17,8 @@ from typing import Any
 import msgspec
 import pytest
 
+from cluster.log_health import LogHealth, describe
+from cluster.servers import NatsServer
 from events import (
     EventSetAside,
     JobCancelled,
@@ -28,7 +30,6 @@ from events import (
     encode_event,
 )
 from events.commands import SetPool, SetProject
-from fairlane.log_health import LogHealth, describe
 from services.admission.service import Admission
 from services.ledger.service import Ledger
 from services.nodewatch.service import NodeWatch
@@ -36,7 +37,6 @@ from services.runtime.decider import Decider
 from services.runtime.eventlog import JetStreamLog, Stored, connect
 from services.runtime.follower import Follower
 from services.runtime.memory_log import MemoryLog
-from services.runtime.servers import NatsServer
 from services.runtime.tasks import cancel_and_wait
 from tests.process_cluster import command, submit
 

@@ -17,8 +17,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from fairlane.client import Api, resolve
-from fairlane.nodes import (
+from cluster.nodes import (
     NodeError,
     credentials_for,
     executor_args,
@@ -26,7 +25,9 @@ from fairlane.nodes import (
     with_program,
     without_program,
 )
-from fairlane.supervisor import Plan, Program
+from cluster.servers import free_port
+from cluster.supervisor import Plan, Program
+from fairlane.client import Api, resolve
 from services.runtime.auth import (
     ADMIN,
     Credentials,
@@ -36,7 +37,6 @@ from services.runtime.auth import (
 )
 from services.runtime.checkpoint_bucket import checkpoint_bucket
 from services.runtime.eventlog import connect
-from services.runtime.servers import free_port
 from tests import test_embedded
 from tests.compose_support import docker
 from tests.docker_support import DOCKER_HOST, engine, example_image

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from cluster.servers import NatsServer
 from events import (
     Event,
     JobAdmitted,
@@ -26,7 +27,6 @@ from services.ledger.service import Ledger
 from services.runtime.client import send
 from services.runtime.eventlog import JetStreamLog, connect
 from services.runtime.follower import Follower
-from services.runtime.servers import NatsServer
 from services.runtime.snapshots import SnapshotStore, Snapshotter
 from services.runtime.tasks import cancel_and_wait
 from tests.test_snapshot import SCENARIOS, scenario_log

@@ -15,14 +15,14 @@ from pathlib import Path
 
 import pytest
 
+from cluster.provision import check_limits, provision
+from cluster.servers import NatsServer
 from events import JobSpec, JobSubmitted, NodeRegistered, ProjectConfigured, ProjectTerms
 from events.commands import SetPool, SetProject, SubmitJob
 from services.admission.service import Admission
 from services.nodewatch.service import TIMEOUT_ENV
 from services.runtime.client import send
 from services.runtime.eventlog import JetStreamLog, connect
-from services.runtime.provision import check_limits, provision
-from services.runtime.servers import NatsServer
 from services.runtime.tasks import cancel_and_wait
 from tests.process_cluster import (
     ProcessCluster,

@@ -15,11 +15,11 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from fairlane.supervisor import Plan, Program, Supervisor, read_status, stop_within
+from cluster.servers import free_port
+from cluster.supervisor import Plan, Program, Supervisor, read_status, stop_within
 from services.runtime.auth import ADMIN, credentials_file, load_credentials
 from services.runtime.connection import connect
 from services.runtime.eventlog import STREAM
-from services.runtime.servers import free_port
 from tests.test_embedded import fairlane
 
 pytestmark = pytest.mark.slow
@@ -116,7 +116,7 @@ def test_sighup_starts_what_the_plan_gained_and_stops_what_it_lost(tmp_path: Pat
     plan_file = tmp_path / "plan.json"
     plan_file.write_bytes(plan("a", "b"))
     supervisor = subprocess.Popen(
-        [sys.executable, "-m", "fairlane.supervisor", "--plan", str(plan_file)],
+        [sys.executable, "-m", "cluster.supervisor", "--plan", str(plan_file)],
         stderr=subprocess.DEVNULL,
     )
     try:

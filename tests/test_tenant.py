@@ -20,11 +20,11 @@ from pathlib import Path
 import asyncpg
 import pytest
 
+from cluster.servers import free_port
 from services.executor import docker, runtime
 from services.executor.docker import ContainerHost, container_config
 from services.executor.identity import REFUSAL, WorkloadUser, job_user
 from services.executor.runtime import Launch
-from services.runtime.servers import free_port
 
 #: The cluster's tests: only root gives workloads users of their own (CI runs as root).
 live = [

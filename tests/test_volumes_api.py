@@ -12,6 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from cluster.servers import NatsServer, Postgres
 from events import NodeRegistered
 from events.commands import SetProject
 from services.admission.service import Admission
@@ -19,7 +20,6 @@ from services.api.app import Settings, create_app
 from services.ledger.service import Ledger
 from services.runtime.client import send
 from services.runtime.eventlog import JetStreamLog, connect
-from services.runtime.servers import NatsServer, Postgres
 from services.runtime.tasks import cancel_and_wait
 from tests.read_side import serve
 

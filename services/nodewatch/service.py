@@ -57,7 +57,7 @@ from services.runtime.heartbeats import TIMEOUT_S, Heartbeats
 from services.runtime.host import Host, nats_host
 from services.runtime.leader import FencedLeader, Term
 from services.runtime.retry import is_transient
-from services.runtime.tasks import cancel_and_wait
+from services.runtime.tasks import cancel_and_wait, while_alive
 
 log = structlog.get_logger("fairlane.nodewatch")
 KIND = "nodewatch"
@@ -99,11 +99,8 @@ class NodeWatch:
     async def run(self) -> None:
         await self.log.ensure_stream()
         await self.follower.catch_up(self._note)
-        following = asyncio.create_task(self.follower.run(self._note))
-        try:
-            await self.leader.run(self._lead)
-        finally:
-            await cancel_and_wait(following)
+        following = self.follower.run(self._note)
+        await while_alive(following, self.leader.run(self._lead), "the follower")
 
     async def _note(self, stored: Stored) -> None:
         event = stored.event

@@ -11,8 +11,8 @@ snapshot, or delete the stream. With it, the server itself refuses all of that:
   the reports of attempts on its own node (`fl.job.*.<event>.<its node>`);
 - only the node watcher relays work to a node (`fl.work.<node>`), and an executor reads only
   its own node's work, through its own consumer (it reads nothing else of the log); no other
-  user may make, bind, pull from, ack or delete that consumer, nor the projector's (each
-  denied by name);
+  user may make, bind, pull from, ack or delete that consumer, nor the projector's, nor any
+  other service's (each is named in advance, `<service>-<instance>`, and denied by name);
 - only the ledger writes configuration events (a node's cordon among them) and snapshots;
 - executors read and write the objects of the cluster's checkpoint store (a job resumes on any
   node, so any node's executor reads any job's; the object store's subjects carry no job to
@@ -20,7 +20,7 @@ snapshot, or delete the stream. With it, the server itself refuses all of that:
 - admission alone records submissions and their verdicts;
 - clients (the CLI, workloads) reach only the command subjects and their own replies;
 - only the admin user creates, changes or deletes streams and buckets (`fairlane up` does that
-  once, before any service starts: see services/runtime/provision.py).
+  once, before any service starts: see cluster/provision.py).
 
 Every user gets its own inbox prefix (`_INBOX_<user>`), so nobody can read another's replies.
 Readers get what reading the log takes (stream info, consumers, pull, ack, message get), never
@@ -73,6 +73,13 @@ SERVICES: Final = (
 ADMIN: Final = "admin"
 #: projector.service.DEFAULT_NAME: the read models' position name a cluster's projector uses
 PROJECTION_NAME: Final = "main"
+#: The services that read the log's tail through durable consumers of their own
+#: (services/runtime/main.py), one per instance.
+DURABLE_READERS: Final = ("admission", "ledger", "scheduler", "preemptor", "nodewatch")
+#: How many instances of each may run (one leads or serves, the others stand by): instance
+#: `n` reads through the consumer `<service>-<n>`, a name fixed in advance so that every other
+#: user can be refused it by name.
+INSTANCES: Final = 4
 CLIENT: Final = "client"
 
 #: The job events each writer records (`fl.job.<job id>.<event>`; an executor's reports,
@@ -188,9 +195,16 @@ def permissions(user: str, nodes: list[str] | tuple[str, ...] = ()) -> Permissio
         # executor's consumer has a fixed name, so each is refused by name.
         # The projector's consumer likewise: a reader that pulled from it took events from
         # the read models. Each service may make, bind and delete only consumers of its own.
+        # So are the other services' consumers, one per instance.
         pinned = [executor_consumer(node) for node in nodes]
         if user != "projector":
             pinned.append(projector_consumer())
+        pinned += [
+            service_consumer(service, instance)
+            for service in DURABLE_READERS
+            if service != user
+            for instance in range(INSTANCES)
+        ]
         deny = [s for consumer in pinned for s in _consumer_subjects(STREAM, consumer)]
         granted = msgspec.structs.replace(granted, deny_publish=deny)
     return granted
@@ -259,6 +273,13 @@ def projector_consumer(name: str = PROJECTION_NAME) -> str:
     """The one consumer the projector writing the read models `name` reads the log with
     (services/projector/__main__.py): one per name, since one projector writes each."""
     return f"projector-{_token(name)}"
+
+
+def service_consumer(service: str, instance: int) -> str:
+    """The consumer instance `instance` of `service` reads the log's tail with."""
+    if not 0 <= instance < INSTANCES:
+        raise ValueError(f"instance {instance} of {service}: not one of 0..{INSTANCES - 1}")
+    return f"{service}-{instance}"
 
 
 def _consumer_subjects(stream: str, consumer: str) -> list[str]:

@@ -24,7 +24,7 @@ from services.runtime.eventlog import EventLog
 from services.runtime.follower import Follower
 from services.runtime.host import Host, nats_host
 from services.runtime.leader import FencedLeader, Term
-from services.runtime.tasks import cancel_and_wait
+from services.runtime.tasks import while_alive
 
 #: How long to let a burst of events land before deciding on them (at least).
 SETTLE_S = 0.005
@@ -71,11 +71,7 @@ class Decider:
         # with the collector as it comes, 131 ms with the heap frozen like this).
         gc.collect()
         gc.freeze()
-        following = asyncio.create_task(self.follower.run())
-        try:
-            await self.leader.run(self._lead)
-        finally:
-            await cancel_and_wait(following)
+        await while_alive(self.follower.run(), self.leader.run(self._lead), "the follower")
 
     async def _lead(self, term: Term) -> None:
         await self.follower.wait_for(term.fence[1])

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
 from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -163,12 +162,6 @@ def stored_or_skip(seq: int, subject: str, data: bytes) -> Stored | None:
         log.warning("skipped a node's report on a subject not its node's", seq=seq, subject=subject)
         return None
     return Stored(seq, event)
-
-
-def durable_name(*parts: str) -> str:
-    """A durable consumer's name from its parts (a consumer name allows no '.', '*', '>' or
-    spaces): `durable_name("scheduler", host, "4711")` -> `scheduler-host-4711`."""
-    return re.sub(r"[^A-Za-z0-9_-]", "_", "-".join(parts))[:200]
 
 
 class JetStreamLog:

@@ -6,16 +6,15 @@ import argparse
 import asyncio
 import contextlib
 import logging
-import os
 import signal
-import socket
 import sys
 from collections.abc import Callable, Coroutine
 from typing import Any
 
 import structlog
 
-from services.runtime.eventlog import JetStreamLog, connect, durable_name
+from services.runtime.auth import INSTANCES, service_consumer
+from services.runtime.eventlog import JetStreamLog, connect
 from services.runtime.tasks import cancel_and_wait
 
 Body = Callable[[JetStreamLog], Coroutine[Any, Any, None]]
@@ -42,20 +41,30 @@ def run_service(name: str, body: Body) -> None:
     parser.add_argument("--log-level", default="info")
     parser.add_argument(
         "--instance",
-        default=None,
-        help="this instance's name, the same across its restarts, so that its durable "
-        "consumer is reused (default: the process id, a consumer per process)",
+        type=instance_number,
+        default=0,
+        help=f"this instance's number, 0 to {INSTANCES - 1}: the same across its restarts, so "
+        "that its durable consumer is reused, and another for each instance of the service "
+        "in the cluster (a standby beside the leader)",
     )
     args = parser.parse_args()
     configure_logging(args.log_level)
-    asyncio.run(_main(name, args.nats, body, args.instance or str(os.getpid())))
+    asyncio.run(_main(name, args.nats, body, args.instance))
 
 
-async def _main(name: str, url: str, body: Body, instance: str) -> None:
+def instance_number(text: str) -> int:
+    """`--instance`'s value, or argparse's clear error naming the flag and the value."""
+    if not (text.isascii() and text.isdigit() and int(text) < INSTANCES):
+        raise argparse.ArgumentTypeError(f"{text!r} is not one of 0..{INSTANCES - 1}")
+    return int(text)
+
+
+async def _main(name: str, url: str, body: Body, instance: int) -> None:
     # the live tail through a durable consumer of this instance's own (a standby beside a
     # leader is another instance, so another consumer); a restarted instance takes its own
-    # consumer back (it is made again from where the service's replay ended)
-    durable = durable_name(name, socket.gethostname(), instance)
+    # consumer back (it is made again from where the service's replay ended). Its name is
+    # one of those fixed in advance, which every other service is refused (auth.py).
+    durable = service_consumer(name, instance)
     log = JetStreamLog(await connect(url, name), durable=durable)
     task = asyncio.create_task(body(log))
     stop = asyncio.Event()

@@ -36,6 +36,7 @@ from typing import Any
 import msgspec
 import nats.errors
 
+from cluster.servers import NatsServer
 from events import (
     Event,
     JobNominated,
@@ -60,7 +61,6 @@ from services.runtime.clock import WALL_CLOCK, Clock, VirtualClock
 from services.runtime.decider import Decider
 from services.runtime.eventlog import JetStreamLog, Stored, connect
 from services.runtime.follower import Follower
-from services.runtime.servers import NatsServer
 from services.runtime.tasks import cancel_and_wait
 from simulation.scenario.core_engine import unsettled_on_a_copy
 from simulation.scenario.in_process import SimulatedExecutors

@@ -16,8 +16,8 @@ from typing import Final
 import asyncpg
 import msgspec
 
+from cluster.cluster_file import ClusterFile
 from events import EventSetAside
-from fairlane.cluster_file import ClusterFile
 from services.runtime.auth import ADMIN, load_credentials
 from services.runtime.eventlog import JetStreamLog, connect
 

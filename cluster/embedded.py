@@ -2,10 +2,10 @@
 
 `fairlane up` starts nats-server (JetStream) and PostgreSQL under a data folder, the services
 and one node executor for this machine, all under a supervisor that restarts whatever exits
-(fairlane/supervisor.py): the servers first, the services once the stream exists. JetStream
+(cluster/supervisor.py): the servers first, the services once the stream exists. JetStream
 is sized to the disk it is on (`store_sizes`). `fairlane down` (or Ctrl-C on a foreground
 `up`) stops them all.
-`fairlane node start` adds more nodes to the supervisor's plan (fairlane/nodes.py).
+`fairlane node start` adds more nodes to the supervisor's plan (cluster/nodes.py).
 What runs where is written to `<data>/cluster.json`, so `down`, the job commands and the demo
 find a running cluster.
 
@@ -42,12 +42,20 @@ from typing import Final, NamedTuple
 import msgspec
 import nats
 
-from fairlane.cluster_file import (
+from cluster.cluster_file import (
     ClusterFile,
     cluster_file,
     read_cluster,
 )
-from fairlane.supervisor import (
+from cluster.provision import DEFAULT_MAX_BYTES, provision
+from cluster.servers import (
+    NatsServer,
+    Postgres,
+    ServerError,
+    free_port,
+    nats_server_binary,
+)
+from cluster.supervisor import (
     NATS_SERVER,
     STARTUP_S,
     Plan,
@@ -71,21 +79,13 @@ from services.runtime.eventlog import JetStreamLog
 from services.runtime.logstream import DEFAULT_LOG_MAX_BYTES
 from services.runtime.postgres import DSN_ENV
 from services.runtime.processes import pid_exists
-from services.runtime.provision import DEFAULT_MAX_BYTES, provision
-from services.runtime.servers import (
-    NatsServer,
-    Postgres,
-    ServerError,
-    free_port,
-    nats_server_binary,
-)
 
 SERVICES = ("admission", "ledger", "scheduler", "preemptor", "nodewatch")
 SUPERVISOR = "supervisor"
 PLAN_FILE = "supervisor-plan.json"
-#: The services' instance name: the same across restarts, so their durable consumers are
+#: The services' instance number: the same across restarts, so their durable consumers are
 #: reused, not left behind one per process.
-INSTANCE = "embedded"
+INSTANCE = "0"
 POSTGRES = "postgres"
 DEFAULT_NATS_PORT = 4222
 DEFAULT_API_PORT = 8080
@@ -142,7 +142,7 @@ async def up(  # noqa: PLR0913, PLR0915 (the `fairlane up` options, in the order
     own_postgres = postgres_dsn is None
     if postgres_dsn is None:
         postgres.uri_file.unlink(missing_ok=True)
-        keeper = ["-m", "services.runtime.servers", "postgres", str(postgres.data_dir)]
+        keeper = ["-m", "cluster.servers", "postgres", str(postgres.data_dir)]
         servers.append(Program(POSTGRES, keeper, stop_last=True))
     plan_file = data_dir / PLAN_FILE
 
@@ -160,7 +160,7 @@ async def up(  # noqa: PLR0913, PLR0915 (the `fairlane up` options, in the order
     # the services join once the stream is provisioned (a service may not create it)
     write_private(plan_file, msgspec.json.encode(plan(servers)))  # the programs' environments
     supervisor_status_file(data_dir).unlink(missing_ok=True)
-    supervisor = ["-m", "fairlane.supervisor", "--plan", str(plan_file)]
+    supervisor = ["-m", "cluster.supervisor", "--plan", str(plan_file)]
     pids[SUPERVISOR] = await _spawn(SUPERVISOR, supervisor, data_dir)
 
     def env(user: str) -> dict[str, str]:

@@ -1,8 +1,8 @@
 """Keeping the embedded cluster running: restart what exits, with backoff.
 
 `fairlane up` writes a plan (what to run, with which arguments and environment) and starts
-`python -m fairlane.supervisor --plan PLAN` in the background. The plan holds the servers
-(nats-server, and PostgreSQL through its keeper `python -m services.runtime.servers
+`python -m cluster.supervisor --plan PLAN` in the background. The plan holds the servers
+(nats-server, and PostgreSQL through its keeper `python -m cluster.servers
 postgres`) as well as the services, so a server killed -9 comes back like any service, with
 its data folder and on its port. The supervisor starts every program, and when one exits
 it logs why (exit status, how long it ran) and starts it again after a pause that doubles
@@ -11,7 +11,7 @@ A program that exits within STARTUP_S of its start *failed to start*. What every
 is doing is written to a status file after each change, which `fairlane up` reads to report
 a service that failed to start and `fairlane status` shows. The supervisor also checks the
 event log's limits every LIMITS_EVERY_S and records a warning from 80% full
-(services/runtime/provision.py).
+(cluster/provision.py).
 
 SIGTERM stops it in three steps: first the programs marked `stop_first` (the node executors,
 which stop their workloads as a preemption does and report it while the log and the services
@@ -20,7 +20,7 @@ still run), each SIGKILLed after its own `stop_grace_s`; then the others; then t
 programs the plan gained and stops (as SIGTERM does, each with its own grace) those it lost,
 leaving the others running; `fairlane up` adds the services so once the servers take
 connections, and `fairlane node start` and `node stop` add and remove a node's executor so
-(fairlane/nodes.py).
+(cluster/nodes.py).
 """
 
 from __future__ import annotations
@@ -39,10 +39,10 @@ from typing import Final, Literal
 import msgspec
 import structlog
 
+from cluster.provision import check_limits
 from services.runtime.auth import load_credentials
 from services.runtime.connection import connect
 from services.runtime.main import configure_logging
-from services.runtime.provision import check_limits
 
 RESTART_FIRST_S: Final = 0.5
 RESTART_MAX_S: Final = 30.0
@@ -59,7 +59,7 @@ STORE_FREE_BYTES: Final = 8 << 20
 #: What nats-server logs when a stream's file store failed a write.
 WRITE_FAILED: Final = ("critical write error", "no space left on device")
 NATS_SERVER: Final = "nats-server"
-log = structlog.get_logger("fairlane.supervisor")
+log = structlog.get_logger("cluster.supervisor")
 
 State = Literal["starting", "running", "restarting", "stopped"]
 
@@ -367,7 +367,7 @@ def _read_on(path: Path, offset: int) -> tuple[int, list[str]]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m fairlane.supervisor")
+    parser = argparse.ArgumentParser(prog="python -m cluster.supervisor")
     parser.add_argument("--plan", required=True, type=Path)
     args = parser.parse_args()
     configure_logging()

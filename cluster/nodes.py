@@ -48,9 +48,9 @@ import msgspec
 from nats.aio.client import Client
 from nats.js.errors import BucketNotFoundError, KeyNotFoundError, NotFoundError
 
-from fairlane.cluster_file import ClusterFile, read_cluster
-from fairlane.embedded import SUPERVISOR, _spawn, _stop, server_pid
-from fairlane.supervisor import STOP_GRACE_S, Plan, Program, read_plan, read_status
+from cluster.cluster_file import ClusterFile, read_cluster
+from cluster.embedded import SUPERVISOR, _spawn, _stop, server_pid
+from cluster.supervisor import STOP_GRACE_S, Plan, Program, read_plan, read_status
 from services.runtime.auth import (
     ADMIN,
     CREDENTIALS_ENV,
@@ -228,7 +228,7 @@ def write_plan(path: Path, plan: Plan) -> None:
 def _signal(pid: int, sig: signal.Signals, what: str) -> None:
     """Signal a process `cluster.json` names, after checking it is still that program where
     the system says (a process id can be reused once its process is gone)."""
-    expected = NATS_SERVER if what == NATS_SERVER else "fairlane.supervisor"
+    expected = NATS_SERVER if what == NATS_SERVER else "cluster.supervisor"
     with contextlib.suppress(OSError):  # no /proc here: the pid alone will do
         command = Path(f"/proc/{pid}/cmdline").read_bytes()
         if expected.encode() not in command:
@@ -480,7 +480,7 @@ async def start_remote_node(  # noqa: PLR0913 (the `fairlane node start` options
     (folder / "supervisor-status.json").unlink(missing_ok=True)
     log = folder / "logs" / f"{name}.log"
     offset = log.stat().st_size if log.exists() else 0
-    supervisor = ["-m", "fairlane.supervisor", "--plan", str(folder / PLAN_FILE)]
+    supervisor = ["-m", "cluster.supervisor", "--plan", str(folder / PLAN_FILE)]
     pid = await _spawn(SUPERVISOR, supervisor, folder)
     host = NodeHost(node, nats_url, str(credentials), pid, time.time())
     (folder / NODE_FILE).write_bytes(msgspec.json.encode(host))

@@ -47,3 +47,8 @@ def read_cluster(data_dir: Path) -> ClusterFile | None:
     if not any(pid_exists(pid) for pid in info.pids.values()):
         return None
     return info
+
+
+def stopped(info: ClusterFile) -> list[str]:
+    """What this cluster started that no longer runs, by name."""
+    return [name for name, pid in info.pids.items() if not pid_exists(pid)]

@@ -31,7 +31,7 @@ from services.runtime.processes import pid_exists
 #: loopback; nobody without it (the wheel's initdb trusts every local connection, and a
 #: workload on the node would then write the API's tokens table).
 PG_HBA: Final = """\
-# Written by Fairlane (services/runtime/servers.py): every connection needs the password.
+# Written by Fairlane (cluster/servers.py): every connection needs the password.
 local all all scram-sha-256
 host all all 127.0.0.1/32 scram-sha-256
 host all all ::1/128 scram-sha-256
@@ -287,7 +287,7 @@ def _reap() -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m services.runtime.servers")
+    parser = argparse.ArgumentParser(prog="python -m cluster.servers")
     parser.add_argument("server", choices=["postgres"])
     parser.add_argument("data_dir", type=Path)
     args = parser.parse_args()

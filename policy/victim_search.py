@@ -175,14 +175,15 @@ def next_unit(
     """The next unit of `project` that `admit` accepts and that frees GPUs the candidate
     could use, without taking it."""
     lineup = cycle.victims.lineup(project)
-    units = lineup.units
+    units, gone = lineup.units, cycle.victims.gone
     i = lineup.live_from(taken.cursor.get(project, 0))
     while i < len(units):
         unit = units[i]
-        freed = taken.replicas_freed(unit) if admit(unit) else []
-        if freed and (pin is None or any(r.node == pin for r in freed)):
-            taken.cursor[project] = i
-            return unit, freed
+        if unit.job.id not in gone:  # the lineup passes these: asked, it needs not be right
+            freed = taken.replicas_freed(unit) if admit(unit) else []
+            if freed and (pin is None or any(r.node == pin for r in freed)):
+                taken.cursor[project] = i
+                return unit, freed
         i = lineup.live_from(i + 1)
     taken.cursor[project] = i
     return None

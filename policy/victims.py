@@ -187,10 +187,12 @@ class VictimIndex:
             for lineup in self._lineups_of(unit.project):
                 lineup.pass_unit(unit)
 
-    def _lineups_of(self, project: str) -> list[Lineup]:
+    def _lineups_of(self, project: str) -> tuple[Lineup, ...]:
         """The lineups listed so far that may hold the project's units."""
         own, pool = self._units.get(project), self._pool_units
-        return [lineup for lineup in (own, pool) if lineup is not None]
+        if pool is None:
+            return () if own is None else (own,)
+        return (pool,) if own is None else (own, pool)
 
     def _unit_counts(self, project: str) -> tuple[dict[int, int], dict[int, int]]:
         sizes = self._sizes.get(project)
@@ -238,12 +240,17 @@ class Lineup:
     follows the pointers, shortening them as it goes (path halving), so a run of taken units
     is passed in a step or two."""
 
-    __slots__ = ("_at", "_next", "units")
+    __slots__ = ("_first", "_next", "_whole", "units")
 
     def __init__(self, units: list[Unit]) -> None:
         self.units = units
         self._next = list(range(len(units) + 1))  # the last is the end: it points at itself
-        self._at: dict[str, list[int]] | None = None  # each job's positions, once one is passed
+        # where each job's units are, once one is passed: its first unit (its extras are
+        # listed together, `units_of`), and its whole unit where that is not the first.
+        # Numbers, not a list per job: lists are objects the garbage collector must walk,
+        # and one per victim made it sweep the whole cluster's state more often
+        self._first: dict[str, int] | None = None
+        self._whole: dict[str, int] = {}
 
     def live_from(self, i: int) -> int:
         """The first position from `i` on whose unit has not been passed (the length if none)."""
@@ -255,21 +262,41 @@ class Lineup:
 
     def pass_job(self, job_id: str) -> None:
         """The job is taken for good: pass all its units."""
-        for i in self._positions().get(job_id, ()):
+        i = self._firsts().get(job_id)
+        if i is None:
+            return
+        units = self.units
+        while i < len(units) and units[i].surplus and units[i].job.id == job_id:
             self._pass(i)
+            i += 1
+        self._pass(self._whole.get(job_id, i))
 
     def pass_unit(self, unit: Unit) -> None:
-        for i in self._positions().get(unit.job.id, ()):
-            if self.units[i] is unit:
+        i = self._firsts().get(unit.job.id)
+        if i is None:
+            return
+        units = self.units
+        if not unit.surplus:
+            self._pass(self._whole.get(unit.job.id, i))
+            return
+        while i < len(units) and units[i].job is unit.job:
+            if units[i] is unit:
                 self._pass(i)
+                return
+            i += 1
 
     def _pass(self, i: int) -> None:
         if self._next[i] == i:
             self._next[i] = i + 1
 
-    def _positions(self) -> dict[str, list[int]]:
-        if self._at is None:
-            self._at = {}
+    def _firsts(self) -> dict[str, int]:
+        if self._first is None:
+            first: dict[str, int] = {}
             for i, unit in enumerate(self.units):
-                self._at.setdefault(unit.job.id, []).append(i)
-        return self._at
+                job_id = unit.job.id
+                if job_id not in first:
+                    first[job_id] = i
+                elif not unit.surplus:
+                    self._whole[job_id] = i
+            self._first = first
+        return self._first

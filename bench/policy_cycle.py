@@ -21,22 +21,34 @@ state in turn, so a busy moment on a shared machine falls on every size alike (t
 moved by 10% between runs when the sizes were timed one after the other). Nothing is asserted
 about time: machines are shared and noisy.
 
+Each figure carries its plan's fingerprint (sha256 of the decisions and the waiting reasons).
+`--baseline REV` times the policy as it is at git revision REV (its files checked out into a
+temporary folder) and as it is now, each in a child process of its own building the same
+states with this file, and prints both, before over now, the growth of each, and whether every
+plan is the same (exit status 1 if one is not): a speed-up must leave every decision as it was.
+
     uv run python -m bench.policy_cycle [--runs 30] [--scales 1,2,4] [--no-burst] [-o json]
-        [--profile]
+        [--profile] [--baseline main]
 """
 
 from __future__ import annotations
 
 import cProfile
 import gc
+import hashlib
 import io
+import os
 import platform
 import pstats
 import random
+import subprocess
 import sys
+import tarfile
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Annotated, Literal
 
 import cyclopts
@@ -63,7 +75,7 @@ from events import (
 from events.model import DEFAULT_PRIORITY_CLASSES, Fitting, SchedulerType, VictimOrder
 from events.units import percentile
 from policy.capacity import Capacity, NodeSlots
-from policy.cycle import decide
+from policy.cycle import Plan, decide
 from policy.state import ClusterState
 from simulation.virtual_cluster import VirtualCluster
 
@@ -104,6 +116,9 @@ class Figures:
     p99_ms: float
     growth_p50: float = 1.0
     growth_p99: float = 1.0
+    #: the plan's fingerprint (`plan_sha256`): the same before and after a change that is
+    #: meant to leave every decision as it was
+    plan_sha256: str = ""
 
 
 @dataclass(frozen=True)
@@ -336,6 +351,7 @@ class _Timed:
     cycle: str
     state: ClusterState
     decisions: int = 0
+    plan_sha256: str = ""
     samples: list[float] = field(default_factory=list)
 
 
@@ -370,7 +386,8 @@ def measure(
             vc.settle()  # carry out the burst's decisions, and the cycles after it, until quiet
             timed.append(_Timed(scale, "settled", vc.state))
     for t in timed:
-        t.decisions = len(decide(t.state, NOW))  # warm-up, and the size of the answer
+        plan = decide(t.state, NOW)  # warm-up, and the answer
+        t.decisions, t.plan_sha256 = len(plan), plan_sha256(plan)
     gc.collect()
     if gc_mode == "freeze":
         gc.freeze()  # what a long-running service may do once it has replayed the log
@@ -410,7 +427,15 @@ def _figures(t: _Timed) -> Figures:
         runs=len(t.samples),
         p50_ms=round(percentile(t.samples, 0.50), 2),
         p99_ms=round(percentile(t.samples, 0.99), 2),
+        plan_sha256=t.plan_sha256,
     )
+
+
+def plan_sha256(plan: Plan) -> str:
+    """A fingerprint of everything a plan decides: its events and why each job waits."""
+    digest = hashlib.sha256(msgspec.json.encode(plan.events))
+    digest.update(msgspec.json.encode(sorted(plan.waiting.items())))
+    return digest.hexdigest()
 
 
 def with_growth(results: list[Figures]) -> list[Figures]:
@@ -436,6 +461,157 @@ def profile(scale: int, runs: int, seed: int, top: int) -> str:
     return out.getvalue()
 
 
+# -- against a baseline ----------------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parent.parent
+
+#: A child's program: this file, loaded from where the parent is, with the policy (and all
+#: else it imports) from the tree the child runs in (its working directory, first on the path).
+_CHILD = """
+import importlib.util, sys
+spec = importlib.util.spec_from_file_location("policy_cycle_child", sys.argv[1])
+module = importlib.util.module_from_spec(spec)
+sys.modules[spec.name] = module
+spec.loader.exec_module(module)
+module.child(sys.argv[2])
+"""
+
+
+@dataclass
+class Paired:
+    """One state's cycle timed before (at the baseline revision) and after (this tree)."""
+
+    scale: int
+    cycle: str
+    decisions: int
+    before: Figures
+    after: Figures
+    #: before over after, p50 (above 1: faster now)
+    speedup_p50: float
+    #: every decision the same: the plans' fingerprints are equal
+    same_plan: bool
+
+
+def against(
+    revision: str,
+    scales: list[int],
+    runs: int,
+    options: Mapping[str, object],
+    base: Size | None = None,
+) -> list[Paired]:
+    """Time the cycles as `measure` does twice, each in a child process of its own: with the
+    policy at git `revision` (checked out into a temporary folder), then with this tree's.
+    Both children build the states with this file's `build`, so they decide on the same
+    states; each plan's fingerprint says whether they decided the same. `options` are
+    `measure`'s (seed, settled, burst, scheduler, fitting, victim_order, gc_mode)."""
+    asked = {"scales": scales, "runs": runs, **options}
+    if base is not None:
+        asked["base"] = (base.nodes, base.running, base.pending)
+    request = msgspec.json.encode(asked).decode()
+    with tempfile.TemporaryDirectory(prefix="policy-cycle-") as tmp:
+        _check_out(revision, Path(tmp))
+        before = _child_figures(Path(tmp), request)
+    after = _child_figures(ROOT, request)
+    with_growth(before)
+    with_growth(after)
+    paired = []
+    for old, new in zip(before, after, strict=True):
+        paired.append(
+            Paired(
+                scale=new.scale,
+                cycle=new.cycle,
+                decisions=new.decisions,
+                before=old,
+                after=new,
+                speedup_p50=round(old.p50_ms / new.p50_ms, 2) if new.p50_ms else 0.0,
+                same_plan=old.plan_sha256 == new.plan_sha256,
+            )
+        )
+    return paired
+
+
+def _check_out(revision: str, into: Path) -> None:
+    """The files of git `revision` of this repository, written under `into`."""
+    archive = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", "--format=tar", revision],
+        capture_output=True,
+        check=False,
+    )
+    if archive.returncode != 0:
+        error = archive.stderr.decode(errors="replace").strip()
+        raise ValueError(f"--baseline: {revision!r} is no git revision of {ROOT}: {error}")
+    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+        tar.extractall(into, filter="data")
+
+
+def _child_figures(tree: Path, request: str) -> list[Figures]:
+    """`measure`'s figures from a child process deciding with the policy of `tree`."""
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    done = subprocess.run(
+        [sys.executable, "-c", _CHILD, str(Path(__file__).resolve()), request],
+        cwd=tree,
+        env=env,
+        capture_output=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"the cycle timed in {tree} failed:\n{done.stderr.decode()}")
+    reply = msgspec.json.decode(done.stdout)
+    if Path(reply["policy"]) != tree.resolve() / "policy":
+        raise RuntimeError(f"the child decided with {reply['policy']}, not {tree}'s policy")
+    return [msgspec.convert(f, Figures) for f in reply["figures"]]
+
+
+def child(request: str) -> None:
+    """In a child of `against`: `measure` as asked, its figures written as JSON, with where
+    the policy that decided came from."""
+    import policy  # noqa: PLC0415 (only to say where it was imported from)
+
+    asked = msgspec.json.decode(request)
+    base = asked.pop("base", None)
+    figures = measure(base=None if base is None else Size(*base), **asked)
+    reply = {"policy": str(Path(policy.__file__).resolve().parent), "figures": figures}
+    sys.stdout.write(msgspec.json.encode(reply).decode() + "\n")
+
+
+def main_against(
+    revision: str, scales: list[int], runs: int, options: Mapping[str, object], output: str
+) -> int:
+    """`--baseline`: the figures before and now, printed; 1 if a plan differs."""
+    with Console(stderr=True).status(f"timing the policy at {revision}, then now ..."):
+        paired = against(revision, scales, runs, options)
+    if output == "json":
+        sys.stdout.write(msgspec.json.encode(paired).decode() + "\n")
+    else:
+        print_against(revision, paired)
+    if all(p.same_plan for p in paired):
+        return 0
+    Console(stderr=True).print("[red]the plans differ: the change is not decision-neutral[/red]")
+    return 1
+
+
+def print_against(revision: str, paired: list[Paired]) -> None:
+    """Before and after side by side, and whether every plan is the same."""
+    table = Table(title=f"One full scheduling cycle: policy at {revision} (before) and now")
+    columns = ("scale", "cycle", "decisions", "before p50", "now p50", "before/now")
+    for column in (*columns, "growth before", "growth now", "plan sha256", "same plan"):
+        table.add_column(column, justify="right")
+    for p in sorted(paired, key=lambda p: (p.cycle, p.scale)):
+        table.add_row(
+            f"{p.scale}x",
+            p.cycle,
+            f"{p.decisions:,}",
+            f"{p.before.p50_ms:.1f}",
+            f"{p.after.p50_ms:.1f}",
+            f"{p.speedup_p50:.2f}",
+            f"{p.before.growth_p50:.2f}",
+            f"{p.after.growth_p50:.2f}",
+            p.after.plan_sha256[:12],
+            "yes" if p.same_plan else f"NO (before {p.before.plan_sha256[:12]})",
+        )
+    Console(width=None if sys.stdout.isatty() else 140).print(table)
+
+
 # -- command line ------------------------------------------------------------------------------
 
 app = cyclopts.App(help=__doc__)
@@ -454,6 +630,7 @@ def main(
     victim_order: VictimOrder = "newest",
     gc_mode: Annotated[GcMode, cyclopts.Parameter(name="--gc")] = "on",
     profile_top: Annotated[int, cyclopts.Parameter(name="--profile")] = 0,
+    baseline: str | None = None,
     output: Annotated[
         Literal["text", "json"], cyclopts.Parameter(name=["--output", "-o"])
     ] = "text",
@@ -484,6 +661,10 @@ def main(
     profile_top
         Instead of timing, profile the burst cycle at the first scale and print this many
         functions by own time.
+    baseline
+        A git revision (e.g. main): time the policy as it was there and as it is now, each in
+        a child process, on the same states, and check that every plan is the same (exit
+        status 1 if one is not).
     output
         text (a table) or json.
     """
@@ -492,6 +673,17 @@ def main(
     if profile_top:
         sys.stdout.write(profile(sizes[0], runs, seed, profile_top))
         return
+    if baseline is not None:
+        options = {
+            "seed": seed,
+            "settled": settled,
+            "burst": burst,
+            "scheduler": scheduler,
+            "fitting": fitting,
+            "victim_order": victim_order,
+            "gc_mode": gc_mode,
+        }
+        sys.exit(main_against(baseline, sizes, runs, options, output))
     with console.status("building ...") as status:
         results = measure(
             sizes,

@@ -152,6 +152,7 @@ class PoolCycle:
                 remaining = victim.active_replicas - self.surplus_stopped[victim.id]
             self.decisions.preempt(victim, nomination, replicas, remaining, facts)
         self.used_units.update(id(u) for u in taken.units)
+        self.victims.spend(taken.units)
         self.generation += 1
 
     def nominate(

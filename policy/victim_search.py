@@ -174,20 +174,17 @@ def next_unit(
 ) -> tuple[Unit, list[Replica]] | None:
     """The next unit of `project` that `admit` accepts and that frees GPUs the candidate
     could use, without taking it."""
-    victims = cycle.victims
-    units = victims.project_units(project)
-    gone = victims.gone
-    i = taken.cursor.get(project)
-    if i is None:
-        i = victims.first_live(project)
+    lineup = cycle.victims.lineup(project)
+    units, gone = lineup.units, cycle.victims.gone
+    i = lineup.live_from(taken.cursor.get(project, 0))
     while i < len(units):
         unit = units[i]
-        if unit.job.id not in gone:
+        if unit.job.id not in gone:  # the lineup passes these: asked, it needs not be right
             freed = taken.replicas_freed(unit) if admit(unit) else []
             if freed and (pin is None or any(r.node == pin for r in freed)):
                 taken.cursor[project] = i
                 return unit, freed
-        i += 1
+        i = lineup.live_from(i + 1)
     taken.cursor[project] = i
     return None
 

@@ -89,8 +89,9 @@ def units_of(jobs: list[Job], order: VictimOrder, now: float) -> list[Unit]:
 class VictimIndex:
     """The possible victims of one pool in one cycle: found once, their units sorted per
     project when first needed, and counted (sizes, priorities) for the bounds that spare a
-    walk. Lists of units keep those of jobs gone since (stopping, nominated or grown this
-    cycle): readers skip them, and every unit before `first_live(project)` is gone."""
+    walk. A project's units (and the pool's) are a `Lineup`: units taken for good since they
+    were listed (their job stopping, nominated or grown this cycle, a surplus replica given up)
+    stay in it, and its walks pass over them."""
 
     def __init__(
         self, order: VictimOrder, now: float, owners: Mapping[str, Mapping[int, str]]
@@ -102,10 +103,8 @@ class VictimIndex:
         self.gone: set[str] = set()  # stopping, nominated or grown this cycle: no victim
         self._jobs: dict[str, list[Job]] | None = None
         self._in_order: list[Job] = []  # the same, in submission order
-        self._units: dict[str, list[Unit]] = {}
-        self._start: dict[str, int] = {}
-        self._pool_units: list[Unit] | None = None
-        self._pool_start = 0
+        self._units: dict[str, Lineup] = {}
+        self._pool_units: Lineup | None = None
         # per project (once asked): how many live units free so many GPUs / have a priority
         self._sizes: dict[str, dict[int, int]] = {}
         self._priorities: dict[str, dict[int, int]] = {}
@@ -127,39 +126,25 @@ class VictimIndex:
             self._jobs = by_project
         return self._jobs
 
-    def project_units(self, project: str) -> list[Unit]:
-        """The project's victim units in taking order (units of jobs gone since included)."""
+    def lineup(self, project: str) -> Lineup:
+        """The project's victim units in taking order."""
         units = self._units.get(project)
         if units is None:
             gone = self.gone
             jobs = self.jobs().get(project, [])
             if gone:
                 jobs = [j for j in jobs if j.id not in gone]
-            units = self._units[project] = units_of(jobs, self.order, self.now)
+            units = self._units[project] = Lineup(units_of(jobs, self.order, self.now))
         return units
 
-    def first_live(self, project: str) -> int:
-        """Where the first unit of the project that may not be gone is."""
-        units, gone = self.project_units(project), self.gone
-        i = self._start.get(project, 0)
-        while i < len(units) and units[i].job.id in gone:
-            i += 1
-        self._start[project] = i
-        return i
-
-    def pool_units(self) -> tuple[list[Unit], int]:
-        """All victim units of the pool, whatever their project, in taking order (units of jobs
-        gone since included), and where the first that may not be gone is."""
+    def pool_lineup(self) -> Lineup:
+        """All victim units of the pool, whatever their project, in taking order."""
         if self._pool_units is None:
             self.jobs()
             gone = self.gone
             jobs = [j for j in self._in_order if j.id not in gone] if gone else self._in_order
-            self._pool_units = units_of(jobs, self.order, self.now)
-        units, i = self._pool_units, self._pool_start
-        while i < len(units) and units[i].job.id in self.gone:
-            i += 1
-        self._pool_start = i
-        return units, i
+            self._pool_units = Lineup(units_of(jobs, self.order, self.now))
+        return self._pool_units
 
     def largest_unit_gpus(self, project: str) -> int:
         """The most GPUs one victim unit of the project frees (0 if it has none)."""
@@ -188,11 +173,26 @@ class VictimIndex:
             if job.id in self.gone:
                 continue
             self.gone.add(job.id)
+            for lineup in self._lineups_of(job.project):
+                lineup.pass_job(job.id)
             sizes = self._sizes.get(job.project)
             priorities = self._priorities.get(job.project)
             # counted then if it may be a victim (a job gone before was skipped there)
             if sizes is not None and priorities is not None and may_be_victim(job, self.now):
                 _count_units(job, sizes, priorities, -1)
+
+    def spend(self, units: Iterable[Unit]) -> None:
+        """These units were taken by a preemption of this cycle: no walk takes them again."""
+        for unit in units:
+            for lineup in self._lineups_of(unit.project):
+                lineup.pass_unit(unit)
+
+    def _lineups_of(self, project: str) -> tuple[Lineup, ...]:
+        """The lineups listed so far that may hold the project's units."""
+        own, pool = self._units.get(project), self._pool_units
+        if pool is None:
+            return () if own is None else (own,)
+        return (pool,) if own is None else (own, pool)
 
     def _unit_counts(self, project: str) -> tuple[dict[int, int], dict[int, int]]:
         sizes = self._sizes.get(project)
@@ -227,3 +227,76 @@ def _count_units(job: Job, sizes: dict[int, int], priorities: dict[int, int], si
     whole = job.gpus * job.active_replicas
     sizes[whole] = sizes.get(whole, 0) + sign
     priorities[job.priority] = priorities.get(job.priority, 0) + sign * (surplus + 1)
+
+
+class Lineup:
+    """Victim units in taking order, and a way past those taken for good this cycle.
+
+    A claimant's walk goes down the lineup from the front, and every preemption takes units
+    from the middle of it (those it needs, after sparing the rest): skipping them one by one,
+    each walk read every unit taken before it, and at 4x the bench's size the burst cycle's
+    walks read a million such units (4x the claimants, each reading 4x the taken). Each
+    position points at the next that may still be taken (itself while it may), and a walk
+    follows the pointers, shortening them as it goes (path halving), so a run of taken units
+    is passed in a step or two."""
+
+    __slots__ = ("_first", "_next", "_whole", "units")
+
+    def __init__(self, units: list[Unit]) -> None:
+        self.units = units
+        self._next = list(range(len(units) + 1))  # the last is the end: it points at itself
+        # where each job's units are, once one is passed: its first unit (its extras are
+        # listed together, `units_of`), and its whole unit where that is not the first.
+        # Numbers, not a list per job: lists are objects the garbage collector must walk,
+        # and one per victim made it sweep the whole cluster's state more often
+        self._first: dict[str, int] | None = None
+        self._whole: dict[str, int] = {}
+
+    def live_from(self, i: int) -> int:
+        """The first position from `i` on whose unit has not been passed (the length if none)."""
+        after = self._next
+        while after[i] != i:
+            after[i] = after[after[i]]
+            i = after[i]
+        return i
+
+    def pass_job(self, job_id: str) -> None:
+        """The job is taken for good: pass all its units."""
+        i = self._firsts().get(job_id)
+        if i is None:
+            return
+        units = self.units
+        while i < len(units) and units[i].surplus and units[i].job.id == job_id:
+            self._pass(i)
+            i += 1
+        self._pass(self._whole.get(job_id, i))
+
+    def pass_unit(self, unit: Unit) -> None:
+        i = self._firsts().get(unit.job.id)
+        if i is None:
+            return
+        units = self.units
+        if not unit.surplus:
+            self._pass(self._whole.get(unit.job.id, i))
+            return
+        while i < len(units) and units[i].job is unit.job:
+            if units[i] is unit:
+                self._pass(i)
+                return
+            i += 1
+
+    def _pass(self, i: int) -> None:
+        if self._next[i] == i:
+            self._next[i] = i + 1
+
+    def _firsts(self) -> dict[str, int]:
+        if self._first is None:
+            first: dict[str, int] = {}
+            for i, unit in enumerate(self.units):
+                job_id = unit.job.id
+                if job_id not in first:
+                    first[job_id] = i
+                elif not unit.surplus:
+                    self._whole[job_id] = i
+            self._first = first
+        return self._first

@@ -61,19 +61,19 @@ def preempt(cycle: PoolCycle, waiting: list[Candidate]) -> None:
 def _lower_priority_picker(cycle: PoolCycle, priority: int, pin: str | None) -> Pick:
     """Takes units of strictly lower priority, in the pool's taking order, that free GPUs the
     job could use (units of jobs already stopping or nominated are skipped)."""
-    units, start = cycle.victims.pool_units()
-    gone = cycle.victims.gone
+    lineup = cycle.victims.pool_lineup()
+    units, gone = lineup.units, cycle.victims.gone
 
     def pick(taken: Taken) -> tuple[Unit, list[Replica]] | None:
-        i = taken.cursor.get("", start)
+        i = lineup.live_from(taken.cursor.get("", 0))
         while i < len(units):
             unit = units[i]
-            if unit.job.id not in gone:
+            if unit.job.id not in gone:  # the lineup passes these: asked, it needs not be right
                 freed = taken.replicas_freed(unit) if unit.job.priority < priority else []
                 if freed and (pin is None or any(r.node == pin for r in freed)):
                     taken.cursor[""] = i
                     return unit, freed
-            i += 1
+            i = lineup.live_from(i + 1)
         taken.cursor[""] = i
         return None
 

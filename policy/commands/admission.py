@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from events import JobAdmitted, JobRejected, JobSpec, JobSubmitted
-from policy.commands import ids
+from events import JobAdmitted, JobRejected, JobSpec, JobSubmitted, ids
 from policy.commands.names import name_problem
 from policy.cycle import could_hold
 from policy.state import ClusterState

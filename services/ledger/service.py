@@ -9,9 +9,8 @@ before is read back from the log, so a restarted ledger does not announce old cr
 
 from __future__ import annotations
 
-from events import NodeLost, ProjectQuotaCrossed
+from events import NodeLost, ProjectQuotaCrossed, ids
 from events.commands import LEDGER_COMMANDS, LEDGER_SUBJECT, AnyCommand, Reply
-from policy.commands import ids
 from policy.commands.usage import Usage
 from services.runtime.clock import WALL_CLOCK, Clock
 from services.runtime.commands import Refusal, carry_out

@@ -60,7 +60,7 @@ def asked(w: NodeWork) -> NodeWork:
         id="g/ask", time=0.0, actor="p", job_id="g", attempt=1, reason="priority"
     )
     w.jobs["g"] = msgspec.structs.replace(stopping, stop_replicas=len(stopping.held))
-    w.stops["g"] = requested(request, w.jobs["g"])
+    w.stops["g"] = [requested(request, w.jobs["g"])]
     return w
 
 
@@ -244,3 +244,29 @@ def exit_if_due(
     if (after is not None and now >= f.stop_at + after) or (f.killed and kill_ends):
         return dataclasses.replace(f, ended=True, exit_code=143)
     return f
+
+
+def test_stops_of_some_replicas_are_each_reported_once_by_their_first_node() -> None:
+    """An elastic job's extras taken by two requests in turn: each stops its own newest replica
+    and is answered once (as before: not node by node), so each counts as a preemption."""
+    three = (Replica("n0", (0,)), Replica("n0", (1,)), Replica("n0", (2,)))
+    w = work("n0", job(held=three))
+    for n, ask in enumerate(("g/a1", "g/a2"), start=1):
+        request = JobPreemptionRequested(
+            id=ask, time=0.0, actor="p", job_id="g", attempt=1, reason="reclaim", replicas=1
+        )
+        before = w.jobs["g"].stop_replicas
+        w.jobs["g"] = msgspec.structs.replace(w.jobs["g"], stop_replicas=n)
+        w.stops.setdefault("g", []).append(requested(request, w.jobs["g"], before))
+    assert [o.targets for o in w.stops["g"]] == [(three[2],), (three[1],)]
+    done = [
+        dataclasses.replace(
+            ReplicaFacts("g", 1, i, three[i]), launched=True, ended=True, stop_at=0.0
+        )
+        for i in (1, 2)
+    ]
+    events = reports(plan(w, dataclasses.replace(here("n0", *done), objects=False), 1.0))
+    assert {(e.id, e.replicas, e.own_replicas) for e in events if isinstance(e, JobPreempted)} == {
+        ("g/a1/done", 1, False),
+        ("g/a2/done", 1, False),
+    }

@@ -493,9 +493,9 @@ class Actuator:
         recorded = {(r.job_id, r.attempt, Replica(r.node, r.gpus)): r for r in found}
         marks = read_stopped(self.data_dir) if self.runtime.real else {}
         for job in list(work.jobs.values()):
-            order = work.stop_of(job.job_id)
+            orders = work.stops_of(job.job_id)
             mark = marks.get((job.job_id, job.attempt))
-            if mark is not None and (order is None or order.reason == "shutdown"):
+            if mark is not None and all(o.reason == "shutdown" for o in orders):
                 self.shut[(job.job_id, job.attempt)] = mark.at
             self._take_up_job(work, job.job_id, recorded, mark is not None)
         for key, record in recorded.items():  # not wanted by the log any more: stopped
@@ -555,7 +555,7 @@ class Actuator:
                 if not r.ended
                 and r.stop_at is None
                 and desired(work.jobs.get(r.job_id), r.attempt, r.replica)
-                and work.stop_of(r.job_id) is None
+                and not work.stops_of(r.job_id)
             }
         )
         self.shut.update({k: now for k in keys})

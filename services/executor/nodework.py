@@ -33,45 +33,58 @@ DEFAULT_GRACE_S = 30.0
 @dataclass(frozen=True, slots=True)
 class StopOrder:
     """A stop in progress: asked for (a preemption request), or begun by a node's shut down.
-    Each node holding replicas it stops reports its own once they are stopped and stored; the
-    stop's first node (of its first replica, as the stop began) under the stop's own id, as a
-    single reporter did before, every other under that id and its name."""
+    A whole attempt's stop is reported by each node holding replicas of it, for its own, once
+    they are stopped and stored: the stop's first node (of its first replica, as the stop
+    began) under the stop's own id, every other under that id and its name. A stop of some
+    replicas (an elastic job's extras) is reported once, by its first node, as before."""
 
     job_id: str
     attempt: int
     reason: PreemptionReason
     report_id: str
     first: str
+    targets: tuple[Replica, ...]  # the replicas it stops, as the fold had them
+    whole: bool = True
     replicas: int = 0  # as asked (0: the whole job)
     causation: str | None = None
 
     def report_on(self, node: str) -> str:
-        return self.report_id if node == self.first else ids.on_node(self.report_id, node)
+        if not self.whole or node == self.first:
+            return self.report_id
+        return ids.on_node(self.report_id, node)
 
 
-def requested(request: JobPreemptionRequested, job: JobWork) -> StopOrder:
-    """The stop a request asks for; `job`: as the fold left it right after the request."""
+def requested(request: JobPreemptionRequested, job: JobWork, before: int = 0) -> StopOrder:
+    """The stop a request asks for; `job`: as the fold left it right after the request;
+    `before`: the replicas it was stopping already (stops of some replicas add up, each
+    taking the newest not taken yet)."""
     whole = request.replicas == 0 or request.replicas >= len(job.held)
-    targets = job.held if whole else job.held[len(job.held) - request.replicas :]
+    n = len(job.held)
+    targets = job.held if whole else job.held[n - job.stop_replicas : n - before]
+    if not targets:  # `before` not as the fold had it: the newest, as asked
+        targets = job.held[n - request.replicas :]
     return StopOrder(
         job_id=request.job_id,
         attempt=request.attempt,
         reason=request.reason,
         report_id=ids.stopped(request.id),
         first=targets[0].node if targets else "",
+        targets=tuple(targets),
+        whole=whole,
         replicas=request.replicas,
         causation=request.id,
     )
 
 
-def shutdown_order(job_id: str, attempt: int, first: str) -> StopOrder:
+def shutdown_order(job: JobWork, first: str) -> StopOrder:
     """The stop of an attempt for a shut down; `first`: the attempt's first node."""
     return StopOrder(
-        job_id=job_id,
-        attempt=attempt,
+        job_id=job.job_id,
+        attempt=job.attempt,
         reason="shutdown",
-        report_id=ids.shut_down(job_id, attempt),
+        report_id=ids.shut_down(job.job_id, job.attempt),
         first=first,
+        targets=job.held,
     )
 
 
@@ -82,7 +95,7 @@ class NodeWork:
         self.node = node
         #: jobs holding replicas on this node, as the fold left them
         self.jobs: dict[str, JobWork] = {}
-        self.stops: dict[str, StopOrder] = {}
+        self.stops: dict[str, list[StopOrder]] = {}
         self.scheduled: dict[str, str] = {}
         #: job -> the node of its current attempt's first replica, as it was placed
         self.firsts: dict[str, str] = {}
@@ -101,6 +114,9 @@ class NodeWork:
             return False
         self.source_seq = relay.source_seq
         self.relays += 1
+        before = {
+            j.job_id: self.jobs[j.job_id].stop_replicas for j in relay.jobs if j.job_id in self.jobs
+        }
         for job in relay.jobs:
             self._keep(job)
         match relay.event:
@@ -111,7 +127,9 @@ class NodeWork:
                 if placed is not None and placed.held:
                     self.firsts[e.job_id] = placed.held[0].node
             case JobPreemptionRequested() as e if e.job_id in self.jobs:
-                self.stops[e.job_id] = requested(e, self.jobs[e.job_id])
+                order = requested(e, self.jobs[e.job_id], before.get(e.job_id, 0))
+                kept = [] if order.whole else self.stops.get(e.job_id, [])
+                self.stops[e.job_id] = [o for o in kept if o.attempt == e.attempt] + [order]
             case JobPreempted() as e if self._stop_replicas(e.job_id) == 0:
                 self.stops.pop(e.job_id, None)
             case JobPreempted(own_replicas=True) as e if (
@@ -119,7 +137,7 @@ class NodeWork:
             ):
                 # another node's shut down stops the whole attempt: this node reports its own
                 first = self.firsts.get(e.job_id, e.node or "")
-                self.stops[e.job_id] = shutdown_order(e.job_id, e.attempt, first)
+                self.stops[e.job_id] = [shutdown_order(self.jobs[e.job_id], first)]
             case JobCheckpointed() as e:
                 attempt, n, last = self.checkpoints.get(e.job_id, (e.attempt, 0, 0.0))
                 if attempt != e.attempt:
@@ -154,12 +172,12 @@ class NodeWork:
             return 0, 0.0
         return seen[1], seen[2]
 
-    def stop_of(self, job_id: str) -> StopOrder | None:
-        """The stop in progress of the job's current attempt, if any."""
-        job, order = self.jobs.get(job_id), self.stops.get(job_id)
-        if job is None or order is None or job.stop_replicas == 0 or order.attempt != job.attempt:
-            return None
-        return order
+    def stops_of(self, job_id: str) -> list[StopOrder]:
+        """The stops in progress of the job's current attempt."""
+        job = self.jobs.get(job_id)
+        if job is None or job.stop_replicas == 0:
+            return []
+        return [o for o in self.stops.get(job_id, []) if o.attempt == job.attempt]
 
     def grace_of(self, job_id: str) -> float:
         job = self.jobs.get(job_id)

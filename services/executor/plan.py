@@ -122,8 +122,7 @@ def plan(work: NodeWork, here: Here, now: float) -> list[Action]:
     actions += starts(work, here)
     for facts in ordered(here.replicas.values()):
         actions += replica_actions(work, here, facts, now)
-    for key in sorted(stopping_attempts(work, here)):
-        actions += stop_report(work, here, key, now)
+    actions += stop_reports(work, here, now)
     for att in sorted(here.attempts.values(), key=lambda a: (a.job_id, a.attempt)):
         actions += announce(work, here, att, now) + checkpoint(work, here, att)
     for facts in ordered(here.replicas.values()):
@@ -161,31 +160,22 @@ def starts(work: NodeWork, here: Here) -> list[Action]:
 # -- stopping --------------------------------------------------------------------------------
 
 
-def order_of(work: NodeWork, here: Here, job_id: str, attempt: int) -> StopOrder | None:
-    """The stop that covers this attempt here: the log's, or this node's shut down."""
-    order = work.stop_of(job_id)
-    if order is not None and order.attempt == attempt:
-        return order
-    if (job_id, attempt) in here.shut:
-        job = work.jobs.get(job_id)
-        first = work.firsts.get(job_id) or (job.held[0].node if job and job.held else here.node)
-        return shutdown_order(job_id, attempt, first)
-    return None
+def orders_of(work: NodeWork, here: Here, job: JobWork) -> list[StopOrder]:
+    """The stops of the job's attempt in progress: the log's, and this node's shut down."""
+    orders = work.stops_of(job.job_id)
+    if (job.job_id, job.attempt) in here.shut and not any(o.whole for o in orders):
+        first = work.firsts.get(job.job_id) or job.held[0].node
+        orders = [*orders, shutdown_order(job, first)]
+    return orders
 
 
-def targets(work: NodeWork, here: Here, job: JobWork) -> list[Replica]:
-    """The replicas of the job a stop covers on this node."""
-    if (job.job_id, job.attempt) in here.shut and work.stop_of(job.job_id) is None:
-        stopping = list(job.held)
-    else:
-        stopping = list(job.held[len(job.held) - job.stop_replicas :]) if job.stop_replicas else []
-    return [r for r in stopping if r.node == here.node]
+def mine(order: StopOrder, job: JobWork, node: str) -> list[Replica]:
+    """The replicas a stop covers on this node that the fold still has it hold."""
+    return [r for r in order.targets if r.node == node and r in job.held]
 
 
 def covered(work: NodeWork, here: Here, job: JobWork, replica: Replica) -> bool:
-    return order_of(work, here, job.job_id, job.attempt) is not None and replica in targets(
-        work, here, job
-    )
+    return any(replica in o.targets for o in orders_of(work, here, job))
 
 
 def replica_actions(work: NodeWork, here: Here, r: ReplicaFacts, now: float) -> list[Action]:
@@ -219,22 +209,28 @@ def stopped(r: ReplicaFacts, grace_s: float, now: float) -> bool:
     return r.killed and r.stop_at is not None and now >= r.stop_at + grace_s + KILL_WAIT_S
 
 
-def stopping_attempts(work: NodeWork, here: Here) -> set[AttemptKey]:
-    keys = {(o.job_id, o.attempt) for o in work.stops.values()} | set(here.shut)
-    return {k for k in keys if (job := work.jobs.get(k[0])) is not None and job.attempt == k[1]}
+def stop_reports(work: NodeWork, here: Here, now: float) -> list[Action]:
+    actions: list[Action] = []
+    for job in sorted(work.jobs.values(), key=lambda j: j.job_id):
+        for order in orders_of(work, here, job):
+            actions += stop_report(work, here, job, order, now)
+    return actions
 
 
-def stop_report(work: NodeWork, here: Here, key: AttemptKey, now: float) -> list[Action]:
-    """Once every replica a stop covers here is stopped and stored: this node's report."""
-    job, order = work.jobs[key[0]], order_of(work, here, *key)
-    mine = targets(work, here, job)
-    if order is None or not mine:
+def stop_report(
+    work: NodeWork, here: Here, job: JobWork, order: StopOrder, now: float
+) -> list[Action]:
+    """Once every replica a stop covers here is stopped and stored: this node's report (of a
+    whole attempt's stop, each node's own; of some replicas, the stop's first node's)."""
+    targets = mine(order, job, here.node)
+    if not targets or (not order.whole and order.first != here.node):
         return []
     report_id = order.report_on(here.node)
     if report_id in here.reported:
         return []
+    key = (job.job_id, job.attempt)
     grace = work.grace_of(job.job_id)
-    local = [f for r in mine if (f := here.replicas.get((key[0], key[1], r))) is not None]
+    local = [f for r in targets if (f := here.replicas.get((*key, r))) is not None]
     if not all(stopped(f, grace, now) for f in local):
         return []
     unstored = [f for f in local if here.objects and f.has_workload and not f.stored_after_stop]
@@ -243,8 +239,8 @@ def stop_report(work: NodeWork, here: Here, key: AttemptKey, now: float) -> list
     att = here.attempts.get(key)
     if att is not None and not ready(work, here, att):
         return []
+    shut = order.reason == "shutdown" and key in here.shut
     stored = sum(f.stored_bytes for f in local)
-    shut = key in here.shut and order.reason == "shutdown"
     event = JobPreempted(
         id=report_id,
         time=here.shut[key] if shut else now,
@@ -259,22 +255,21 @@ def stop_report(work: NodeWork, here: Here, key: AttemptKey, now: float) -> list
         stored_bytes=stored or None,
         gpu_utilization=att.utilization if att is not None else None,
         node=here.node,
-        own_replicas=True,
+        own_replicas=order.whole,
     )
-    return [
-        Report(event, SHUTDOWN_REPORT_WITHIN_S if order.reason == "shutdown" else REPORT_WITHIN_S)
-    ]
+    within = SHUTDOWN_REPORT_WITHIN_S if order.reason == "shutdown" else REPORT_WITHIN_S
+    return [Report(event, within)]
 
 
 def shutdown_reported(work: NodeWork, here: Here) -> list[Action]:
     if not here.shut:
         return []
     for key in here.shut:
-        order = order_of(work, here, *key)
         job = work.jobs.get(key[0])
-        if job is None or job.attempt != key[1] or order is None:
+        if job is None or job.attempt != key[1]:
             continue  # the log is past it: nothing left to report
-        if order.report_on(here.node) not in here.published:
+        wanted = [o.report_on(here.node) for o in orders_of(work, here, job) if o.whole]
+        if any(report_id not in here.published for report_id in wanted):
             return []
     return [ShutdownReported()]
 

@@ -262,6 +262,10 @@ class JobPreempted(Event, frozen=True, kw_only=True):
     #: Optional, so neither an older event nor an older reader needs an upcast. It is in the
     #: subject too (`subject_for`), where the server holds each executor to its own node.
     node: str | None = None
+    #: It reports only the stopped replicas on `node`, each stored its checkpoint first: a
+    #: stop spanning several nodes ends once every one of them reported its own (False: the
+    #: whole stop at once, as reports were before). Optional: no upcast needed.
+    own_replicas: bool = False
 
 
 class JobCheckpointed(Event, frozen=True, kw_only=True):

@@ -707,6 +707,8 @@ def _job_preempted(state: ClusterState, e: JobPreempted) -> Refusal:
         return "not the job's current attempt, or it holds nothing"
     if (foreign := _foreign_node(job, e.node)) is not None:
         return foreign
+    if e.own_replicas and e.node is not None:
+        return _node_stopped(state, job, e, e.node)
     whole = e.replicas == 0 or e.replicas >= len(job.held)
     if not whole and job.stop_replicas < e.replicas:
         return "no stop of that many replicas was asked"  # a repeat, or a forgery
@@ -722,6 +724,32 @@ def _job_preempted(state: ClusterState, e: JobPreempted) -> Refusal:
         job.stop_replicas = max(0, job.stop_replicas - e.replicas)
     if e.checkpointed:
         job.last_checkpoint_at = e.time
+    return None
+
+
+def _node_stopped(state: ClusterState, job: Job, e: JobPreempted, node: str) -> Refusal:
+    """One node stopped its own replicas of the stop in progress (and stored what they saved):
+    they are given back, and the attempt is over only once every node being stopped reported,
+    so the next attempt never starts from a checkpoint some node is still storing. A report
+    with no stop in progress (a shut down) stops the whole attempt: the other nodes see the
+    job stopping and report theirs."""
+    if job.stop_replicas == 0:
+        job.stop_replicas, job.stop_reason = len(job.held), e.reason
+        if job.phase in ("starting", "running"):
+            job.phase = "stopping"
+    stopping = job.held[len(job.held) - job.stop_replicas :]
+    mine = [r for r in stopping if r.node == node]
+    if not mine:
+        return f"no replica being stopped is on {node}"  # a repeat
+    state._give_back(job, mine)
+    job.held = [r for r in job.held if r not in mine]
+    job.stop_replicas -= len(mine)
+    if e.checkpointed:
+        job.last_checkpoint_at = e.time
+    if job.stop_replicas == 0 and e.reason in MAKES_ROOM:
+        job.preemptions += 1  # once per stop: when its last node reported
+    if not job.held:
+        _released(state, job, e.time)
     return None
 
 

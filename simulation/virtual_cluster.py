@@ -41,9 +41,10 @@ from events import (
     PoolConfigured,
     ProjectConfigured,
     ProjectTerms,
+    ids,
 )
 from events.commands import AnyCommand, CancelJob, PauseJob, ResumeJob, SetPool, SubmitJob
-from policy.commands import Accepted, Outcome, Refused, decide_command, ids
+from policy.commands import Accepted, Outcome, Refused, decide_command
 from policy.cycle import decide, next_wakeup
 from policy.state import ClusterState, Job, Verdict
 

@@ -466,7 +466,8 @@ async def test_a_workload_that_ignores_sigterm_is_killed_after_the_grace(
     await cluster.job("j3", (Replica("n1", (0,)),), command)
     await cluster.recorder.wait(JobStarted, "j3")
     pid_file = cluster.tmp / "n1" / "checkpoints" / "j3" / "replica-0" / "pid"
-    await eventually(pid_file.exists)
+    # the shell creates the file before it writes the pid in it
+    await eventually(lambda: pid_file.exists() and pid_file.read_text().strip() != "")
     pid = int(pid_file.read_text())
 
     asked = time.monotonic()
@@ -594,11 +595,18 @@ async def test_a_gang_over_two_nodes_grows_and_stops_on_both(cluster: Cluster) -
     assert len(pids) == 3 and all(alive(pid) for pid in pids)
 
     await cluster.preempt("g")
-    preempted = await cluster.recorder.wait(JobPreempted, "g")
-    assert (preempted.actor, preempted.replicas) == ("executor/n1", 0)
+    await eventually(lambda: len(cluster.recorder.of(JobPreempted, "g")) == 2)
     await eventually(lambda: not any(alive(pid) for pid in pids))
     await eventually(lambda: not n1.attempts and not n2.attempts)
-    assert len(cluster.recorder.of(JobPreempted, "g")) == 1
+    # each node reports its own replicas, once they stopped and stored: the stop's first node
+    # under the stop's id, the other under it and its name
+    reports = {
+        (e.id, e.actor, e.replicas, e.own_replicas) for e in cluster.recorder.of(JobPreempted, "g")
+    }
+    assert reports == {
+        ("g/1/preempt/done", "executor/n1", 0, True),
+        ("g/1/preempt/done/n2", "executor/n2", 0, True),
+    }
 
 
 def stopped_and_resumed(ex: Executor, job_id: str) -> tuple[int | None, int | None]:
@@ -715,14 +723,14 @@ async def test_a_shut_down_that_could_not_report_is_reported_when_the_node_comes
     command = (*WORKLOAD, "--step-seconds", "0.05", "--checkpoint-every", "0.3")
     await cluster.job("cut", (Replica("n1", (0,)),), command)
     await cluster.recorder.wait(JobCheckpointed, "cut")
-    publish = first.publish
+    publish = first.actuator.publish
 
     async def log_gone(event: Event, give_up_after: float = 300.0) -> None:
         if isinstance(event, JobPreempted):
             raise ConnectionError("the log went away")
         await publish(event, give_up_after)
 
-    first.publish = log_gone  # type: ignore[method-assign]
+    first.actuator.publish = log_gone  # type: ignore[method-assign]
     began = time.time()
     await stop_executor(cluster, first)
     exit_file = cluster.tmp / "n1" / "runs" / "cut" / "1.0.exit"
@@ -774,7 +782,7 @@ async def test_a_shared_folder_holds_the_checkpoints_of_every_node(cluster: Clus
     a = await cluster.executor("n1", gpus=1, checkpoint_storage=shared)
     b = await cluster.executor("n2", gpus=1, checkpoint_storage=shared)
     assert a.checkpoints_root == b.checkpoints_root == (cluster.tmp / "shared").resolve()
-    assert a.objects is None and b.objects is None  # nothing is copied
+    assert a.actuator.objects is None and b.actuator.objects is None  # nothing is copied
     train = (*TRAIN, "--steps", "100000", "--step-seconds", "0.002", "--checkpoint-every", "50")
     await cluster.job("sh", (Replica("n1", (0,)),), train)
     await cluster.recorder.wait(JobCheckpointed, "sh", lambda e: e.step is not None)
@@ -843,7 +851,8 @@ async def test_every_replica_of_a_gang_over_two_nodes_meets_at_the_same_master(
     assert 29500 <= int(port) < 32768  # below the kernel's ephemeral ports
 
     await cluster.preempt("g2")
-    await cluster.recorder.wait(JobPreempted, "g2")
+    # each node reports its own replica: the attempt is over once both did
+    await eventually(lambda: len(cluster.recorder.of(JobPreempted, "g2")) == 2)
     second = (Replica("n2", (0,)), Replica("n1", (0,)))  # replica 0 on n2 this time
     await cluster.job("g2", second, attempt=2)
     two = await environments(2, second)

@@ -250,3 +250,75 @@ def test_a_report_naming_no_node_is_applied_as_before() -> None:
     vc = two_nodes()
     assert vc.record(JobCompleted(id="old", **REPORT)).applied
     assert vc.state.jobs["j1"].phase == "completed"
+
+
+def gang_over_two_nodes() -> VirtualCluster:
+    """Job g holds one replica on n0 and one on n1, running, and is asked to stop."""
+    vc = VirtualCluster()
+    vc.add_pool("default")
+    vc.add_node("n0", "default", 1)
+    vc.add_node("n1", "default", 1)
+    vc.set_project("a", {"default": ProjectTerms(quota=2)})
+    vc.submit("g", JobSpec(project="a", gpus=1, replicas=2))
+    gang = (Replica("n0", (0,)), Replica("n1", (0,)))
+    placed = JobScheduled(
+        id="g/p", time=0.0, actor="t", job_id="g", attempt=1, pool="default", replicas=gang
+    )
+    assert vc.record(placed).applied
+    assert vc.record(
+        JobStarted(id="g/s", node="n0", time=1.0, actor="e", job_id="g", attempt=1)
+    ).applied
+    return vc
+
+
+def own(node: str, reason: str = "priority", **kw: Any) -> JobPreempted:
+    return JobPreempted(
+        id=f"g/stop/{node}",
+        time=5.0,
+        actor=f"executor/{node}",
+        job_id="g",
+        attempt=1,
+        reason=reason,  # type: ignore[arg-type]
+        node=node,
+        own_replicas=True,
+        **kw,
+    )
+
+
+def test_a_gang_stop_ends_only_once_every_node_reported_its_own_replicas() -> None:
+    """Each node reports its own replicas once they stopped and stored their checkpoints: the
+    first report gives back that node's GPUs only, and the job is queued again (its next
+    attempt placeable) only after the last node's."""
+    vc = gang_over_two_nodes()
+    asked = JobPreemptionRequested(
+        id="g/ask", time=2.0, actor="p", job_id="g", attempt=1, reason="priority"
+    )
+    assert vc.record(asked).applied
+    assert vc.record(own("n0", checkpointed=True)).applied
+    job = vc.state.jobs["g"]
+    assert (job.phase, job.held, job.stop_replicas) == ("stopping", [Replica("n1", (0,))], 1)
+    assert job.preemptions == 0 and vc.state.owners["n0"] == {}
+    # a repeat of n0's report is refused: nothing of n0 is being stopped any more
+    assert not vc.record(msgspec.structs.replace(own("n0"), id="again")).applied
+    assert vc.record(own("n1")).applied
+    assert (job.phase, job.held, job.stop_replicas, job.preemptions) == ("pending", [], 0, 1)
+    assert job.last_checkpoint_at == 5.0
+
+
+def test_a_shut_down_report_of_one_node_stops_the_whole_gang() -> None:
+    """No request precedes a shut down's report: the first node's turns the job to stopping,
+    so the other node sees it and reports its own."""
+    vc = gang_over_two_nodes()
+    assert vc.record(own("n1", reason="shutdown")).applied
+    job = vc.state.jobs["g"]
+    assert (job.phase, job.held, job.stop_replicas) == ("stopping", [Replica("n0", (0,))], 1)
+    assert vc.record(own("n0", reason="shutdown")).applied
+    assert (job.phase, job.held, job.preemptions) == ("pending", [], 0)
+
+
+def test_a_report_of_the_whole_stop_still_ends_it_at_once() -> None:
+    """Reports written before nodes reported their own (no `own_replicas`) fold as they did."""
+    vc = gang_over_two_nodes()
+    whole = msgspec.structs.replace(own("n0"), own_replicas=False)
+    assert vc.record(whole).applied
+    assert (vc.state.jobs["g"].phase, vc.state.jobs["g"].held) == ("pending", [])

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from events import JobAdmitted, JobRejected, JobSpec, JobSubmitted
-from policy.commands import ids
+from events import JobAdmitted, JobRejected, JobSpec, JobSubmitted, ids
 from policy.commands.names import name_problem
 from policy.commands.outcome import Refused, refuse
 from policy.commands.volumes import mount_problems

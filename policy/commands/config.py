@@ -19,6 +19,7 @@ from events import (
     ProjectTerms,
     SchedulerSettings,
     SchedulingHeld,
+    ids,
 )
 from events.commands import (
     ConfigureCluster,
@@ -28,7 +29,6 @@ from events.commands import (
     SetProject,
     UncordonNode,
 )
-from policy.commands import ids
 from policy.commands.names import name_problem
 from policy.commands.outcome import Accepted, Outcome, Refused, refuse
 from policy.decay import settings_refusal

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from events import JobCancelled, JobPaused, JobPriorityChanged, JobResumed, JobSubmitted
+from events import JobCancelled, JobPaused, JobPriorityChanged, JobResumed, JobSubmitted, ids
 from events.commands import CancelJob, PauseJob, ResumeJob, SetJobPriority, SubmitJob
-from policy.commands import ids
 from policy.commands.admission import admit
 from policy.commands.names import name_problem
 from policy.commands.outcome import Accepted, Outcome, Refused, refuse

@@ -13,9 +13,8 @@ from __future__ import annotations
 
 from typing import Final
 
-from events import JobSpec, VolumeGrant, VolumeMount, VolumesConfigured
+from events import JobSpec, VolumeGrant, VolumeMount, VolumesConfigured, ids
 from events.commands import MAX_VOLUME_GRANTS, AllowVolume, DenyVolume
-from policy.commands import ids
 from policy.commands.outcome import Accepted, Outcome, refuse
 from policy.state import ClusterState
 

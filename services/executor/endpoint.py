@@ -17,7 +17,6 @@ import contextlib
 import hashlib
 import tempfile
 import time
-from collections import OrderedDict
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
@@ -27,15 +26,13 @@ from services.executor.nodework import desired
 from services.executor.workload_events import MAX_BODY, Refused, job_event, parse
 
 if TYPE_CHECKING:
-    from services.executor.executor import Executor
-    from services.executor.local import AttemptKey
+    from services.executor.actuator import Actuator
+    from services.executor.nodework import NodeWork
 
 SOCKET_ENV: Final = "FAIRLANE_EVENTS"
 SOCKET_NAME: Final = "events.sock"
 #: A Unix socket's path is at most 108 bytes on Linux; keep a margin.
 MAX_SOCKET_PATH: Final = 100
-#: Tokens of ended attempts remembered, to refuse them as stale rather than unknown.
-ENDED_KEPT: Final = 4096
 #: Events one replica may send: a burst of BURST, then RATE a second (more is refused, 429),
 #: so a runaway loop in a workload cannot flood the log.
 BURST: Final = 100.0
@@ -74,12 +71,12 @@ def endpoint_dir(data_dir: Path) -> Path:
 
 
 class Endpoint:
-    """Serves one executor's workloads."""
+    """Serves one executor's workloads: the actuator knows their tokens and publishes for
+    them; `work` is the node's work, as the executor folds it."""
 
-    def __init__(self, ex: Executor) -> None:
-        self.ex = ex
-        self.path = endpoint_dir(ex.data_dir) / SOCKET_NAME
-        self.ended: OrderedDict[str, AttemptKey] = OrderedDict()
+    def __init__(self, actuator: Actuator, work: NodeWork) -> None:
+        self.actuator, self.work = actuator, work
+        self.path = endpoint_dir(actuator.data_dir) / SOCKET_NAME
         self.budget = Budget()
         self.accepted = 0
         self.refused = 0
@@ -107,50 +104,43 @@ class Endpoint:
             self.path.unlink()
             self.path.parent.rmdir()  # only if nothing else is left in it
 
-    def forget(self, token: str, key: AttemptKey) -> None:
-        """The replica holding `token` is done: its requests are stale from now on."""
-        if token:
-            self.budget.forget(token)
-            self.ended[token] = key
-            while len(self.ended) > ENDED_KEPT:
-                self.ended.popitem(last=False)
-
     async def handle(self, request: web.Request) -> web.Response:
         try:
             event_id = await self._accept(request)
         except Refused as e:
             self.refused += 1
-            self.ex.logger.warning("workload event refused", status=e.status, reason=e.reason)
+            self.actuator.logger.warning("workload event refused", status=e.status, reason=e.reason)
             return web.json_response({"error": e.reason}, status=e.status)
         self.accepted += 1
         return web.json_response({"id": event_id}, status=202)
 
     async def _accept(self, request: web.Request) -> str:
         token = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
-        lr = self.ex.replica_with_token(token) if token.isascii() and token else None
-        if lr is None:
-            stale = self.ended.get(token)
+        ok = token.isascii() and token
+        handle = self.actuator.by_token(token) if ok else None
+        if handle is None:
+            stale = self.actuator.stale.get(token)
             if stale is not None:
+                self.budget.forget(token)
                 raise Refused(409, f"attempt {stale[1]} of job {stale[0]} has ended")
             raise Refused(401, "unknown token: not an attempt running on this node")
+        job_id, attempt = handle.job_id, handle.attempt
         if not self.budget.take(token, time.monotonic()):
-            raise Refused(429, f"too many events from job {lr.job_id}: at most {RATE:g} a second")
+            raise Refused(429, f"too many events from job {job_id}: at most {RATE:g} a second")
         body = parse(await request.read())
-        job = self.ex.work.jobs.get(lr.job_id)
-        if lr.ended or not desired(job, lr.attempt, lr.replica):
-            raise Refused(409, f"attempt {lr.attempt} of job {lr.job_id} has ended")
-        att = self.ex.attempts.get(lr.key)
-        if att is not None and not att.started.is_set():
+        job = self.work.jobs.get(job_id)
+        if handle.finished.is_set() or not desired(job, attempt, handle.replica):
+            raise Refused(409, f"attempt {attempt} of job {job_id} has ended")
+        started = self.actuator.started.get((job_id, attempt))
+        if started is not None and not started.is_set():
             # after the attempt's `JobStarted`, so the timeline reads in order
             try:
                 async with asyncio.timeout(STARTED_WAIT_S):
-                    await att.started.wait()
+                    await started.wait()
             except TimeoutError:
-                raise Refused(503, f"attempt {lr.attempt} of job {lr.job_id} is starting") from None
-        event = job_event(body, lr.job_id, lr.attempt, time.time())
-        await self.ex.publish(event)
+                raise Refused(503, f"attempt {attempt} of job {job_id} is starting") from None
+        event = job_event(body, job_id, attempt, self.actuator.clock.now())
+        await self.actuator.publish(event)
         if body.kind == "checkpoint":
-            lr.saves += 1  # its folder is stored at the next poll
-            if att is not None:
-                att.saved_by_workload = True
+            self.actuator.saved(handle)  # its folder is stored at the next poll
         return event.id

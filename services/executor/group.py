@@ -9,15 +9,17 @@ then each live relay is noted and handed to its node's executor only.
 from __future__ import annotations
 
 import asyncio
+from typing import TYPE_CHECKING
 
 import structlog
 
 from events import WorkRelayed, work_subject
-from services.executor.executor import Executor
 from services.executor.nodework import NodeWork
-from services.executor.sampling import sample_gpus
 from services.runtime.eventlog import EventLog, Stored
 from services.runtime.tasks import cancel_and_wait
+
+if TYPE_CHECKING:
+    from services.executor.executor import Executor  # it runs the group: named only
 
 logger = structlog.get_logger("fairlane.executor")
 
@@ -51,7 +53,7 @@ class ExecutorGroup:
         follower = asyncio.create_task(self._follow(ready))
         stopped = asyncio.create_task(self._stop.wait())
         beats = [asyncio.create_task(ex.heartbeat()) for ex in self.executors]
-        beats += [asyncio.create_task(sample_gpus(ex)) for ex in self.executors]
+        beats += [asyncio.create_task(ex.sample()) for ex in self.executors]
         try:
             await asyncio.wait({follower, stopped}, return_when=asyncio.FIRST_COMPLETED)
             if follower.done():

@@ -20,7 +20,6 @@ import nats.errors
 import nats.js.errors
 import structlog
 
-from services.executor.logs import attempt_log_path
 from services.runtime.logstream import (
     CHUNK_BYTES,
     END_HEADER,
@@ -33,9 +32,6 @@ from services.runtime.logstream import (
 if TYPE_CHECKING:
     from nats.js import JetStreamContext
 
-    from services.executor.executor import Executor
-    from services.executor.local import LocalReplica
-
 log = structlog.get_logger("fairlane.executor.logship")
 #: How often a running replica's file is looked at for new output.
 POLL_S: Final = 0.5
@@ -45,19 +41,24 @@ SETTLE_S: Final = 0.3
 _TROUBLE = (nats.errors.Error, nats.js.errors.Error, OSError, TimeoutError)
 
 
-async def ship_replica(ex: Executor, lr: LocalReplica) -> None:
-    """Ship one replica's output until it has ended and everything it wrote is published."""
-    path = attempt_log_path(ex.data_dir, lr.job_id, lr.attempt, lr.index)
-    subject = log_subject(ex.node, lr.job_id, lr.attempt, lr.index)
-    js = ex.log.js
+async def ship_replica(
+    js: JetStreamContext,
+    path: Path,
+    replica: tuple[str, str, int, int],
+    launched: asyncio.Event,
+    finished: asyncio.Event,
+) -> None:
+    """Ship one replica's output (`replica`: its node, job, attempt and index; its file at
+    `path`) until it has ended and everything it wrote is published."""
+    subject = log_subject(*replica)
     with contextlib.suppress(*_TROUBLE):
         await ensure_log_stream(js)
     offset, done = await _shipped_so_far(js, subject)
     if done:
         return
-    await lr.launched.wait()
+    await launched.wait()
     while True:
-        ended = lr.ended
+        ended = finished.is_set()
         if ended:
             await asyncio.sleep(SETTLE_S)
         try:

@@ -4,20 +4,88 @@ The node watcher relays every event the fold applied that concerns this node's j
 node itself), with those jobs as the fold left them (`JobWork`), and a placement with the job's
 spec (services/nodewatch/work.py). So this fold referees nothing: it keeps the latest of
 each job still holding replicas here, plus the few facts a restarted executor needs: the
-placement that started the current attempt (its start's causation), the preemption request in
-progress (its id names the `JobPreempted` that answers it) and the checkpoints reported.
+placement that started the current attempt (its start's causation) and its first node, the
+stop in progress (`StopOrder`: what each node being stopped reports it under) and the
+checkpoints reported.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import msgspec
 
-from events import JobCheckpointed, JobPreempted, JobPreemptionRequested, JobScheduled, WorkRelayed
-from events.catalogue import JobWork
+from events import (
+    JobCheckpointed,
+    JobPreempted,
+    JobPreemptionRequested,
+    JobScheduled,
+    WorkRelayed,
+    ids,
+)
+from events.catalogue import JobWork, PreemptionReason
 from events.model import Replica
 
 #: The grace period of a job this executor no longer knows (the cluster's default).
 DEFAULT_GRACE_S = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class StopOrder:
+    """A stop in progress: asked for (a preemption request), or begun by a node's shut down.
+    A whole attempt's stop is reported by each node holding replicas of it, for its own, once
+    they are stopped and stored: the stop's first node (of its first replica, as the stop
+    began) under the stop's own id, every other under that id and its name. A stop of some
+    replicas (an elastic job's extras) is reported once, by its first node, as before."""
+
+    job_id: str
+    attempt: int
+    reason: PreemptionReason
+    report_id: str
+    first: str
+    targets: tuple[Replica, ...]  # the replicas it stops, as the fold had them
+    whole: bool = True
+    replicas: int = 0  # as asked (0: the whole job)
+    causation: str | None = None
+
+    def report_on(self, node: str) -> str:
+        if not self.whole or node == self.first:
+            return self.report_id
+        return ids.on_node(self.report_id, node)
+
+
+def requested(request: JobPreemptionRequested, job: JobWork, before: int = 0) -> StopOrder:
+    """The stop a request asks for; `job`: as the fold left it right after the request;
+    `before`: the replicas it was stopping already (stops of some replicas add up, each
+    taking the newest not taken yet)."""
+    whole = request.replicas == 0 or request.replicas >= len(job.held)
+    n = len(job.held)
+    targets = job.held if whole else job.held[n - job.stop_replicas : n - before]
+    if not targets:  # `before` not as the fold had it: the newest, as asked
+        targets = job.held[n - request.replicas :]
+    return StopOrder(
+        job_id=request.job_id,
+        attempt=request.attempt,
+        reason=request.reason,
+        report_id=ids.stopped(request.id),
+        first=targets[0].node if targets else "",
+        targets=tuple(targets),
+        whole=whole,
+        replicas=request.replicas,
+        causation=request.id,
+    )
+
+
+def shutdown_order(job: JobWork, first: str) -> StopOrder:
+    """The stop of an attempt for a shut down; `first`: the attempt's first node."""
+    return StopOrder(
+        job_id=job.job_id,
+        attempt=job.attempt,
+        reason="shutdown",
+        report_id=ids.shut_down(job.job_id, job.attempt),
+        first=first,
+        targets=job.held,
+    )
 
 
 class NodeWork:
@@ -27,8 +95,10 @@ class NodeWork:
         self.node = node
         #: jobs holding replicas on this node, as the fold left them
         self.jobs: dict[str, JobWork] = {}
-        self.requests: dict[str, JobPreemptionRequested] = {}
+        self.stops: dict[str, list[StopOrder]] = {}
         self.scheduled: dict[str, str] = {}
+        #: job -> the node of its current attempt's first replica, as it was placed
+        self.firsts: dict[str, str] = {}
         #: job -> (attempt, JobCheckpointed events seen for it, latest of their times)
         self.checkpoints: dict[str, tuple[int, int, float]] = {}
         self.relays = 0  # relays noted
@@ -44,16 +114,30 @@ class NodeWork:
             return False
         self.source_seq = relay.source_seq
         self.relays += 1
+        before = {
+            j.job_id: self.jobs[j.job_id].stop_replicas for j in relay.jobs if j.job_id in self.jobs
+        }
         for job in relay.jobs:
             self._keep(job)
         match relay.event:
             case JobScheduled(scale_up=False) as e:
                 self.scheduled[e.job_id] = e.id
-                self.requests.pop(e.job_id, None)
-            case JobPreemptionRequested() as e:
-                self.requests[e.job_id] = e
+                self.stops.pop(e.job_id, None)
+                placed = self.jobs.get(e.job_id)
+                if placed is not None and placed.held:
+                    self.firsts[e.job_id] = placed.held[0].node
+            case JobPreemptionRequested() as e if e.job_id in self.jobs:
+                order = requested(e, self.jobs[e.job_id], before.get(e.job_id, 0))
+                kept = [] if order.whole else self.stops.get(e.job_id, [])
+                self.stops[e.job_id] = [o for o in kept if o.attempt == e.attempt] + [order]
             case JobPreempted() as e if self._stop_replicas(e.job_id) == 0:
-                self.requests.pop(e.job_id, None)
+                self.stops.pop(e.job_id, None)
+            case JobPreempted(own_replicas=True) as e if (
+                e.job_id not in self.stops and e.job_id in self.jobs
+            ):
+                # another node's shut down stops the whole attempt: this node reports its own
+                first = self.firsts.get(e.job_id, e.node or "")
+                self.stops[e.job_id] = [shutdown_order(self.jobs[e.job_id], first)]
             case JobCheckpointed() as e:
                 attempt, n, last = self.checkpoints.get(e.job_id, (e.attempt, 0, 0.0))
                 if attempt != e.attempt:
@@ -64,8 +148,9 @@ class NodeWork:
     def _keep(self, job: JobWork) -> None:
         if not any(r.node == self.node for r in job.held):
             self.jobs.pop(job.job_id, None)
-            self.requests.pop(job.job_id, None)
+            self.stops.pop(job.job_id, None)
             self.scheduled.pop(job.job_id, None)
+            self.firsts.pop(job.job_id, None)
             self.checkpoints.pop(job.job_id, None)
             return
         known = self.jobs.get(job.job_id)
@@ -86,6 +171,13 @@ class NodeWork:
         if seen is None or seen[0] != attempt:
             return 0, 0.0
         return seen[1], seen[2]
+
+    def stops_of(self, job_id: str) -> list[StopOrder]:
+        """The stops in progress of the job's current attempt."""
+        job = self.jobs.get(job_id)
+        if job is None or job.stop_replicas == 0:
+            return []
+        return [o for o in self.stops.get(job_id, []) if o.attempt == job.attempt]
 
     def grace_of(self, job_id: str) -> float:
         job = self.jobs.get(job_id)

@@ -23,9 +23,10 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import msgspec
+import structlog
 
+from services.executor.facts import AttemptKey
 from services.executor.gpus import _load_nvml, _text
-from services.executor.local import AttemptKey
 from services.runtime.gpu_samples import (
     GpuSample,
     JobGpuUsage,
@@ -35,7 +36,9 @@ from services.runtime.gpu_samples import (
 )
 
 if TYPE_CHECKING:
-    from services.executor.executor import Executor
+    from nats.js import JetStreamContext
+
+    from services.executor.config import ExecutorConfig
 
 
 def _field(nvml: ModuleType, read: Callable[[], Any]) -> Any:
@@ -143,18 +146,6 @@ class UsageTracker:
             del self._attempts[key]
 
 
-def held_here(ex: Executor) -> dict[AttemptKey, tuple[int, ...]]:
-    """The GPU indexes of each attempt with a replica still running on this node."""
-    held: dict[AttemptKey, tuple[int, ...]] = {}
-    for key, att in ex.attempts.items():
-        indexes = sorted(
-            {i for lr in att.replicas.values() if not lr.ended for i in lr.replica.gpus}
-        )
-        if indexes:
-            held[key] = tuple(indexes)
-    return held
-
-
 def open_nvml() -> tuple[ModuleType | None, str]:
     """NVML initialised for sampling, or None and why not."""
     nvml = _load_nvml()
@@ -167,23 +158,30 @@ def open_nvml() -> tuple[ModuleType | None, str]:
     return nvml, ""
 
 
-async def sample_gpus(ex: Executor) -> None:
-    """Put this node's samples in the bucket every `gpu_sample_s`, until cancelled."""
-    every = ex.config.gpu_sample_s
-    if every is None or ex.config.hollow:
+async def sample_gpus(
+    config: ExecutorConfig,
+    js: JetStreamContext,
+    tracker: UsageTracker,
+    held: Callable[[], dict[AttemptKey, tuple[int, ...]]],
+    attempts: Callable[[], set[AttemptKey]],
+) -> None:
+    """Put this node's samples in the bucket every `gpu_sample_s`, until cancelled. `held`:
+    the GPU indexes of each attempt with a replica running here; `attempts`: those known."""
+    every = config.gpu_sample_s
+    if every is None or config.hollow:
         return
-    tracker = ex.gpu_usage
+    logger = structlog.get_logger("fairlane.executor").bind(node=config.node)
     nvml, error = await asyncio.to_thread(open_nvml)
     if nvml is None:
-        ex.logger.info("GPU samples will say unknown: NVML is not readable", error=error)
+        logger.info("GPU samples will say unknown: NVML is not readable", error=error)
     bucket = None
     try:
         while True:
-            gpus = await asyncio.to_thread(read_gpus, nvml, ex.config.gpus)
+            gpus = await asyncio.to_thread(read_gpus, nvml, config.gpus)
             now = time.time()
-            marked, jobs = tracker.observe(now, gpus, held_here(ex))
+            marked, jobs = tracker.observe(now, gpus, held())
             value = NodeSamples(
-                node=ex.node,
+                node=config.node,
                 time=now,
                 source="nvml" if nvml is not None else "unknown",
                 every_s=every,
@@ -193,11 +191,11 @@ async def sample_gpus(ex: Executor) -> None:
                 error=error,
             )
             try:
-                bucket = bucket or await samples_bucket(ex.log.js)
-                await bucket.put(ex.node, encode(value))
+                bucket = bucket or await samples_bucket(js)
+                await bucket.put(config.node, encode(value))
             except Exception as e:  # the server away, the bucket not made yet: next time
-                ex.logger.warning("GPU samples not sent", error=str(e) or repr(e))
-            tracker.forget(set(ex.attempts))
+                logger.warning("GPU samples not sent", error=str(e) or repr(e))
+            tracker.forget(attempts())
             await asyncio.sleep(every)
     finally:
         if nvml is not None:

@@ -11,8 +11,7 @@ relayed event with its node's work as it is right after that event:
 - `JobScheduled` for replicas on this node: start one workload per replica; the executor of the
   job's first replica reports `JobStarted`.
 - `JobPreemptionRequested`: SIGTERM the replicas being taken back, SIGKILL after the grace
-  period; the executor of the first of those replicas reports `JobPreempted` once its own are
-  gone.
+  period; each node reports `JobPreempted` for its own once they are gone and stored.
 - a workload that ends by itself: any non-zero exit is `JobFailed` (reported by whichever
   executor saw it; the id is the same, so a second report is dropped); all replicas on the
   first replica's node exiting 0 is `JobCompleted`.
@@ -47,21 +46,15 @@ In-process use (the live scenario engine, benchmarks):
                                      for ...])        # 100 hollow nodes, one connection
     await group.run(ready)
 
-The parts, one idea each: `config`, `nodework` (its node's work, folded), `local` (what
-runs here), `lifecycle` (a replica from start to its reported end), `stopping`, `checkpoints`
-(marker polling), `reconcile` (after a restart), `shutdown` (stopping for a shut down),
-`executor` (one node, its heartbeat),
-`group` (the reading and the dispatch, for one or many executors), `runtime` (the seam;
-processes, hollow), `docker` (containers), `logs` (where each attempt's output is kept),
-`endpoint` and `workload_events` (events from workloads), `gpus` (NVML or declared),
-`sampling` (the GPUs' utilization, memory, temperature and power, off the log; idle jobs).
-
-Limitations, on purpose for now:
-- Its work comes through the node watcher: with no node watcher leading, nothing new reaches
-  an executor (placements wait in the log; the next leader relays them).
-- A gang spanning nodes is coordinated only through the log: each executor stops its own
-  replicas, and the reporting executor does not wait for the other nodes' replicas to be gone
-  before it reports `JobPreempted` (or `JobStarted` before theirs have started).
+The parts, one idea each: `config`, `nodework` (its node's work, folded), `facts` (what runs
+here, as plain data), `plan` (the decisions, pure: work and facts in, actions out),
+`actuator` (the actions carried out, and what happened made facts), `launch` (a replica's
+launch and environment, pure), `gang` (the rendezvous), `shutdown` (the shut down's file),
+`executor` (one node: fold, plan, act; its heartbeat), `group` (the reading and the dispatch,
+for one or many executors), `runtime` (the seam; processes, hollow), `docker` (containers),
+`logs` (where each attempt's output is kept), `logship`, `endpoint` and `workload_events`
+(events from workloads), `gpus` (NVML or declared), `sampling` (the GPUs' utilization,
+memory, temperature and power, off the log; idle jobs).
 """
 
 from services.executor.config import ExecutorConfig

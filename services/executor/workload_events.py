@@ -13,7 +13,7 @@ from typing import Annotated, Final, Literal
 
 import msgspec
 
-from events import Event, JobCheckpointed, JobMessage, JobProgress
+from events import Event, JobCheckpointed, JobMessage, JobProgress, ids
 from events.commands import NO_NUL, clearer
 
 MAX_BODY: Final = 16 * 1024
@@ -65,7 +65,7 @@ def parse(body: bytes) -> WorkloadEvent:
 
 def job_event(request: WorkloadEvent, job_id: str, attempt: int, now: float) -> Event:
     """The job event a checked request becomes, attributed to the workload."""
-    event_id = f"{job_id}/{attempt}/workload/{request.id}"
+    event_id = ids.from_workload(job_id, attempt, request.id)
     actor = f"workload/{job_id}/{attempt}"
     match request.kind:
         case "progress":

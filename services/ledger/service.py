@@ -10,9 +10,8 @@ ledger does not announce old crossings again.
 
 from __future__ import annotations
 
-from events import NodeLost, ProjectQuotaCrossed
+from events import NodeLost, ProjectQuotaCrossed, ids
 from events.commands import LEDGER_COMMANDS, LEDGER_SUBJECT, AnyCommand, Reply
-from policy.commands import ids
 from policy.commands.outcome import refuse
 from policy.usage import Usage
 from services.runtime.clock import WALL_CLOCK, Clock

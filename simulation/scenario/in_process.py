@@ -26,9 +26,9 @@ from events import (
     JobSubmitted,
     NodeLost,
     NodeRegistered,
+    ids,
 )
 from events.commands import ADMISSION_SUBJECT, LEDGER_SUBJECT, AnyCommand, Reply, service_subject
-from policy.commands import ids
 from policy.cycle import decide
 from services.admission.service import Admission
 from services.ledger.service import Ledger

@@ -43,6 +43,7 @@ from events import (
     JobPreemptionRequested,
     JobScheduled,
     NodeLost,
+    ids,
 )
 from events.commands import (
     AnyCommand,
@@ -51,7 +52,6 @@ from events.commands import (
     SetPool,
     SubmitJob,
 )
-from policy.commands import ids
 from policy.cycle import decide, next_wakeup
 from services.admission.service import Admission
 from services.ledger.service import Ledger

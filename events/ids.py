@@ -1,4 +1,4 @@
-"""Every id derived from a command's inputs, said once.
+"""Every id derived from a command's inputs or a node's report, said once.
 
 An event's id is its `Nats-Msg-Id`: the same decision made twice (a retry, a restarted
 service) gets the same id and the stream drops the repeat. Ids of commands that may be given
@@ -48,13 +48,40 @@ def stopped(request_id: str) -> str:
     return f"{request_id}/done"
 
 
+def shut_down(job_id: str, attempt: int) -> str:
+    """An attempt stopped for a cluster shut down (no request precedes it)."""
+    return f"{job_id}/{attempt}/shutdown"
+
+
+def on_node(report_id: str, node: str) -> str:
+    """The report of one node's own replicas of a stop that spans several nodes: every node
+    but the stop's first (which keeps the stop's own id) reports under one of these."""
+    return f"{report_id}/{node}"
+
+
+def lost(job_id: str, attempt: int) -> str:
+    """A replica that ended unobserved and left no exit status."""
+    return f"{job_id}/{attempt}/lost"
+
+
+def checkpoint_over_bound(
+    job_id: str, attempt: int, replica: int, saves: int, mark: float | None
+) -> str:
+    return f"{job_id}/{attempt}/{replica}/checkpoint-over-bound/{saves}/{mark}"
+
+
+def checkpoint_not_fetched(job_id: str, attempt: int, replica: int) -> str:
+    return f"{job_id}/{attempt}/{replica}/checkpoint-not-fetched"
+
+
 def checkpointed(job_id: str, attempt: int, mark: int) -> str:
     return f"{job_id}/{attempt}/checkpoint/{mark}"
 
 
-def node_registered(node: str, boot: str | int) -> str:
-    """`boot`: what tells one start of the node's executor from another."""
-    return f"{node}/registered/{boot}"
+def node_registered(node: str, boot: str | int, again: int = 0) -> str:
+    """`boot`: what tells one start of the node's executor from another; `again`: how often
+    that start registered again after its node was declared lost."""
+    return f"{node}/registered/{boot}" + (f"/{again}" if again else "")
 
 
 def node_lost(node: str, at: int) -> str:
@@ -95,3 +122,9 @@ def priority_changed(job_id: str, at: int) -> str:
 
 def volumes_configured(at: int) -> str:
     return f"volumes/{at}"
+
+
+def from_workload(job_id: str, attempt: int, own_id: str) -> str:
+    """An event a workload sent through its executor, by the workload's own id (a retry is
+    dropped)."""
+    return f"{job_id}/{attempt}/workload/{own_id}"

@@ -1,0 +1,94 @@
+"""What an executor knows of its node, as plain data: the planner's input besides the log's work.
+
+The actuator keeps these up to date from what happened (a replica started or ended, a stop
+sent, a checkpoint stored, a report in the log) and hands the planner a `Here` snapshot; no
+handle, lock or task is in them, so a plan is a function of values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal, TypeAlias
+
+from events import NodeRegistered
+from events.model import Replica
+
+AttemptKey: TypeAlias = tuple[str, int]
+ReplicaKey: TypeAlias = tuple[str, int, Replica]
+Closing = Literal["", "stop", "shutdown"]
+
+
+@dataclass(frozen=True, slots=True)
+class OverBound:
+    """A checkpoint folder too large to store."""
+
+    saves: int
+    mark: float | None
+    size: int
+    bound: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaFacts:
+    job_id: str
+    attempt: int
+    index: int
+    replica: Replica
+    launched: bool = False  # its start is over: it runs, or it could not start
+    ended: bool = False
+    exit_code: int | None = None
+    #: What the runtime, the executor or the workload's last output line says of its end.
+    detail: str = ""
+    has_workload: bool = False
+    stop_at: float | None = None  # when SIGTERM was sent (None: never asked to stop)
+    killed: bool = False  # SIGKILL was sent
+    unsaved: bool = False  # it saved a checkpoint that is not stored yet (as last looked)
+    storing: bool = False
+    #: After its stop: whether its folder was stored (or the store tried), and the bytes.
+    stored_after_stop: bool = False
+    stored_bytes: int = 0
+    size: int | None = None  # the size of the object last stored from here
+    over_bound: OverBound | None = None
+    fetch_error: str = ""
+
+    @property
+    def key(self) -> ReplicaKey:
+        return (self.job_id, self.attempt, self.replica)
+
+    @property
+    def attempt_key(self) -> AttemptKey:
+        return (self.job_id, self.attempt)
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptFacts:
+    job_id: str
+    attempt: int
+    announce: bool = False  # this executor reports the attempt's `JobStarted`
+    scheduled_id: str | None = None
+    baseline: float | None = None  # the marker's mtime before the attempt started here
+    mark: float | None = None  # the marker's mtime as last looked at
+    saved_by_workload: bool = False
+    checkpoints: int = 0  # `JobCheckpointed` reported for it
+    last_checkpoint: float = 0.0
+    utilization: float | None = None  # the mean of its GPUs' samples here
+
+
+@dataclass(frozen=True, slots=True)
+class Here:
+    node: str
+    actor: str
+    boot_id: str
+    real: bool = True  # workloads run for real (not hollow): markers and folders exist
+    objects: bool = False  # checkpoints go to the cluster's store
+    attempts: Mapping[AttemptKey, AttemptFacts] = field(default_factory=dict)
+    replicas: Mapping[ReplicaKey, ReplicaFacts] = field(default_factory=dict)
+    reported: frozenset[str] = frozenset()  # ids published, being published or given up
+    published: frozenset[str] = frozenset()  # ids in the log
+    #: attempts this node stops for a shut down (this run's, or the last run's file), and when
+    shut: Mapping[AttemptKey, float] = field(default_factory=dict)
+    closing: Closing = ""
+    lost: bool = False  # this node was declared lost: it registers again once emptied
+    registrations: int = 0  # how often it registered again
+    offer: NodeRegistered | None = None  # its registration as configured

@@ -1,0 +1,272 @@
+"""The executor's planner as a pure function: the node's work and what runs here in, actions out."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import msgspec
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from events import (
+    JobCompleted,
+    JobFailed,
+    JobPreempted,
+    JobPreemptionRequested,
+    JobSpec,
+    NodeRegistered,
+    Replica,
+)
+from events.catalogue import JobWork
+from services.executor.facts import AttemptFacts, Here, ReplicaFacts
+from services.executor.nodework import NodeWork, requested
+from services.executor.plan import (
+    KILL_WAIT_S,
+    Action,
+    Forget,
+    Kill,
+    Register,
+    Report,
+    Start,
+    Store,
+    Terminate,
+    plan,
+)
+
+GRACE = 10.0
+SPEC = JobSpec(project="a", gpus=1, command=("run",))
+PAIR = (Replica("n0", (0,)), Replica("n1", (0,)))
+
+
+def work(node: str, *jobs: JobWork) -> NodeWork:
+    w = NodeWork(node)
+    for job in jobs:
+        w.jobs[job.job_id] = job
+        w.scheduled[job.job_id] = f"{job.job_id}/placed"
+        w.firsts[job.job_id] = job.held[0].node
+    return w
+
+
+def job(phase: str = "running", held: tuple[Replica, ...] = PAIR, stop: int = 0) -> JobWork:
+    return JobWork(
+        job_id="g", attempt=1, phase=phase, held=held, stop_replicas=stop, grace_s=GRACE, spec=SPEC
+    )
+
+
+def asked(w: NodeWork) -> NodeWork:
+    """The whole job asked to stop, as the relay of the request leaves it."""
+    stopping = w.jobs["g"]
+    request = JobPreemptionRequested(
+        id="g/ask", time=0.0, actor="p", job_id="g", attempt=1, reason="priority"
+    )
+    w.jobs["g"] = msgspec.structs.replace(stopping, stop_replicas=len(stopping.held))
+    w.stops["g"] = [requested(request, w.jobs["g"])]
+    return w
+
+
+def here(node: str = "n0", *replicas: ReplicaFacts, **kw: object) -> Here:
+    attempts = {r.attempt_key: AttemptFacts(r.job_id, r.attempt) for r in replicas}
+    return Here(
+        node=node,
+        actor=f"executor/{node}",
+        boot_id="b",
+        objects=True,
+        attempts=attempts,
+        replicas={r.key: r for r in replicas},
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def running(node: str = "n0", index: int = 0, **kw: object) -> ReplicaFacts:
+    return ReplicaFacts(
+        "g",
+        1,
+        index,
+        PAIR[index] if node == PAIR[index].node else Replica(node, (0,)),
+        launched=True,
+        has_workload=True,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def reports(actions: list[Action]) -> list[object]:
+    return [a.event for a in actions if isinstance(a, Report)]
+
+
+def test_a_placement_starts_the_replicas_here_and_the_first_node_announces() -> None:
+    w = work("n0", job("starting"))
+    [start] = plan(w, here("n0"), 0.0)
+    assert isinstance(start, Start)
+    assert (start.index, start.replica, start.announce) == (0, PAIR[0], True)
+    assert start.scheduled_id == "g/placed"
+    [other] = plan(work("n1", job("starting")), here("n1"), 0.0)
+    assert isinstance(other, Start) and (other.index, other.announce) == (1, False)
+
+
+def test_a_stop_signals_then_kills_then_stores_then_reports_its_own_replicas() -> None:
+    w = asked(work("n1", job()))
+    r = running("n1", 1)
+    assert plan(w, here("n1", r), 0.0) == [Terminate(r.key, GRACE)]
+    termed = dataclasses.replace(r, stop_at=0.0)
+    assert plan(w, here("n1", termed), GRACE - 0.1) == []
+    assert plan(w, here("n1", termed), GRACE) == [Kill(r.key)]
+    ended = dataclasses.replace(termed, killed=True, ended=True, exit_code=137)
+    assert plan(w, here("n1", ended), GRACE + 1) == [Store(r.key, after_stop=True)]
+    assert plan(w, here("n1", dataclasses.replace(ended, storing=True)), GRACE + 1) == []
+    stored = dataclasses.replace(ended, stored_after_stop=True, stored_bytes=7)
+    [event] = reports(plan(w, here("n1", stored), GRACE + 2))
+    assert isinstance(event, JobPreempted)
+    # n1 is not the stop's first node: its report is its own, under the stop's id and its name
+    assert (event.id, event.node, event.own_replicas) == ("g/ask/done/n1", "n1", True)
+    assert (event.killed, event.stored_bytes, event.causation) == (True, 7, "g/ask")
+    first = asked(work("n0", job()))
+    done = dataclasses.replace(running("n0", 0), stop_at=0.0, ended=True, stored_after_stop=True)
+    [mine] = reports(plan(first, here("n0", done), 1.0))
+    assert isinstance(mine, JobPreempted) and mine.id == "g/ask/done"  # as a single reporter's
+
+
+def test_a_replica_that_ends_by_itself_is_reported_failed_lost_or_completed() -> None:
+    w = work("n0", job(held=(PAIR[0],)))
+    failed = dataclasses.replace(running(), ended=True, exit_code=3, detail="boom")
+    [event] = reports(plan(w, here("n0", failed), 1.0))
+    assert isinstance(event, JobFailed)
+    assert (event.id, event.reason) == ("g/1/failed", "replica 0 on n0 exited with code 3: boom")
+    lost = dataclasses.replace(running(), ended=True, exit_code=None)
+    [event] = reports(plan(w, here("n0", lost), 1.0))
+    assert isinstance(event, JobPreempted) and (event.id, event.reason) == ("g/1/lost", "node_lost")
+    ok = dataclasses.replace(running(), ended=True, exit_code=0)
+    [event] = reports(plan(w, here("n0", ok), 1.0))
+    assert isinstance(event, JobCompleted) and event.id == "g/1/completed"
+    # reported already (or being reported): nothing more
+    assert plan(w, here("n0", ok, reported=frozenset({"g/1/completed"})), 1.0) == []
+
+
+def test_what_the_log_no_longer_wants_is_stopped_without_a_report_then_forgotten() -> None:
+    w = work("n0")  # the job ended elsewhere: nothing holds n0
+    r = running()
+    assert plan(w, here("n0", r), 0.0) == [Terminate(r.key, 30.0)]
+    gone = dataclasses.replace(r, stop_at=0.0, ended=True)
+    assert plan(w, here("n0", gone), 1.0) == [Forget(r.key)]
+
+
+def test_a_lost_node_registers_again_once_emptied() -> None:
+    offer = NodeRegistered(id="n0/registered/b", time=0.0, actor="e", node="n0", pool="p", gpus=1)
+    lost = here("n0", running(), lost=True, offer=offer)
+    assert not any(isinstance(a, Register) for a in plan(work("n0"), lost, 0.0))
+    empty = here("n0", lost=True, offer=offer)
+    [register] = plan(work("n0"), empty, 0.0)
+    assert isinstance(register, Register) and register.event.id == "n0/registered/b/1"
+
+
+# -- properties ------------------------------------------------------------------------------
+
+
+def bookkeep(h: Here, actions: list[Action], now: float) -> Here:
+    """What the actuator records as it takes each action (what happens after is the test's)."""
+    replicas, reported = dict(h.replicas), set(h.reported)
+    for a in actions:
+        match a:
+            case Start(job=j, index=i, replica=r):
+                replicas[(j.job_id, j.attempt, r)] = ReplicaFacts(j.job_id, j.attempt, i, r)
+            case Terminate(key=k):
+                replicas[k] = dataclasses.replace(replicas[k], stop_at=now)
+            case Kill(key=k):
+                replicas[k] = dataclasses.replace(replicas[k], killed=True)
+            case Store(key=k):
+                replicas[k] = dataclasses.replace(replicas[k], stored_after_stop=True)
+            case Forget(key=k):
+                replicas.pop(k)
+            case Report(event=e):
+                reported.add(e.id)
+    return dataclasses.replace(
+        h, replicas=replicas, reported=frozenset(reported), published=frozenset(reported)
+    )
+
+
+gangs = st.lists(st.sampled_from(["n0", "n1"]), min_size=1, max_size=4).map(
+    lambda nodes: tuple(Replica(n, (i,)) for i, n in enumerate(nodes))
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(held=gangs, phase=st.sampled_from(["starting", "running"]), rounds=st.integers(1, 4))
+def test_a_replica_is_never_started_twice(
+    held: tuple[Replica, ...], phase: str, rounds: int
+) -> None:
+    w = work("n0", job(phase, held))
+    h = here("n0")
+    starts: list[Start] = []
+    for step in range(rounds):
+        actions = plan(w, h, float(step))
+        assert actions == plan(w, h, float(step))  # the same inputs, the same actions
+        starts += [a for a in actions if isinstance(a, Start)]
+        h = bookkeep(h, actions, float(step))
+    keys = [(s.job.job_id, s.replica) for s in starts]
+    assert len(keys) == len(set(keys)) == sum(r.node == "n0" for r in held)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    held=gangs.filter(lambda g: any(r.node == "n0" for r in g)),
+    exits_after=st.lists(st.one_of(st.none(), st.floats(0, 2 * GRACE)), min_size=4, max_size=4),
+    kill_ends=st.booleans(),
+)
+def test_every_stop_ends_in_a_report_within_the_grace_and_the_kill_wait(
+    held: tuple[Replica, ...], exits_after: list[float | None], kill_ends: bool
+) -> None:
+    """However the replicas take SIGTERM (exit at once, late, never; SIGKILL ending them or
+    not), this node's report of the stop comes by the grace plus KILL_WAIT_S."""
+    w = asked(work("n0", job("running", held)))
+    mine = [(i, r) for i, r in enumerate(held) if r.node == "n0"]
+    h = here("n0", *(ReplicaFacts("g", 1, i, r, launched=True, has_workload=True) for i, r in mine))
+    dt, now, reported_at = 0.5, 0.0, None
+    while now <= GRACE + KILL_WAIT_S + 2 * dt and reported_at is None:
+        h = dataclasses.replace(
+            h,
+            replicas={
+                k: exit_if_due(f, exits_after, kill_ends, now) for k, f in h.replicas.items()
+            },
+        )
+        actions = plan(w, h, now)
+        if any(isinstance(a, Report) and a.event.id.startswith("g/ask/done") for a in actions):
+            reported_at = now
+        h = bookkeep(h, actions, now)
+        now += dt
+    assert reported_at is not None and reported_at <= GRACE + KILL_WAIT_S + dt
+
+
+def exit_if_due(
+    f: ReplicaFacts, exits_after: list[float | None], kill_ends: bool, now: float
+) -> ReplicaFacts:
+    if f.ended or f.stop_at is None:
+        return f
+    after = exits_after[f.index]
+    if (after is not None and now >= f.stop_at + after) or (f.killed and kill_ends):
+        return dataclasses.replace(f, ended=True, exit_code=143)
+    return f
+
+
+def test_stops_of_some_replicas_are_each_reported_once_by_their_first_node() -> None:
+    """An elastic job's extras taken by two requests in turn: each stops its own newest replica
+    and is answered once (as before: not node by node), so each counts as a preemption."""
+    three = (Replica("n0", (0,)), Replica("n0", (1,)), Replica("n0", (2,)))
+    w = work("n0", job(held=three))
+    for n, ask in enumerate(("g/a1", "g/a2"), start=1):
+        request = JobPreemptionRequested(
+            id=ask, time=0.0, actor="p", job_id="g", attempt=1, reason="reclaim", replicas=1
+        )
+        before = w.jobs["g"].stop_replicas
+        w.jobs["g"] = msgspec.structs.replace(w.jobs["g"], stop_replicas=n)
+        w.stops.setdefault("g", []).append(requested(request, w.jobs["g"], before))
+    assert [o.targets for o in w.stops["g"]] == [(three[2],), (three[1],)]
+    done = [
+        dataclasses.replace(
+            ReplicaFacts("g", 1, i, three[i]), launched=True, ended=True, stop_at=0.0
+        )
+        for i in (1, 2)
+    ]
+    events = reports(plan(w, dataclasses.replace(here("n0", *done), objects=False), 1.0))
+    assert {(e.id, e.replicas, e.own_replicas) for e in events if isinstance(e, JobPreempted)} == {
+        ("g/a1/done", 1, False),
+        ("g/a2/done", 1, False),
+    }

@@ -1154,8 +1154,10 @@ async def test_the_pytorch_example_trains_as_a_gang_over_two_nodes(cluster: Clus
     met = [line for text in output(1) for line in text.splitlines() if " met at " in line]
     assert len(met) == 2 and len({line.split(" met at ")[1] for line in met}) == 1, met
     await cluster.preempt("tg")
-    preempted = await cluster.recorder.wait(JobPreempted, "tg", within=60)
-    assert preempted.checkpointed and not cluster.recorder.of(JobFailed, "tg")
+    # each node reports its own replica once stored: the next attempt only after both
+    await eventually(lambda: len(cluster.recorder.of(JobPreempted, "tg")) == 2, within=60)
+    preempted = cluster.recorder.of(JobPreempted, "tg")
+    assert all(e.checkpointed for e in preempted) and not cluster.recorder.of(JobFailed, "tg")
     await cluster.job("tg", gang, attempt=2)
     await eventually(lambda: sum("resumed from step" in t for t in output(2)) == 2, within=120)
     resumed = {t.split("resumed from step ")[1].split()[0] for t in output(2)}

@@ -111,7 +111,7 @@ from services.api.types import (
 from services.api.ui import dashboard_routes
 from services.runtime.client import may_take_effect
 from services.runtime.eventlog import EventLog, JetStreamLog, Stored, connect
-from services.runtime.host import NatsHost
+from services.runtime.host import Host, NatsHost
 from services.runtime.postgres import PG_TRANSIENT, connect_pool, migrate
 from services.runtime.tasks import cancel_and_wait
 
@@ -157,7 +157,7 @@ class Settings:
 class Context:
     db: asyncpg.Pool
     #: the log, commands and what else the api reaches on the bus
-    host: NatsHost
+    host: Host
     streams: StreamPlaces
     #: one audit at a time: each folds the whole log in a worker thread
     audits: asyncio.Semaphore = dataclasses.field(default_factory=lambda: asyncio.Semaphore(1))
@@ -761,9 +761,9 @@ async def job_logs(
         return now is None or now.attempt != wanted or now.state not in LIVE_STATES
 
     lines = logs.Lines(prefixed=job.replicas > 1)
-    js = ctx.host.log.js
+    reader = ctx.host.output()
     output = logs.read_output(
-        js, job_id, wanted, lines, follow=follow, attempt_over=over, since=since
+        reader, job_id, wanted, lines, follow=follow, attempt_over=over, since=since
     )
     if not follow:
         return Response(await logs.tail(output, max_bytes), media_type="text/plain")
@@ -1194,7 +1194,8 @@ async def health(ctx: Ctx) -> Health:
 async def prometheus(ctx: Ctx) -> bytes:
     log_seq = await ctx.host.log.last_seq()
     async with ctx.db.acquire() as conn:
-        gpu = await gpus.read(conn, ctx.host.log.js, await queries.nodes(conn), lambda _: True)
+        nodes = await queries.nodes(conn)
+        gpu = await gpus.read(conn, ctx.host.gpu_samples(), nodes, lambda _: True)
         return await metrics.render(conn, log_seq, gpus.families(gpu))
 
 
@@ -1209,7 +1210,7 @@ async def gpu_report(ctx: Ctx, caller: Who) -> gpus.GpuReport:
     async with ctx.db.acquire() as conn:
         nodes = await queries.nodes(conn)
         return await gpus.read(
-            conn, ctx.host.log.js, nodes, lambda p: visible is None or p in visible
+            conn, ctx.host.gpu_samples(), nodes, lambda p: visible is None or p in visible
         )
 
 

@@ -16,7 +16,7 @@ import pytest
 
 from cluster.servers import NatsServer, Postgres
 from events import JobMessage, NodeLost
-from services.api import app as app_module
+from services.api import live
 from services.api.app import Settings, create_app
 from services.projector.service import Projector
 from services.runtime.eventlog import JetStreamLog, connect
@@ -308,7 +308,7 @@ async def test_a_team_reads_only_its_own_projects_jobs(
     (made_room,) = (await c.get("/v1/preemptions", headers=team_b)).json()
     assert made_room["beneficiary"] == "jupyter-workspace"
     assert (await c.get("/v1/projects", headers=team_b)).status_code == 200
-    monkeypatch.setattr(app_module, "KEEP_ALIVE_S", 0.3)
+    monkeypatch.setattr(live, "KEEP_ALIVE_S", 0.3)
     headers = {**team_b, "Last-Event-ID": str(api.last_seq - 2)}
     async with c.stream("GET", "/v1/events", headers=headers) as response:
         async with asyncio.timeout(10):
@@ -345,7 +345,7 @@ async def test_the_policy_re_derives_the_decisions_on_the_log(api: Api) -> None:
 async def test_live_stream_resumes_after_last_event_id(
     api: Api, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(app_module, "KEEP_ALIVE_S", 0.3)
+    monkeypatch.setattr(live, "KEEP_ALIVE_S", 0.3)
     headers = {**api.admin, "Last-Event-ID": str(api.last_seq - 2)}
     seen: list[tuple[str, str]] = []
     async with api.client.stream("GET", "/v1/events", headers=headers) as response:
@@ -368,7 +368,7 @@ async def test_a_jobs_live_stream_carries_its_nodes_reports(
 ) -> None:
     """A node's report is on `fl.job.<job>.<event>.<node>`, a token more than the job's
     other events: the job's own stream still carries it."""
-    monkeypatch.setattr(app_module, "KEEP_ALIVE_S", 0.3)
+    monkeypatch.setattr(live, "KEEP_ALIVE_S", 0.3)
     log = JetStreamLog(await connect(nats_server.url, "test"))
     said = JobMessage(id="said", time=1.0, actor="n0", job_id="large-training-job", attempt=1,
                       text="hello", node="n0")  # fmt: skip

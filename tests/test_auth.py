@@ -67,6 +67,7 @@ from services.runtime.connection import connect
 from services.runtime.eventlog import STREAM, JetStreamLog
 from services.runtime.gpu_samples import BUCKET as SAMPLES
 from services.runtime.gpu_samples import GpuSample, NodeSamples, encode, read_all, samples_bucket
+from services.runtime.host import NatsHost
 from services.runtime.lease import Lease
 from services.runtime.main import instance_number
 from services.runtime.snapshots import SnapshotStore
@@ -491,6 +492,25 @@ async def test_leases_and_snapshots_work_for_their_owners(secured: Secured) -> N
     await log.ensure_stream()  # info only: it exists
     for nc in (scheduler, preemptor, ledger):
         await nc.close()
+
+
+async def test_the_node_watcher_watches_the_heartbeats_an_executor_puts(
+    secured: Secured,
+) -> None:
+    """Its host's watch is a consumer on the bucket its user may read (a refused watch would
+    end its lead and lose every node)."""
+    executor = await secured.connect(executor_user(NODE))
+    watcher = await secured.connect("nodewatch")
+    try:
+        await NatsHost(JetStreamLog(executor)).heartbeats().put(NODE)
+        watch = NatsHost(JetStreamLog(watcher)).heartbeats().watch()
+        async with asyncio.timeout(5):
+            node, _ = await anext(watch)
+        assert node == NODE
+        await watch.aclose()  # type: ignore[attr-defined]
+    finally:
+        await executor.close()
+        await watcher.close()
 
 
 async def test_executors_store_and_fetch_checkpoints_and_clients_cannot(

@@ -13,7 +13,7 @@ from events.refusals import WORDS, RefusalCode, say
 from events.versions import decode_event
 from policy.commands import Refused
 from policy.commands.outcome import refuse
-from services.api.app import REFUSAL_STATUS, UNCODED_STATUS
+from services.api.errors import REFUSAL_STATUS, UNCODED_STATUS
 
 
 def test_every_code_has_its_words_and_its_status() -> None:

@@ -16,7 +16,7 @@ from typing import Any, Final
 
 from events import Event
 from policy.audit import DECISIONS, Outcome, Reader, Scope, as_document, audit
-from services.runtime.eventlog import JetStreamLog
+from services.runtime.eventlog import EventLog
 from services.runtime.log_reader import blocking_reader
 
 #: The longest log the API audits (about a day of a busy 64-node cluster).
@@ -27,7 +27,7 @@ class TooLong(Exception):
     pass
 
 
-async def _reader(log: JetStreamLog, last: int | None) -> Reader:
+async def _reader(log: EventLog, last: int | None) -> Reader:
     end = await log.last_seq()
     if last is not None:
         end = min(end, last)
@@ -40,7 +40,7 @@ async def _reader(log: JetStreamLog, last: int | None) -> Reader:
 
 
 async def audit_log(
-    log: JetStreamLog, one_at_a_time: asyncio.Semaphore, scope: Scope
+    log: EventLog, one_at_a_time: asyncio.Semaphore, scope: Scope
 ) -> dict[str, Any]:
     """The audit report of the decisions in `scope`, as `fairlane audit -o json` prints it."""
     async with one_at_a_time:
@@ -50,7 +50,7 @@ async def audit_log(
 
 
 async def outcomes_for_job(
-    log: JetStreamLog, one_at_a_time: asyncio.Semaphore, job_id: str
+    log: EventLog, one_at_a_time: asyncio.Semaphore, job_id: str
 ) -> dict[int, Outcome]:
     """Each decision about `job_id` (by log position): what re-deriving it found."""
     scope = Scope(job=job_id)

@@ -1,7 +1,7 @@
 """The GPUs as their executors last sampled them, joined with the nodes' read model.
 
 Samples are not on the log (services/runtime/gpu_samples.py): this reads each node's latest
-value from the samples bucket and puts it beside the node's row (pool, cordon, lost). A node
+value from the host's sample store and puts it beside the node's row (pool, cordon, lost). A node
 without a value (its executor does not sample, or stopped more than the bucket's TTL ago)
 has its GPUs listed with every reading None: "unknown", never 0. A job's figures are merged
 over the nodes it holds GPUs on; it is idle only where every node holding it says so.
@@ -14,11 +14,10 @@ from collections.abc import Callable, Iterable
 
 import asyncpg
 import msgspec
-from nats.js import JetStreamContext
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from services.api.types import Node
-from services.runtime.gpu_samples import GpuSample, JobGpuUsage, NodeSamples, read_all
+from services.runtime.gpu_samples import GpuSample, GpuSamples, JobGpuUsage, NodeSamples
 
 
 class GpuView(msgspec.Struct, kw_only=True):
@@ -182,12 +181,12 @@ def report(
 
 async def read(
     conn: asyncpg.Connection,
-    js: JetStreamContext,
+    store: GpuSamples,
     nodes: list[Node],
     shows: Callable[[str], bool],
 ) -> GpuReport:
-    """The report, from the bucket and the read models."""
-    samples = await read_all(js, [n.node for n in nodes])
+    """The report, from the sample store and the read models."""
+    samples = await store.read([n.node for n in nodes])
     named = sorted({g.job_id for s in samples for g in s.gpus if g.job_id is not None})
     named += sorted({u.job_id for s in samples for u in s.jobs})
     rows = await conn.fetch(

@@ -1,4 +1,4 @@
-"""A job attempt's output, read back from the log stream (services/runtime/logstream.py).
+"""A job attempt's output, read back through the host (services/runtime/output.py).
 
 Executors ship each replica's output in chunks that carry their byte offset; a chunk shipped
 twice (an executor restarted mid-way) is skipped here by its offset. With several replicas
@@ -11,22 +11,14 @@ node was lost).
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import datetime
 from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Final
 
-import nats.errors
-from nats.js import JetStreamContext
-from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
-from nats.js.errors import NotFoundError
-
-from services.runtime.logstream import END_HEADER, LOG_STREAM, OFFSET_HEADER, attempt_filter
 from services.runtime.logstream import replica_of as replica_of_subject
+from services.runtime.output import OutputReader
 
-FETCH_BATCH: Final = 256
 #: While following, how long one fetch waits for new output before looking at the attempt.
 POLL_S: Final = 1.0
 FINISH_GRACE_S: Final = 5.0
@@ -74,7 +66,7 @@ def _prefix(replica: int, line: bytes) -> bytes:
 
 
 async def read_output(
-    js: JetStreamContext,
+    reader: OutputReader,
     job_id: str,
     attempt: int,
     lines: Lines,
@@ -85,41 +77,19 @@ async def read_output(
     """The attempt's output as it was shipped (from `since`, Unix seconds: what was shipped
     from then on, chunk by chunk as the executor sent it), then (following) as it comes,
     until the attempt is over and its output complete."""
-    config = ConsumerConfig(
-        ack_policy=AckPolicy.NONE,
-        deliver_policy=DeliverPolicy.ALL if since is None else DeliverPolicy.BY_START_TIME,
-        opt_start_time=None
-        if since is None
-        else datetime.datetime.fromtimestamp(since, datetime.UTC),
-        inactive_threshold=30.0,
-        mem_storage=True,
-    )
-    try:
-        sub = await js.pull_subscribe(
-            attempt_filter(job_id, attempt), stream=LOG_STREAM, config=config
-        )
-    except NotFoundError:  # no stream: no executor has shipped any output here yet
+    chunks = await reader.open(job_id, attempt, since)
+    if chunks is None:
         return
-    info = await sub.consumer_info()
     try:
-        pending = info.num_pending
         over_since: float | None = None
         loop = asyncio.get_running_loop()
-        while True:
-            if not follow and not pending:
-                break
-            try:
-                messages = await sub.fetch(FETCH_BATCH, timeout=POLL_S)
-            except (nats.errors.TimeoutError, TimeoutError):
-                messages = []
-            for msg in messages:
-                headers = msg.headers or {}
-                offset = int(headers.get(OFFSET_HEADER, "0"))
-                out = lines.take(msg.subject, offset, msg.data, END_HEADER in headers)
+        while follow or chunks.pending:
+            fetched = await chunks.fetch(POLL_S)
+            for chunk in fetched:
+                out = lines.take(chunk.subject, chunk.offset, chunk.data, chunk.end)
                 if out:
                     yield out
-                pending = msg.metadata.num_pending
-            if messages or not follow:
+            if fetched or not follow:
                 continue
             if over_since is None and await attempt_over():
                 over_since = loop.time()
@@ -131,10 +101,7 @@ async def read_output(
         if rest:
             yield rest
     finally:
-        with contextlib.suppress(Exception):
-            await sub.unsubscribe()
-        with contextlib.suppress(Exception):
-            await js.delete_consumer(LOG_STREAM, info.name)
+        await chunks.close()
 
 
 async def tail(chunks: AsyncIterator[bytes], max_bytes: int) -> bytes:

@@ -52,7 +52,7 @@ async def whoami(caller: NamedDependency[Caller]) -> TokenInfo:
 
 
 def dashboard_routes() -> list[ControllerRouterHandler]:
-    """The handlers app.py registers for the dashboard."""
+    """The handlers `app.py` registers for the dashboard."""
     assets = create_static_files_router(
         path="/ui",
         directories=[ASSETS],

@@ -13,8 +13,11 @@ timeout would see every node lapse once; hosts slew their clocks, they do not st
 The `NodeLost` id names the registration it ends, so a repeat is dropped and a node that
 registers again can be lost again.
 
-It reads each registered node's heartbeat from its host every poll (a node count in the
-hundreds; a thousand nodes would want a watch instead).
+While it leads it watches the heartbeats through its host (one watch for every node, not a
+read per node each poll): each new revision of a node's heartbeat is when it was last seen.
+Each poll, a node the rule finds lapsed is read once more before it is declared, so a
+heartbeat the watch has not delivered yet (or missed) still counts: what is declared is
+exactly what a read of every node that poll would declare.
 
 Its second duty is the work relay (`services/nodewatch/work.py`): every event the fold applied
 that concerns a node's jobs (or the node) is written again on `fl.work.<node>`, fenced on the
@@ -123,11 +126,14 @@ class NodeWatch:
 
     async def _lead(self, term: Term) -> None:
         await self.follower.wait_for(term.fence[1])
-        relaying = asyncio.create_task(self._relay(term.fence))
+        heartbeats = self.host.heartbeats(self.timeout_s)
+        started = self.clock.now()
+        self.last_seen = {node: started for node in self.follower.state.nodes}
+        duties = [
+            asyncio.create_task(self._relay(term.fence)),
+            asyncio.create_task(self._watch(heartbeats)),
+        ]
         try:
-            heartbeats = self.host.heartbeats(self.timeout_s)
-            started = self.clock.now()
-            self.last_seen = {node: started for node in self.follower.state.nodes}
             log.info(
                 "watching heartbeats and relaying work",
                 holder=self.holder,
@@ -135,22 +141,23 @@ class NodeWatch:
                 timeout_s=self.timeout_s,
                 to_relay=len(self.queue.pending),
             )
-            while not term.lost.is_set() and not relaying.done():
-                await self._look(heartbeats)
-                await self._declare(term.fence)
-                await self._pause(term.lost, relaying)
-            if relaying.done():
-                relaying.result()  # it only ends by failing
+            while not term.lost.is_set() and not any(d.done() for d in duties):
+                await self._declare(term.fence, heartbeats)
+                await self._pause(term.lost, duties)
+            for duty in duties:
+                if duty.done():
+                    duty.result()  # each only ends by failing
         finally:
-            await cancel_and_wait(relaying)
+            for duty in duties:
+                await cancel_and_wait(duty)
 
-    async def _pause(self, lost: asyncio.Event, relaying: asyncio.Task[None]) -> None:
-        """Until the next poll, or sooner if the lease is lost or the relaying ended (with a
-        long timeout a poll is minutes away)."""
+    async def _pause(self, lost: asyncio.Event, duties: list[asyncio.Task[None]]) -> None:
+        """Until the next poll, or sooner if the lease is lost or a duty ended (with a long
+        timeout a poll is minutes away)."""
         sleeping = asyncio.create_task(self.clock.sleep(self.poll_s))
         losing = asyncio.create_task(lost.wait())
         try:
-            await asyncio.wait({sleeping, losing, relaying}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({sleeping, losing, *duties}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             await cancel_and_wait(sleeping)
             await cancel_and_wait(losing)
@@ -210,18 +217,25 @@ class NodeWatch:
         self.queue.seen(relay)
         self.set_aside += 1
 
-    async def _look(self, heartbeats: Heartbeats) -> None:
-        for node in list(self.follower.state.nodes):
-            revision = await heartbeats.get(node)
-            if revision is None:
-                continue  # expired, or never sent: not seen
-            if revision != self.revisions.get(node):
-                self.revisions[node] = revision
-                self.last_seen[node] = self.clock.now()
+    async def _watch(self, heartbeats: Heartbeats) -> None:
+        async for node, revision in heartbeats.watch():
+            self._seen(node, revision)
+        raise RuntimeError("the heartbeat watch ended")  # a lead without it would lose nodes
 
-    async def _declare(self, fence: tuple[str, int]) -> None:
+    def _seen(self, node: str, revision: int) -> bool:
+        """A heartbeat's revision: whether it changed (then the node was seen alive now)."""
+        if revision == self.revisions.get(node):
+            return False
+        self.revisions[node] = revision
+        self.last_seen[node] = self.clock.now()
+        return True
+
+    async def _declare(self, fence: tuple[str, int], heartbeats: Heartbeats) -> None:
         nodes = self.follower.state.nodes
         for node in lapsed(nodes, self.last_seen, self.clock.now(), self.timeout_s):
+            revision = await heartbeats.get(node)
+            if revision is not None and self._seen(node, revision):
+                continue  # it beat after all: the watch had not delivered that one yet
             registration = self.registrations.get(node, f"{node}/registered")
             event = NodeLost(
                 id=f"{registration}/lost",

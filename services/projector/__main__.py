@@ -21,7 +21,8 @@ async def main(nats_url: str, dsn: str, name: str) -> None:
     # back instead of leaving one behind per process (each kept for an hour by the server),
     # and no other service's user may touch it (services/runtime/auth.py denies it by name)
     durable = projector_consumer(name)
-    log = JetStreamLog(await connect(nats_url, "projector"), durable=durable)
+    nc = await connect(nats_url, "projector")
+    log = JetStreamLog(nc, durable=durable)
     task = asyncio.create_task(Projector(log, dsn, name=name).run())
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -34,7 +35,7 @@ async def main(nats_url: str, dsn: str, name: str) -> None:
     with contextlib.suppress(Exception):  # stopped for good (or for a while): nobody reads it
         await log.drop_durable()
     with contextlib.suppress(Exception):
-        await log.nc.drain()
+        await nc.drain()
     if not task.cancelled() and task.exception() is not None:
         raise task.exception()  # type: ignore[misc]
 

@@ -6,6 +6,8 @@ for each job holding GPUs there its utilization now, its average over the attemp
 whether it has been idle (all its GPUs at 0%) for the configured time. Samples change every
 few seconds and are worthless a minute later, so they stay off the log, like heartbeats; the
 bucket's TTL drops the key of a node that stopped sampling, and a reader says "unknown".
+Services reach them through their host (`GpuSamples`: the bucket on a cluster, a dictionary in
+one process).
 
 A field NVML could not give (no driver, a sensor the board lacks) is None, never 0: 0% means
 the GPU was seen idle.
@@ -14,7 +16,8 @@ the GPU was seen idle.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Final, Literal
+from dataclasses import dataclass, field
+from typing import Final, Literal, Protocol
 
 import msgspec
 from nats.js import JetStreamContext
@@ -127,3 +130,44 @@ async def read_all(js: JetStreamContext, nodes: Iterable[str]) -> list[NodeSampl
             except msgspec.DecodeError:
                 continue
     return found
+
+
+class GpuSamples(Protocol):
+    """Each node's latest samples, whatever holds them."""
+
+    async def put(self, samples: NodeSamples) -> None:
+        """Make `samples` its node's latest."""
+        ...
+
+    async def read(self, nodes: Iterable[str]) -> list[NodeSamples]:
+        """The latest samples of each of `nodes` that has some, by node."""
+        ...
+
+
+@dataclass
+class KvGpuSamples:
+    """The samples in the JetStream bucket (made on first use by a writer)."""
+
+    js: JetStreamContext
+    _bucket: KeyValue | None = None
+
+    async def put(self, samples: NodeSamples) -> None:
+        if self._bucket is None:
+            self._bucket = await samples_bucket(self.js)
+        await self._bucket.put(samples.node, encode(samples))
+
+    async def read(self, nodes: Iterable[str]) -> list[NodeSamples]:
+        return await read_all(self.js, nodes)
+
+
+@dataclass
+class MemoryGpuSamples:
+    """Samples in one process: the latest per node, kept until replaced (nothing lapses)."""
+
+    latest: dict[str, NodeSamples] = field(default_factory=dict)
+
+    async def put(self, samples: NodeSamples) -> None:
+        self.latest[samples.node] = samples
+
+    async def read(self, nodes: Iterable[str]) -> list[NodeSamples]:
+        return [self.latest[n] for n in sorted(set(nodes)) if n in self.latest]

@@ -2,19 +2,22 @@
 
 Each node executor puts its node's key every few seconds; the bucket's TTL removes keys that
 stopped being renewed, so the bucket holds exactly the nodes that are alive. The node watcher
-(services/nodewatch) reads it and declares the lapsed ones lost on the log. Services reach it
+(services/nodewatch) watches it and declares the lapsed ones lost on the log. Services reach it
 through their host (`Heartbeats`: the bucket on a cluster, a dictionary in one process).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Final, Protocol
 
 from nats.js import JetStreamContext
 from nats.js.api import KeyValueConfig
 from nats.js.errors import BadRequestError, BucketNotFoundError, KeyNotFoundError, NotFoundError
-from nats.js.kv import KeyValue
+from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
 
 BUCKET: Final = "fairlane-heartbeats"
 #: How long a heartbeat counts: the bucket's TTL and the watcher's default timeout.
@@ -47,6 +50,11 @@ class Heartbeats(Protocol):
         """The revision of `node`'s latest heartbeat; None if it has none alive."""
         ...
 
+    def watch(self) -> AsyncIterator[tuple[str, int]]:
+        """Every node's latest heartbeat now, then each new one as it comes, as (node,
+        revision); a removed or lapsed key is never one. It runs until closed."""
+        ...
+
 
 @dataclass
 class KvHeartbeats:
@@ -66,6 +74,19 @@ class KvHeartbeats:
             return None  # expired, or never sent
         return entry.revision
 
+    async def watch(self) -> AsyncIterator[tuple[str, int]]:
+        # an ordered consumer on the bucket from each key's last entry: one read for all
+        # the nodes, where a `get` per node each poll was one request per node
+        watcher = await (await self._kv()).watchall(meta_only=True)
+        try:
+            async for entry in watcher:
+                if entry is None or entry.operation in (KV_DEL, KV_PURGE):
+                    continue  # the end of the keys there were; a key removed or lapsed
+                yield entry.key, entry.revision
+        finally:
+            with contextlib.suppress(Exception):
+                await watcher.stop()  # type: ignore[no-untyped-call]
+
     async def _kv(self) -> KeyValue:
         if self._bucket is None:
             self._bucket = await heartbeat_bucket(self.js, self.ttl_s)
@@ -79,10 +100,24 @@ class MemoryHeartbeats:
 
     revisions: dict[str, int] = field(default_factory=dict)
     _last: int = 0
+    _changed: asyncio.Condition = field(default_factory=asyncio.Condition)
 
     async def put(self, node: str) -> None:
-        self._last += 1
-        self.revisions[node] = self._last
+        async with self._changed:
+            self._last += 1
+            self.revisions[node] = self._last
+            self._changed.notify_all()
 
     async def get(self, node: str) -> int | None:
         return self.revisions.get(node)
+
+    async def watch(self) -> AsyncIterator[tuple[str, int]]:
+        seen = 0  # revisions are one counter for all nodes: the last one this watch gave
+        while True:
+            async with self._changed:
+                while self._last <= seen:
+                    await self._changed.wait()
+                fresh = sorted((r, n) for n, r in self.revisions.items() if r > seen)
+                seen = self._last
+            for revision, node in fresh:
+                yield node, revision

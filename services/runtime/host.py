@@ -1,11 +1,13 @@
 """Everything a service reaches outside its own code: the event log, where commands reach it,
-leadership, snapshots, the nodes' heartbeats and the bus's message limit.
+leadership, snapshots, the nodes' heartbeats and GPU samples, the workloads' output and the
+bus's message limit.
 
 On a cluster that is NATS (`NatsHost`: the JetStream log, request/reply subjects, a KV lease,
-the snapshot object store, the heartbeat bucket, all on the log's connection). In one process
-on the in-memory log (`InProcessHost`) commands are handed to the services' handlers directly,
-each decision kind has one leader for good, heartbeats are a dictionary and there are no
-snapshots: the services are the same code either way, and none of them touches NATS itself.
+the snapshot object store, the heartbeat and GPU sample buckets, the output stream, all on the
+log's connection). In one process on the in-memory log (`InProcessHost`) commands are handed
+to the services' handlers directly, each decision kind has one leader for good, heartbeats,
+samples and output are kept in memory and there are no snapshots: the services are the same
+code either way, and none of them touches NATS itself.
 """
 
 from __future__ import annotations
@@ -18,9 +20,11 @@ from events.commands import AnyCommand, Reply, service_subject
 from services.runtime.client import send
 from services.runtime.commands import Handler, answer, serve
 from services.runtime.eventlog import EventLog, JetStreamLog
+from services.runtime.gpu_samples import GpuSamples, KvGpuSamples, MemoryGpuSamples
 from services.runtime.heartbeats import TIMEOUT_S, Heartbeats, KvHeartbeats, MemoryHeartbeats
 from services.runtime.lease import Lease
 from services.runtime.memory_log import MemoryLog
+from services.runtime.output import JetStreamOutput, MemoryOutput, OutputReader
 from services.runtime.snapshots import SnapshotStore
 
 
@@ -57,6 +61,14 @@ class Host(Protocol):
 
     def heartbeats(self, ttl_s: float = TIMEOUT_S) -> Heartbeats:
         """The nodes' heartbeats (`ttl_s`: how long one counts, where the store is made)."""
+        ...
+
+    def gpu_samples(self) -> GpuSamples:
+        """Each node's latest GPU samples."""
+        ...
+
+    def output(self) -> OutputReader:
+        """The workloads' output, as their executors shipped it."""
         ...
 
     def message_limit(self) -> int | None:
@@ -102,6 +114,12 @@ class NatsHost:
     def heartbeats(self, ttl_s: float = TIMEOUT_S) -> Heartbeats:
         return KvHeartbeats(self.log.js, ttl_s)
 
+    def gpu_samples(self) -> GpuSamples:
+        return KvGpuSamples(self.log.js)
+
+    def output(self) -> OutputReader:
+        return JetStreamOutput(self.log.js)
+
     def message_limit(self) -> int | None:
         return int(self.log.nc.max_payload)
 
@@ -137,6 +155,8 @@ class InProcessHost:
     handlers: dict[str, tuple[Handler, asyncio.Semaphore]] = field(default_factory=dict)
     _served: asyncio.Event = field(default_factory=asyncio.Event)
     _heartbeats: MemoryHeartbeats = field(default_factory=MemoryHeartbeats)
+    _samples: MemoryGpuSamples = field(default_factory=MemoryGpuSamples)
+    _output: MemoryOutput = field(default_factory=MemoryOutput)
 
     async def serve(self, subject: str, handler: Handler, concurrency: int = 1) -> None:
         self.handlers[subject] = (handler, asyncio.Semaphore(concurrency))
@@ -156,6 +176,12 @@ class InProcessHost:
 
     def heartbeats(self, ttl_s: float = TIMEOUT_S) -> Heartbeats:
         return self._heartbeats
+
+    def gpu_samples(self) -> GpuSamples:
+        return self._samples
+
+    def output(self) -> OutputReader:
+        return self._output
 
     def message_limit(self) -> int | None:
         return None

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from typing import Any, Final, TypeVar
 
 from events import Event
-from services.runtime.eventlog import JetStreamLog, Stored
+from services.runtime.eventlog import EventLog, Stored
 
 #: events handed from the loop to the reading thread at a time
 BATCH: Final = 2_000
@@ -21,7 +21,7 @@ T = TypeVar("T")
 
 
 def blocking_reader(
-    log: JetStreamLog, loop: asyncio.AbstractEventLoop, end: int
+    log: EventLog, loop: asyncio.AbstractEventLoop, end: int
 ) -> Callable[[int], Iterator[tuple[int, Event]]]:
     """`read(first)`: the events stored from `first` up to `end`, read on `loop` (which runs in
     another thread) and given to the calling thread in order. Each call reads afresh."""

@@ -5,6 +5,8 @@ over-quota weights 1-3, a few project priorities), 5,000 running and 10,000 pend
 1-GPU jobs, some of 2, 4 and 8 GPUs, a few two-node gangs, a few elastic jobs, a tenth
 non-preemptible (`build`); some running jobs inside their `min_runtime`, some pending jobs inside
 their `preemption_delay`. Then the same at 2x and 4x (nodes, running and pending all scaled).
+`--scales 10` is the largest size the policy is sized for: 10,000 nodes x 8 GPUs, 50,000
+running and 100,000 pending jobs (its goals: settled under 500 ms, burst under 2 s).
 
 The state is built once by folding events into a `ClusterState` (the running jobs' GPUs are
 chosen here, packed but not by the policy), then `decide(state, now)` is timed repeatedly: it
@@ -16,13 +18,21 @@ is pure, so every run does the same work.
   after it, have been carried out by simulated executors: the common case, nothing to do.
 
 Figures are p50/p99 milliseconds (time.perf_counter) over `--runs` runs, and the growth of each
-against the smallest scale. Every state is built first and the cycles are timed in rounds, each
-state in turn, so a busy moment on a shared machine falls on every size alike (the growth
-moved by 10% between runs when the sizes were timed one after the other). Nothing is asserted
-about time: machines are shared and noisy.
+against the smallest scale; per state, the seconds it took to build (a settled state's include
+settling it); memory, as tracemalloc counts it (Python's allocations: what the process reuses
+from an earlier state's garbage counts too, where its resident size would not grow): the most
+the build held at once and what the state kept (a settled state's before settling, which is
+not traced), and the most one cycle (the untimed warm-up) held at once above the state; and
+the process's resident peak over the whole run. Every
+state is built first and the cycles are timed in rounds, each state in turn, so a busy moment
+on a shared machine falls on every size alike (the growth moved by 10% between runs when the
+sizes were timed one after the other). Nothing is asserted about time: machines are shared and
+noisy.
 
-    uv run python -m bench.policy_cycle [--runs 30] [--scales 1,2,4] [--no-burst] [-o json]
+    uv run python -m bench.policy_cycle [--runs 30] [--scales 1,2,4,10] [--no-burst] [-o json]
         [--profile]
+
+The figures taken are in the README's "Figures".
 """
 
 from __future__ import annotations
@@ -35,6 +45,7 @@ import pstats
 import random
 import sys
 import time
+import tracemalloc
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Annotated, Literal
@@ -42,8 +53,10 @@ from typing import Annotated, Literal
 import cyclopts
 import msgspec
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from bench.rss import peak_mib
 from events import (
     ClusterConfigured,
     ClusterSettings,
@@ -104,6 +117,13 @@ class Figures:
     p99_ms: float
     growth_p50: float = 1.0
     growth_p99: float = 1.0
+    #: seconds to build the state (a settled state's include settling it)
+    build_s: float = 0.0
+    #: MiB (tracemalloc): the most the build held at once, what the state kept (settled: as
+    #: built, before settling), and the most one cycle held at once above the state
+    build_peak_mib: float = 0.0
+    state_mib: float = 0.0
+    cycle_peak_mib: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -142,14 +162,20 @@ class Built:
     build_s: float
 
 
+#: Events folded between two calls of `build`'s `tick`
+TICK_EVERY = 20_000
+
+
 def build(  # noqa: PLR0915 (one cluster described event by event, top to bottom)
     size: Size,
     seed: int = 7,
     scheduler: SchedulerType = "fair_share",
     fitting: Fitting = "best",
     victim_order: VictimOrder = "newest",
+    tick: Callable[[int, int], None] = lambda done, total: None,
 ) -> Built:
-    """A cluster of this size, as a folded event log."""
+    """A cluster of this size, as a folded event log; `tick(folded, total)` now and then while
+    folding (a progress bar's: 10x folds 430,000 events)."""
     started = time.perf_counter()
     rng = random.Random(seed)
     n_nodes = size.nodes
@@ -273,10 +299,18 @@ def build(  # noqa: PLR0915 (one cluster described event by event, top to bottom
         _job_events(emit, f"wait-{i}", project, job_class(rng), shape, submitted, 0.0, delay)
 
     events.sort(key=lambda t: (t[0], t[1]))
-    state = ClusterState()
-    for _, _, event in events:
-        state.apply(event)
+    state = _fold([event for _, _, event in events], tick)
     return Built(state, len(events), time.perf_counter() - started)
+
+
+def _fold(events: list[Event], tick: Callable[[int, int], None]) -> ClusterState:
+    state = ClusterState()
+    for folded, event in enumerate(events):
+        if folded % TICK_EVERY == 0:
+            tick(folded, len(events))
+        state.apply(event)
+    tick(len(events), len(events))
+    return state
 
 
 def _job_events(
@@ -335,8 +369,10 @@ class _Timed:
     scale: int
     cycle: str
     state: ClusterState
+    built: Traced
     decisions: int = 0
     samples: list[float] = field(default_factory=list)
+    cycle_peak_mib: float = 0.0
 
 
 def measure(
@@ -352,6 +388,7 @@ def measure(
     victim_order: VictimOrder = "newest",
     gc_mode: GcMode = "on",
     progress: Callable[[str], None] = lambda _: None,
+    tick: Callable[[int, int], None] = lambda done, total: None,
 ) -> list[Figures]:
     """Build every scale's states first, then time their cycles in rounds, each state in turn
     (an untimed cycle first, so its state is in cache as back-to-back cycles have it, then
@@ -361,16 +398,26 @@ def measure(
     timed: list[_Timed] = []
     settings = (scheduler, fitting, victim_order)
     for scale in scales:
-        progress(f"building {scale}x ...")
         size = (base or BASE).times(scale)
         if burst:
-            timed.append(_Timed(scale, "burst", build(size, seed, *settings).state))
+            progress(f"building {scale}x (burst)")
+            with Traced() as built:
+                state = build(size, seed, *settings, tick=tick).state
+            timed.append(_Timed(scale, "burst", state, built))
         if settled:  # built again (not copied: a copy lays the objects out anew in memory)
-            vc = VirtualCluster(state=build(size, seed, *settings).state, now=NOW)
-            vc.settle()  # carry out the burst's decisions, and the cycles after it, until quiet
-            timed.append(_Timed(scale, "settled", vc.state))
+            progress(f"building {scale}x (settled)")
+            with Traced() as built:
+                state = build(size, seed, *settings, tick=tick).state
+            progress(f"settling {scale}x: carrying out the burst's decisions")
+            started = time.perf_counter()  # untraced: tracing would slow it down fivefold
+            vc = VirtualCluster(state=state, now=NOW)
+            vc.settle()  # the burst's decisions, and the cycles after it, until quiet
+            built.seconds += time.perf_counter() - started
+            timed.append(_Timed(scale, "settled", vc.state, built))
     for t in timed:
-        t.decisions = len(decide(t.state, NOW))  # warm-up, and the size of the answer
+        progress(f"warm-up cycle, {t.scale}x {t.cycle}")
+        # warm-up, the size of the answer, and the memory a cycle takes
+        t.decisions, t.cycle_peak_mib = _traced_cycle(t.state)
     gc.collect()
     if gc_mode == "freeze":
         gc.freeze()  # what a long-running service may do once it has replayed the log
@@ -394,6 +441,36 @@ def measure(
     return [_figures(t) for t in timed]
 
 
+class Traced:
+    """What a phase allocated, as tracemalloc counts it: `with Traced() as t: ...`, then
+    `t.peak_mib` (the most it held at once), `t.kept_mib` (what it still holds at the end) and
+    `t.seconds` (tracing included: it slows allocation down)."""
+
+    def __init__(self) -> None:
+        self.peak_mib = self.kept_mib = self.seconds = 0.0
+        self._started = 0.0
+
+    def __enter__(self) -> Traced:
+        gc.collect()  # the garbage from before is not this phase's
+        tracemalloc.start()
+        self._started = time.perf_counter()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.seconds = time.perf_counter() - self._started
+        gc.collect()
+        kept, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+        self.peak_mib, self.kept_mib = round(peak / (1 << 20), 1), round(kept / (1 << 20), 1)
+
+
+def _traced_cycle(state: ClusterState) -> tuple[int, float]:
+    """One cycle's decisions, and the most it held at once above the state (MiB)."""
+    with Traced() as cycle:
+        decisions = len(decide(state, NOW))
+    return decisions, cycle.peak_mib
+
+
 #: Timed cycles of one state in a row, within a round of `measure`
 ROUND = 5
 
@@ -410,6 +487,10 @@ def _figures(t: _Timed) -> Figures:
         runs=len(t.samples),
         p50_ms=round(percentile(t.samples, 0.50), 2),
         p99_ms=round(percentile(t.samples, 0.99), 2),
+        build_s=round(t.built.seconds, 2),
+        build_peak_mib=t.built.peak_mib,
+        state_mib=t.built.kept_mib,
+        cycle_peak_mib=t.cycle_peak_mib,
     )
 
 
@@ -488,11 +569,13 @@ def main(
         text (a table) or json.
     """
     console = Console(stderr=True)
-    sizes = [int(s) for s in scales.split(",") if s.strip()]
+    sizes = parse_scales(scales)
     if profile_top:
         sys.stdout.write(profile(sizes[0], runs, seed, profile_top))
         return
-    with console.status("building ...") as status:
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
+    with Progress(*columns, TimeElapsedColumn(), console=console, transient=True) as bar:
+        task = bar.add_task("building", total=None)
         results = measure(
             sizes,
             runs,
@@ -503,7 +586,8 @@ def main(
             fitting=fitting,
             victim_order=victim_order,
             gc_mode=gc_mode,
-            progress=status.update,
+            progress=lambda text: bar.update(task, description=text, total=None, completed=0),
+            tick=lambda done, total: bar.update(task, completed=done, total=total),
         )
     with_growth(results)
     if output == "json":
@@ -515,15 +599,17 @@ def main(
             "victim_order": victim_order,
             "gc": gc_mode,
             "seed": seed,
+            "peak_rss_mib": peak_mib(),
             "results": [asdict(f) for f in results],
         }
         sys.stdout.write(msgspec.json.encode(doc).decode() + "\n")
         return
     title = f"One full scheduling cycle ({scheduler}, {fitting} fit, {victim_order}, gc {gc_mode})"
     table = Table(title=title)
-    columns = ("scale", "cycle", "nodes", "running", "pending", "decisions", "p50 ms", "p99 ms")
-    for column in (*columns, "p50 growth", "p99 growth"):
-        table.add_column(column, justify="right")
+    names = ["scale", "cycle", "nodes", "running", "pending", "decisions", "p50 ms", "p99 ms"]
+    names += ["p50 growth", "p99 growth", "build s", "build peak MiB", "state MiB"]
+    for name in (*names, "cycle peak MiB"):
+        table.add_column(name, justify="right")
     for f in sorted(results, key=lambda f: (f.cycle, f.scale)):
         table.add_row(
             f"{f.scale}x",
@@ -536,8 +622,32 @@ def main(
             f"{f.p99_ms:.1f}",
             f"{f.growth_p50:.2f}",
             f"{f.growth_p99:.2f}",
+            f"{f.build_s:.1f}",
+            f"{f.build_peak_mib:,.0f}",
+            f"{f.state_mib:,.0f}",
+            f"{f.cycle_peak_mib:,.0f}",
         )
-    Console(width=None if sys.stdout.isatty() else 120).print(table)
+    out = Console(width=None if sys.stdout.isatty() else 160)
+    out.print(table)
+    peak = peak_mib()
+    out.print(f"the process's resident peak: {'-' if peak is None else f'{peak:,.0f}'} MiB")
+
+
+def parse_scales(text: str) -> list[int]:
+    """'1,2,4,10' -> [1, 2, 4, 10]: whole multiples of the base size, 1 to 100."""
+    scales = []
+    for part in (p.strip() for p in text.split(",")):
+        if part:
+            if not part.isdigit() or not 1 <= int(part) <= MAX_SCALE:
+                raise ValueError(f"--scales: {part!r} is not a whole number from 1 to {MAX_SCALE}")
+            scales.append(int(part))
+    if not scales:
+        raise ValueError(f"--scales: {text!r} names no scale")
+    return scales
+
+
+#: The largest multiple of the base size a run may build (100x: 100,000 nodes, ~30 GiB)
+MAX_SCALE = 100
 
 
 if __name__ == "__main__":

@@ -35,10 +35,12 @@ class Holdings:
     def apply(self, stored: Stored) -> None:
         e = stored.event
         if isinstance(e, JobScheduled):
-            gpus = [(r.node, g) for r in e.replicas for g in r.gpus]
-            self.placed.setdefault((e.job_id, e.attempt), []).extend(
-                [] if (e.job_id, e.attempt) in self.placed and not e.scale_up else gpus
-            )
+            attempt = (e.job_id, e.attempt)
+            # asked before `setdefault` adds the key (asked inside its call's argument, it
+            # was always there, and no GPU was ever recorded)
+            if attempt not in self.placed or e.scale_up:
+                gpus = [(r.node, g) for r in e.replicas for g in r.gpus]
+                self.placed.setdefault(attempt, []).extend(gpus)
         elif isinstance(e, JobStarted):
             attempt = (e.job_id, e.attempt)
             if attempt in self.running:

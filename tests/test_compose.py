@@ -41,9 +41,9 @@ from services.runtime.auth import (
     route_urls,
 )
 from services.runtime.eventlog import STREAM, JetStreamLog, Stored, connect
+from simulation.holdings import check_holdings
 from tests.compose_support import build_images, docker, project_name, remove_stale_stacks
 from tests.docker_support import DOCKER_HOST, REPO, missing
-from tests.holdings import check_holdings
 
 DEPLOY = REPO / "deploy"
 FILES = ("compose.yaml", "compose.cluster.yaml", "compose.test.yaml")

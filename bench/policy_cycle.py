@@ -23,11 +23,11 @@ settling it); memory, as tracemalloc counts it (Python's allocations: what the p
 from an earlier state's garbage counts too, where its resident size would not grow): the most
 the build held at once and what the state kept (a settled state's before settling, which is
 not traced), and the most one cycle (the untimed warm-up) held at once above the state; and
-the process's resident peak over the whole run. Every
-state is built first and the cycles are timed in rounds, each state in turn, so a busy moment
-on a shared machine falls on every size alike (the growth moved by 10% between runs when the
-sizes were timed one after the other). Nothing is asserted about time: machines are shared and
-noisy.
+the process's resident peak over the whole run (`--no-memory`: no tracing, which makes the
+builds four to five times slower). Every state is built first and the cycles are timed in
+rounds, each state in turn, so a busy moment on a shared machine falls on every size alike
+(the growth moved by 10% between runs when the sizes were timed one after the other). Nothing
+is asserted about time: machines are shared and noisy.
 
     uv run python -m bench.policy_cycle [--runs 30] [--scales 1,2,4,10] [--no-burst] [-o json]
         [--profile]
@@ -121,9 +121,9 @@ class Figures:
     build_s: float = 0.0
     #: MiB (tracemalloc): the most the build held at once, what the state kept (settled: as
     #: built, before settling), and the most one cycle held at once above the state
-    build_peak_mib: float = 0.0
-    state_mib: float = 0.0
-    cycle_peak_mib: float = 0.0
+    build_peak_mib: float | None = None
+    state_mib: float | None = None
+    cycle_peak_mib: float | None = None
 
 
 @dataclass(frozen=True)
@@ -372,7 +372,7 @@ class _Timed:
     built: Traced
     decisions: int = 0
     samples: list[float] = field(default_factory=list)
-    cycle_peak_mib: float = 0.0
+    cycle_peak_mib: float | None = None
 
 
 def measure(
@@ -387,6 +387,7 @@ def measure(
     fitting: Fitting = "best",
     victim_order: VictimOrder = "newest",
     gc_mode: GcMode = "on",
+    memory: bool = True,
     progress: Callable[[str], None] = lambda _: None,
     tick: Callable[[int, int], None] = lambda done, total: None,
 ) -> list[Figures]:
@@ -401,12 +402,12 @@ def measure(
         size = (base or BASE).times(scale)
         if burst:
             progress(f"building {scale}x (burst)")
-            with Traced() as built:
+            with Traced(memory) as built:
                 state = build(size, seed, *settings, tick=tick).state
             timed.append(_Timed(scale, "burst", state, built))
         if settled:  # built again (not copied: a copy lays the objects out anew in memory)
             progress(f"building {scale}x (settled)")
-            with Traced() as built:
+            with Traced(memory) as built:
                 state = build(size, seed, *settings, tick=tick).state
             progress(f"settling {scale}x: carrying out the burst's decisions")
             started = time.perf_counter()  # untraced: tracing would slow it down fivefold
@@ -417,7 +418,7 @@ def measure(
     for t in timed:
         progress(f"warm-up cycle, {t.scale}x {t.cycle}")
         # warm-up, the size of the answer, and the memory a cycle takes
-        t.decisions, t.cycle_peak_mib = _traced_cycle(t.state)
+        t.decisions, t.cycle_peak_mib = _traced_cycle(t.state, memory)
     gc.collect()
     if gc_mode == "freeze":
         gc.freeze()  # what a long-running service may do once it has replayed the log
@@ -442,31 +443,37 @@ def measure(
 
 
 class Traced:
-    """What a phase allocated, as tracemalloc counts it: `with Traced() as t: ...`, then
-    `t.peak_mib` (the most it held at once), `t.kept_mib` (what it still holds at the end) and
-    `t.seconds` (tracing included: it slows allocation down)."""
+    """How long a phase took and, if `memory`, what it allocated as tracemalloc counts it:
+    `with Traced() as t: ...`, then `t.seconds` (tracing included: it slows allocation down
+    four- to fivefold), `t.peak_mib` (the most it held at once) and `t.kept_mib` (what it
+    still holds at the end); None when not traced."""
 
-    def __init__(self) -> None:
-        self.peak_mib = self.kept_mib = self.seconds = 0.0
+    def __init__(self, memory: bool = True) -> None:
+        self.memory = memory
+        self.seconds = 0.0
+        self.peak_mib: float | None = None
+        self.kept_mib: float | None = None
         self._started = 0.0
 
     def __enter__(self) -> Traced:
         gc.collect()  # the garbage from before is not this phase's
-        tracemalloc.start()
+        if self.memory:
+            tracemalloc.start()
         self._started = time.perf_counter()
         return self
 
     def __exit__(self, *_: object) -> None:
         self.seconds = time.perf_counter() - self._started
-        gc.collect()
-        kept, peak = tracemalloc.get_traced_memory()
-        tracemalloc.stop()
-        self.peak_mib, self.kept_mib = round(peak / (1 << 20), 1), round(kept / (1 << 20), 1)
+        if self.memory:
+            gc.collect()
+            kept, peak = tracemalloc.get_traced_memory()
+            tracemalloc.stop()
+            self.peak_mib, self.kept_mib = round(peak / (1 << 20), 1), round(kept / (1 << 20), 1)
 
 
-def _traced_cycle(state: ClusterState) -> tuple[int, float]:
+def _traced_cycle(state: ClusterState, memory: bool) -> tuple[int, float | None]:
     """One cycle's decisions, and the most it held at once above the state (MiB)."""
-    with Traced() as cycle:
+    with Traced(memory) as cycle:
         decisions = len(decide(state, NOW))
     return decisions, cycle.peak_mib
 
@@ -487,7 +494,7 @@ def _figures(t: _Timed) -> Figures:
         runs=len(t.samples),
         p50_ms=round(percentile(t.samples, 0.50), 2),
         p99_ms=round(percentile(t.samples, 0.99), 2),
-        build_s=round(t.built.seconds, 2),
+        build_s=round(t.built.seconds, 4),
         build_peak_mib=t.built.peak_mib,
         state_mib=t.built.kept_mib,
         cycle_peak_mib=t.cycle_peak_mib,
@@ -534,6 +541,7 @@ def main(
     fitting: Fitting = "best",
     victim_order: VictimOrder = "newest",
     gc_mode: Annotated[GcMode, cyclopts.Parameter(name="--gc")] = "on",
+    memory: bool = True,
     profile_top: Annotated[int, cyclopts.Parameter(name="--profile")] = 0,
     output: Annotated[
         Literal["text", "json"], cyclopts.Parameter(name=["--output", "-o"])
@@ -562,6 +570,9 @@ def main(
     gc_mode
         Python's garbage collector while timing: on (as it comes), freeze (gc.freeze() after
         building, as a long-running service may after replaying the log), or off.
+    memory
+        Measure the memory of each build and of one cycle (tracemalloc, which makes the builds
+        four to five times slower: --no-memory for their true time).
     profile_top
         Instead of timing, profile the burst cycle at the first scale and print this many
         functions by own time.
@@ -586,6 +597,7 @@ def main(
             fitting=fitting,
             victim_order=victim_order,
             gc_mode=gc_mode,
+            memory=memory,
             progress=lambda text: bar.update(task, description=text, total=None, completed=0),
             tick=lambda done, total: bar.update(task, completed=done, total=total),
         )
@@ -598,6 +610,7 @@ def main(
             "fitting": fitting,
             "victim_order": victim_order,
             "gc": gc_mode,
+            "memory": memory,
             "seed": seed,
             "peak_rss_mib": peak_mib(),
             "results": [asdict(f) for f in results],
@@ -623,14 +636,18 @@ def main(
             f"{f.growth_p50:.2f}",
             f"{f.growth_p99:.2f}",
             f"{f.build_s:.1f}",
-            f"{f.build_peak_mib:,.0f}",
-            f"{f.state_mib:,.0f}",
-            f"{f.cycle_peak_mib:,.0f}",
+            _mib(f.build_peak_mib),
+            _mib(f.state_mib),
+            _mib(f.cycle_peak_mib),
         )
     out = Console(width=None if sys.stdout.isatty() else 160)
     out.print(table)
     peak = peak_mib()
     out.print(f"the process's resident peak: {'-' if peak is None else f'{peak:,.0f}'} MiB")
+
+
+def _mib(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.0f}"
 
 
 def parse_scales(text: str) -> list[int]:

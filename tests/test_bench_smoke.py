@@ -22,8 +22,17 @@ def test_bench_measures_a_tiny_cluster() -> None:
     assert 0 < burst.p50_ms <= burst.p99_ms
     # what building took, and the memory of the build, the state and one cycle
     assert burst.build_s > 0 and settled.build_s > 0
+    assert burst.state_mib is not None and burst.build_peak_mib is not None
     assert 0 < burst.state_mib <= burst.build_peak_mib
-    assert burst.cycle_peak_mib > 0
+    assert burst.cycle_peak_mib is not None and burst.cycle_peak_mib > 0
+
+
+def test_policy_bench_measures_no_memory_when_told_not_to() -> None:
+    (burst,) = policy_cycle.measure(
+        [1], runs=1, base=Size(nodes=4, running=10, pending=20), settled=False, memory=False
+    )
+    assert burst.build_s > 0
+    assert (burst.build_peak_mib, burst.state_mib, burst.cycle_peak_mib) == (None, None, None)
 
 
 @pytest.mark.parametrize("text", ["", "1,x", "0", "2,101", "-1"])

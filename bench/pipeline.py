@@ -54,6 +54,7 @@ from events.commands import CancelJob, SetPool, SetProject, SubmitJob
 from events.units import percentile
 from services.executor.service import Executor, ExecutorConfig, ExecutorGroup
 from services.nodewatch.service import TIMEOUT_ENV
+from services.runtime.auth import Credentials
 from services.runtime.client import send
 from services.runtime.eventlog import JetStreamLog, connect
 from services.runtime.main import configure_logging
@@ -168,15 +169,20 @@ async def _submit(nc: Client, job_id: str) -> None:
 
 
 async def closed_loop(
-    url: str, job_ids: list[str], clients: int, submitted: dict[str, float]
+    url: str,
+    job_ids: list[str],
+    clients: int,
+    submitted: dict[str, float],
+    credentials: Credentials | None = None,
 ) -> None:
-    """Each client submits the next job as soon as the last one was answered."""
+    """Each client submits the next job as soon as the last one was answered (as the user of
+    `credentials`, on a server with authentication)."""
     queue: asyncio.Queue[str] = asyncio.Queue()
     for job_id in job_ids:
         queue.put_nowait(job_id)
 
     async def client(k: int) -> None:
-        nc = await connect(url, f"client{k}")
+        nc = await connect(url, f"client{k}", credentials=credentials)
         while not queue.empty():
             job_id = queue.get_nowait()
             submitted[job_id] = time.time()
@@ -228,7 +234,10 @@ async def run(  # noqa: PLR0915 (the bench's whole run: options in, figures out)
     rates: Sequence[float] = (),
     open_s: float = 5.0,
     say: Callable[[str], object] = lambda _: None,
+    raw_events: int = 5000,
 ) -> Figures:
+    """The whole run; raw publishing is timed over `raw_events` events acked one by one, and
+    four times as many in batches."""
     with tempfile.TemporaryDirectory(prefix="fairlane-bench-") as tmp:
         root = Path(tmp)
         server = NatsServer(store_dir=root / "nats")
@@ -272,9 +281,9 @@ async def run(  # noqa: PLR0915 (the bench's whole run: options in, figures out)
             hollow = ExecutorGroup(group_log, executors)
             group = asyncio.create_task(hollow.run(ready))
             await asyncio.wait_for(ready.wait(), 60)
-            await _until_ok(log, CancelJob(job_id="readiness-probe"), answer=True)
-            await _until_ok(log, SetPool(pool="default"))
-            await _until_ok(
+            await until_ok(log, CancelJob(job_id="readiness-probe"), answer=True)
+            await until_ok(log, SetPool(pool="default"))
+            await until_ok(
                 log, SetProject(project="bench", pool="default", quota=nodes * gpus_per_node)
             )
 
@@ -324,8 +333,8 @@ async def run(  # noqa: PLR0915 (the bench's whole run: options in, figures out)
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await group
             say("raw JetStream publishing")
-            raw = await raw_publish_rate(server.url, 5000, batched=False)
-            raw_batched = await raw_publish_rate(server.url, 20000, batched=True)
+            raw = await raw_publish_rate(server.url, raw_events, batched=False)
+            raw_batched = await raw_publish_rate(server.url, 4 * raw_events, batched=True)
             await log.nc.close()
             await group_log.nc.close()
         finally:
@@ -352,7 +361,7 @@ async def run(  # noqa: PLR0915 (the bench's whole run: options in, figures out)
     )
 
 
-async def _until_ok(
+async def until_ok(
     log: JetStreamLog, command: SetPool | SetProject | CancelJob, answer: bool = False
 ) -> None:
     """Until the service answers (`answer`), or answers yes."""

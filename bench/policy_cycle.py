@@ -5,6 +5,8 @@ over-quota weights 1-3, a few project priorities), 5,000 running and 10,000 pend
 1-GPU jobs, some of 2, 4 and 8 GPUs, a few two-node gangs, a few elastic jobs, a tenth
 non-preemptible (`build`); some running jobs inside their `min_runtime`, some pending jobs inside
 their `preemption_delay`. Then the same at 2x and 4x (nodes, running and pending all scaled).
+`--scales 10` is the largest size the policy is sized for: 10,000 nodes x 8 GPUs, 50,000
+running and 100,000 pending jobs (its goals: settled under 500 ms, burst under 2 s).
 
 The state is built once by folding events into a `ClusterState` (the running jobs' GPUs are
 chosen here, packed but not by the policy), then `decide(state, now)` is timed repeatedly: it
@@ -16,10 +18,16 @@ is pure, so every run does the same work.
   after it, have been carried out by simulated executors: the common case, nothing to do.
 
 Figures are p50/p99 milliseconds (time.perf_counter) over `--runs` runs, and the growth of each
-against the smallest scale. Every state is built first and the cycles are timed in rounds, each
-state in turn, so a busy moment on a shared machine falls on every size alike (the growth
-moved by 10% between runs when the sizes were timed one after the other). Nothing is asserted
-about time: machines are shared and noisy.
+against the smallest scale; per state, the seconds it took to build (a settled state's include
+settling it); memory, as tracemalloc counts it (Python's allocations: what the process reuses
+from an earlier state's garbage counts too, where its resident size would not grow): the most
+the build held at once and what the state kept (a settled state's before settling, which is
+not traced), and the most one cycle (the untimed warm-up) held at once above the state; and
+the process's resident peak over the whole run (`--no-memory`: no tracing, which makes the
+builds four to five times slower). Every state is built first and the cycles are timed in
+rounds, each state in turn, so a busy moment on a shared machine falls on every size alike
+(the growth moved by 10% between runs when the sizes were timed one after the other). Nothing
+is asserted about time: machines are shared and noisy.
 
 Each figure carries its plan's fingerprint (sha256 of the decisions and the waiting reasons).
 `--baseline REV` times the policy as it is at git revision REV (its files checked out into a
@@ -27,8 +35,10 @@ temporary folder) and as it is now, each in a child process of its own building 
 states with this file, and prints both, before over now, the growth of each, and whether every
 plan is the same (exit status 1 if one is not): a speed-up must leave every decision as it was.
 
-    uv run python -m bench.policy_cycle [--runs 30] [--scales 1,2,4] [--no-burst] [-o json]
+    uv run python -m bench.policy_cycle [--runs 30] [--scales 1,2,4,10] [--no-burst] [-o json]
         [--profile] [--baseline main]
+
+The figures taken are in the README's "Figures".
 """
 
 from __future__ import annotations
@@ -46,6 +56,7 @@ import sys
 import tarfile
 import tempfile
 import time
+import tracemalloc
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -54,8 +65,10 @@ from typing import Annotated, Literal
 import cyclopts
 import msgspec
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from bench.rss import peak_mib
 from events import (
     ClusterConfigured,
     ClusterSettings,
@@ -119,6 +132,13 @@ class Figures:
     #: the plan's fingerprint (`plan_sha256`): the same before and after a change that is
     #: meant to leave every decision as it was
     plan_sha256: str = ""
+    #: seconds to build the state (a settled state's include settling it)
+    build_s: float = 0.0
+    #: MiB (tracemalloc): the most the build held at once, what the state kept (settled: as
+    #: built, before settling), and the most one cycle held at once above the state
+    build_peak_mib: float | None = None
+    state_mib: float | None = None
+    cycle_peak_mib: float | None = None
 
 
 @dataclass(frozen=True)
@@ -157,14 +177,20 @@ class Built:
     build_s: float
 
 
+#: Events folded between two calls of `build`'s `tick`
+TICK_EVERY = 20_000
+
+
 def build(  # noqa: PLR0915 (one cluster described event by event, top to bottom)
     size: Size,
     seed: int = 7,
     scheduler: SchedulerType = "fair_share",
     fitting: Fitting = "best",
     victim_order: VictimOrder = "newest",
+    tick: Callable[[int, int], None] = lambda done, total: None,
 ) -> Built:
-    """A cluster of this size, as a folded event log."""
+    """A cluster of this size, as a folded event log; `tick(folded, total)` now and then while
+    folding (a progress bar's: 10x folds 430,000 events)."""
     started = time.perf_counter()
     rng = random.Random(seed)
     n_nodes = size.nodes
@@ -288,10 +314,18 @@ def build(  # noqa: PLR0915 (one cluster described event by event, top to bottom
         _job_events(emit, f"wait-{i}", project, job_class(rng), shape, submitted, 0.0, delay)
 
     events.sort(key=lambda t: (t[0], t[1]))
-    state = ClusterState()
-    for _, _, event in events:
-        state.apply(event)
+    state = _fold([event for _, _, event in events], tick)
     return Built(state, len(events), time.perf_counter() - started)
+
+
+def _fold(events: list[Event], tick: Callable[[int, int], None]) -> ClusterState:
+    state = ClusterState()
+    for folded, event in enumerate(events):
+        if folded % TICK_EVERY == 0:
+            tick(folded, len(events))
+        state.apply(event)
+    tick(len(events), len(events))
+    return state
 
 
 def _job_events(
@@ -350,9 +384,11 @@ class _Timed:
     scale: int
     cycle: str
     state: ClusterState
+    built: Traced
     decisions: int = 0
     plan_sha256: str = ""
     samples: list[float] = field(default_factory=list)
+    cycle_peak_mib: float | None = None
 
 
 def measure(
@@ -367,7 +403,9 @@ def measure(
     fitting: Fitting = "best",
     victim_order: VictimOrder = "newest",
     gc_mode: GcMode = "on",
+    memory: bool = True,
     progress: Callable[[str], None] = lambda _: None,
+    tick: Callable[[int, int], None] = lambda done, total: None,
 ) -> list[Figures]:
     """Build every scale's states first, then time their cycles in rounds, each state in turn
     (an untimed cycle first, so its state is in cache as back-to-back cycles have it, then
@@ -377,17 +415,26 @@ def measure(
     timed: list[_Timed] = []
     settings = (scheduler, fitting, victim_order)
     for scale in scales:
-        progress(f"building {scale}x ...")
         size = (base or BASE).times(scale)
         if burst:
-            timed.append(_Timed(scale, "burst", build(size, seed, *settings).state))
+            progress(f"building {scale}x (burst)")
+            with Traced(memory) as built:
+                state = build(size, seed, *settings, tick=tick).state
+            timed.append(_Timed(scale, "burst", state, built))
         if settled:  # built again (not copied: a copy lays the objects out anew in memory)
-            vc = VirtualCluster(state=build(size, seed, *settings).state, now=NOW)
-            vc.settle()  # carry out the burst's decisions, and the cycles after it, until quiet
-            timed.append(_Timed(scale, "settled", vc.state))
+            progress(f"building {scale}x (settled)")
+            with Traced(memory) as built:
+                state = build(size, seed, *settings, tick=tick).state
+            progress(f"settling {scale}x: carrying out the burst's decisions")
+            started = time.perf_counter()  # untraced: tracing would slow it down fivefold
+            vc = VirtualCluster(state=state, now=NOW)
+            vc.settle()  # the burst's decisions, and the cycles after it, until quiet
+            built.seconds += time.perf_counter() - started
+            timed.append(_Timed(scale, "settled", vc.state, built))
     for t in timed:
-        plan = decide(t.state, NOW)  # warm-up, and the answer
-        t.decisions, t.plan_sha256 = len(plan), plan_sha256(plan)
+        progress(f"warm-up cycle, {t.scale}x {t.cycle}")
+        # warm-up, the size of the answer, and the memory a cycle takes
+        t.decisions, t.plan_sha256, t.cycle_peak_mib = _traced_cycle(t.state, memory)
     gc.collect()
     if gc_mode == "freeze":
         gc.freeze()  # what a long-running service may do once it has replayed the log
@@ -411,6 +458,43 @@ def measure(
     return [_figures(t) for t in timed]
 
 
+class Traced:
+    """How long a phase took and, if `memory`, what it allocated as tracemalloc counts it:
+    `with Traced() as t: ...`, then `t.seconds` (tracing included: it slows allocation down
+    four- to fivefold), `t.peak_mib` (the most it held at once) and `t.kept_mib` (what it
+    still holds at the end); None when not traced."""
+
+    def __init__(self, memory: bool = True) -> None:
+        self.memory = memory
+        self.seconds = 0.0
+        self.peak_mib: float | None = None
+        self.kept_mib: float | None = None
+        self._started = 0.0
+
+    def __enter__(self) -> Traced:
+        gc.collect()  # the garbage from before is not this phase's
+        if self.memory:
+            tracemalloc.start()
+        self._started = time.perf_counter()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.seconds = time.perf_counter() - self._started
+        if self.memory:
+            gc.collect()
+            kept, peak = tracemalloc.get_traced_memory()
+            tracemalloc.stop()
+            self.peak_mib, self.kept_mib = round(peak / (1 << 20), 1), round(kept / (1 << 20), 1)
+
+
+def _traced_cycle(state: ClusterState, memory: bool) -> tuple[int, str, float | None]:
+    """One cycle's decisions, its plan's fingerprint, and the most it held at once above the
+    state (MiB)."""
+    with Traced(memory) as cycle:
+        plan = decide(state, NOW)
+    return len(plan), plan_sha256(plan), cycle.peak_mib
+
+
 #: Timed cycles of one state in a row, within a round of `measure`
 ROUND = 5
 
@@ -428,6 +512,10 @@ def _figures(t: _Timed) -> Figures:
         p50_ms=round(percentile(t.samples, 0.50), 2),
         p99_ms=round(percentile(t.samples, 0.99), 2),
         plan_sha256=t.plan_sha256,
+        build_s=round(t.built.seconds, 4),
+        build_peak_mib=t.built.peak_mib,
+        state_mib=t.built.kept_mib,
+        cycle_peak_mib=t.cycle_peak_mib,
     )
 
 
@@ -467,8 +555,16 @@ ROOT = Path(__file__).resolve().parent.parent
 
 #: A child's program: this file, loaded from where the parent is, with the policy (and all
 #: else it imports) from the tree the child runs in (its working directory, first on the path).
+#: The child loads this file, and this tree's `bench` package for what it imports from it (the
+#: revision's tree, first on the path for its policy, may lack a module this file needs).
 _CHILD = """
-import importlib.util, sys
+import importlib.util, pathlib, sys
+here = pathlib.Path(sys.argv[1]).parent
+bench = importlib.util.spec_from_file_location(
+    "bench", here / "__init__.py", submodule_search_locations=[str(here)]
+)
+sys.modules["bench"] = importlib.util.module_from_spec(bench)
+bench.loader.exec_module(sys.modules["bench"])
 spec = importlib.util.spec_from_file_location("policy_cycle_child", sys.argv[1])
 module = importlib.util.module_from_spec(spec)
 sys.modules[spec.name] = module
@@ -629,6 +725,7 @@ def main(
     fitting: Fitting = "best",
     victim_order: VictimOrder = "newest",
     gc_mode: Annotated[GcMode, cyclopts.Parameter(name="--gc")] = "on",
+    memory: bool = True,
     profile_top: Annotated[int, cyclopts.Parameter(name="--profile")] = 0,
     baseline: str | None = None,
     output: Annotated[
@@ -658,6 +755,9 @@ def main(
     gc_mode
         Python's garbage collector while timing: on (as it comes), freeze (gc.freeze() after
         building, as a long-running service may after replaying the log), or off.
+    memory
+        Measure the memory of each build and of one cycle (tracemalloc, which makes the builds
+        four to five times slower: --no-memory for their true time).
     profile_top
         Instead of timing, profile the burst cycle at the first scale and print this many
         functions by own time.
@@ -669,7 +769,7 @@ def main(
         text (a table) or json.
     """
     console = Console(stderr=True)
-    sizes = [int(s) for s in scales.split(",") if s.strip()]
+    sizes = parse_scales(scales)
     if profile_top:
         sys.stdout.write(profile(sizes[0], runs, seed, profile_top))
         return
@@ -684,7 +784,9 @@ def main(
             "gc_mode": gc_mode,
         }
         sys.exit(main_against(baseline, sizes, runs, options, output))
-    with console.status("building ...") as status:
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
+    with Progress(*columns, TimeElapsedColumn(), console=console, transient=True) as bar:
+        task = bar.add_task("building", total=None)
         results = measure(
             sizes,
             runs,
@@ -695,7 +797,9 @@ def main(
             fitting=fitting,
             victim_order=victim_order,
             gc_mode=gc_mode,
-            progress=status.update,
+            memory=memory,
+            progress=lambda text: bar.update(task, description=text, total=None, completed=0),
+            tick=lambda done, total: bar.update(task, completed=done, total=total),
         )
     with_growth(results)
     if output == "json":
@@ -706,16 +810,19 @@ def main(
             "fitting": fitting,
             "victim_order": victim_order,
             "gc": gc_mode,
+            "memory": memory,
             "seed": seed,
+            "peak_rss_mib": peak_mib(),
             "results": [asdict(f) for f in results],
         }
         sys.stdout.write(msgspec.json.encode(doc).decode() + "\n")
         return
     title = f"One full scheduling cycle ({scheduler}, {fitting} fit, {victim_order}, gc {gc_mode})"
     table = Table(title=title)
-    columns = ("scale", "cycle", "nodes", "running", "pending", "decisions", "p50 ms", "p99 ms")
-    for column in (*columns, "p50 growth", "p99 growth"):
-        table.add_column(column, justify="right")
+    names = ["scale", "cycle", "nodes", "running", "pending", "decisions", "p50 ms", "p99 ms"]
+    names += ["p50 growth", "p99 growth", "build s", "build peak MiB", "state MiB"]
+    for name in (*names, "cycle peak MiB"):
+        table.add_column(name, justify="right")
     for f in sorted(results, key=lambda f: (f.cycle, f.scale)):
         table.add_row(
             f"{f.scale}x",
@@ -728,8 +835,36 @@ def main(
             f"{f.p99_ms:.1f}",
             f"{f.growth_p50:.2f}",
             f"{f.growth_p99:.2f}",
+            f"{f.build_s:.1f}",
+            _mib(f.build_peak_mib),
+            _mib(f.state_mib),
+            _mib(f.cycle_peak_mib),
         )
-    Console(width=None if sys.stdout.isatty() else 120).print(table)
+    out = Console(width=None if sys.stdout.isatty() else 160)
+    out.print(table)
+    peak = peak_mib()
+    out.print(f"the process's resident peak: {'-' if peak is None else f'{peak:,.0f}'} MiB")
+
+
+def _mib(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.0f}"
+
+
+def parse_scales(text: str) -> list[int]:
+    """'1,2,4,10' -> [1, 2, 4, 10]: whole multiples of the base size, 1 to 100."""
+    scales = []
+    for part in (p.strip() for p in text.split(",")):
+        if part:
+            if not part.isdigit() or not 1 <= int(part) <= MAX_SCALE:
+                raise ValueError(f"--scales: {part!r} is not a whole number from 1 to {MAX_SCALE}")
+            scales.append(int(part))
+    if not scales:
+        raise ValueError(f"--scales: {text!r} names no scale")
+    return scales
+
+
+#: The largest multiple of the base size a run may build (100x: 100,000 nodes, ~30 GiB)
+MAX_SCALE = 100
 
 
 if __name__ == "__main__":

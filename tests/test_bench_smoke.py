@@ -7,9 +7,12 @@ import json
 import pytest
 from rich.console import Console
 
-from bench import nats_memory, pipeline, policy_cycle, replay
+from bench import hollow_cluster, nats_memory, pipeline, policy_cycle, replay
+from bench.pipeline import SERVICES
 from bench.policy_cycle import Size
+from events import JobCompleted, JobScheduled, JobStarted, Replica
 from events.model import SchedulerType
+from services.runtime.eventlog import Stored
 
 
 def test_bench_measures_a_tiny_cluster() -> None:
@@ -17,6 +20,25 @@ def test_bench_measures_a_tiny_cluster() -> None:
     assert burst.decisions > 0  # the state as built is off its shares
     assert settled.decisions == 0  # settled means the policy has nothing more to do
     assert 0 < burst.p50_ms <= burst.p99_ms
+    # what building took, and the memory of the build, the state and one cycle
+    assert burst.build_s > 0 and settled.build_s > 0
+    assert burst.state_mib is not None and burst.build_peak_mib is not None
+    assert 0 < burst.state_mib <= burst.build_peak_mib
+    assert burst.cycle_peak_mib is not None and burst.cycle_peak_mib > 0
+
+
+def test_policy_bench_measures_no_memory_when_told_not_to() -> None:
+    (burst,) = policy_cycle.measure(
+        [1], runs=1, base=Size(nodes=4, running=10, pending=20), settled=False, memory=False
+    )
+    assert burst.build_s > 0
+    assert (burst.build_peak_mib, burst.state_mib, burst.cycle_peak_mib) == (None, None, None)
+
+
+@pytest.mark.parametrize("text", ["", "1,x", "0", "2,101", "-1"])
+def test_policy_bench_refuses_a_bad_scale(text: str) -> None:
+    with pytest.raises(ValueError, match="--scales"):
+        policy_cycle.parse_scales(text)
 
 
 @pytest.mark.parametrize("scheduler", ["priority", "round_robin"])
@@ -54,15 +76,6 @@ async def test_replay_bench_runs_on_a_small_log() -> None:
 
 
 @pytest.mark.nats
-@pytest.mark.slow
-async def test_pipeline_bench_runs_a_few_jobs() -> None:
-    figures = await pipeline.run(jobs=40, nodes=4, clients=2, gpus_per_node=8)
-    assert figures.jobs == 40 and figures.jobs_per_s > 0
-    assert figures.latency_p50_ms <= figures.latency_p99_ms
-    assert set(figures.cpu_ms_per_job) >= {"nats-server", "scheduler", "admission"}
-
-
-@pytest.mark.nats
 async def test_memory_bench_runs_on_a_small_log() -> None:
     fairlane = await nats_memory.measure("fairlane", 2000, settle_s=0.1)
     few = await nats_memory.measure("few-subjects", 2000, settle_s=0.1)
@@ -72,10 +85,15 @@ async def test_memory_bench_runs_on_a_small_log() -> None:
 
 @pytest.mark.nats
 @pytest.mark.slow
-async def test_pipeline_bench_measures_latency_at_a_fixed_offered_load() -> None:
+async def test_pipeline_bench_runs_a_few_jobs_then_a_fixed_offered_load() -> None:
+    """One cluster for both loops (each run starts its own servers and services)."""
     figures = await pipeline.run(
-        jobs=10, nodes=4, clients=2, gpus_per_node=8, rates=(20.0,), open_s=1.0
+        jobs=40, nodes=4, clients=2, gpus_per_node=8, rates=(20.0,), open_s=1.0, raw_events=500
     )
+    assert figures.jobs == 40 and figures.jobs_per_s > 0
+    assert figures.latency_p50_ms <= figures.latency_p99_ms
+    assert set(figures.cpu_ms_per_job) >= {"nats-server", "scheduler", "admission"}
+    assert figures.raw_publish_per_s > 0 and figures.raw_publish_batched_per_s > 0
     (load,) = figures.open_loop
     assert load.offered_per_s == 20.0 and load.jobs == 20
     # what the bench measured: the sender's pace, starts per second, latency (a start comes
@@ -100,3 +118,69 @@ def test_open_loop_figures_come_from_the_timestamps() -> None:
 def test_pipeline_bench_refuses_a_bad_rate(text: str) -> None:
     with pytest.raises(ValueError, match="--rates"):
         pipeline.parse_rates(text)
+
+
+@pytest.mark.nats
+async def test_hollow_cluster_bench_checks_its_run_on_three_servers() -> None:
+    figures = await hollow_cluster.run(nodes=20, jobs=50, clients=2, runtime_s=0.1)
+    assert figures.checks.ok, figures.checks
+    assert figures.checks.completed_once == 50
+    assert figures.servers == 3 and figures.replicas == 3  # the stream, as the cluster says
+    assert 0 < figures.latency_p50_ms <= figures.latency_p99_ms and figures.jobs_per_s > 0
+    peaks = figures.peak_rss_mib
+    assert set(peaks) >= {"nats-1", "nats-2", "nats-3", *SERVICES}
+    assert all(mib is not None and mib > 0 for mib in peaks.values())
+
+
+def _stored(*events: JobScheduled | JobStarted | JobCompleted) -> list[Stored]:
+    return [Stored(seq, e) for seq, e in enumerate(events, 1)]
+
+
+def test_hollow_cluster_checks_catch_a_double_completion_and_a_gpu_taken_twice() -> None:
+    gpu = (Replica(node="n0", gpus=(0,)),)
+
+    def placed(job: str) -> JobScheduled:
+        return JobScheduled(
+            id=f"{job}/s", time=0.0, actor="t", job_id=job, attempt=1, pool="default", replicas=gpu
+        )
+
+    def started(job: str) -> JobStarted:
+        return JobStarted(id=f"{job}/r", time=0.0, actor="t", job_id=job, attempt=1)
+
+    def completed(job: str, attempt: int = 1) -> JobCompleted:
+        return JobCompleted(
+            id=f"{job}/{attempt}/c", time=0.0, actor="t", job_id=job, attempt=attempt
+        )
+
+    fine = _stored(placed("a"), started("a"), completed("a"), placed("b"), started("b"))
+    fine += _stored(completed("b"))
+    assert hollow_cluster.check(["a", "b"], fine).ok
+    again = _stored(placed("a"), started("a"), completed("a"), completed("a", 2))
+    twice = hollow_cluster.check(["a"], again)
+    assert not twice.ok and twice.not_once == ["a: completed 2 times"]
+    never = hollow_cluster.check(["a", "b"], _stored(placed("a"), started("a"), completed("a")))
+    assert not never.ok and never.not_once == ["b: completed 0 times"]
+    shared = hollow_cluster.check(
+        ["a", "b"],
+        _stored(
+            placed("a"), started("a"), placed("b"), started("b"), completed("a"), completed("b")
+        ),
+    )
+    assert shared.completed_once == 2 and not shared.ok
+    assert shared.gpu_problems == ["seq 4: GPU ('n0', 0) held by ('a', 1) and ('b', 1)"]
+
+
+@pytest.mark.parametrize(
+    ("flag", "values"),
+    [
+        ("--nodes", (0, 50, 2, 1.0)),
+        ("--jobs", (20, 0, 2, 1.0)),
+        ("--clients", (20, 5, 6, 1.0)),
+        ("--runtime", (20, 50, 2, 0.0)),
+    ],
+)
+def test_hollow_cluster_bench_refuses_a_bad_flag(
+    flag: str, values: tuple[int, int, int, float]
+) -> None:
+    with pytest.raises(ValueError, match=flag):
+        hollow_cluster.validate(*values)

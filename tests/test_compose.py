@@ -47,9 +47,9 @@ from services.runtime.checkpoint_bucket import BUCKET as CHECKPOINTS
 from services.runtime.eventlog import STREAM, JetStreamLog, Stored, connect
 from services.runtime.gpu_samples import BUCKET as SAMPLES
 from services.runtime.heartbeats import BUCKET as HEARTBEATS
+from simulation.holdings import check_holdings
 from tests.compose_support import build_images, docker, project_name, remove_stale_stacks
 from tests.docker_support import DOCKER_HOST, REPO, missing
-from tests.holdings import check_holdings
 
 DEPLOY = REPO / "deploy"
 FILES = ("compose.yaml", "compose.cluster.yaml", "compose.test.yaml")

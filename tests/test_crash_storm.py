@@ -1,4 +1,5 @@
-"""kill -9 under load, checked against an independent ledger of GPU holdings (tests/holdings.py).
+"""kill -9 under load, checked against an independent ledger of GPU holdings
+(simulation/holdings.py).
 
 - Admission is killed 10 times during a storm of submissions from several clients, each of
   which retries with its idempotency key until it gets an answer: every submission ends
@@ -29,7 +30,7 @@ from events import (
 )
 from events.commands import Reply, SetPool, SetProject
 from services.nodewatch.service import TIMEOUT_ENV
-from tests.holdings import check_holdings
+from simulation.holdings import check_holdings
 from tests.process_cluster import (
     ProcessCluster,
     command,

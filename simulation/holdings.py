@@ -4,7 +4,11 @@ The fold referees decisions (a placement on GPUs already taken has no effect), s
 run with the fold would hide the very double takes a crash could cause. This reads what the
 executors reported instead: a replica holds its GPUs from its attempt's `JobStarted` until that
 attempt's `JobCompleted`, `JobFailed` or `JobPreempted` (GPUs from the attempt's first
-placement), and no GPU may be held by two attempts at once.
+placement), and no GPU may be held by two attempts at once. It also counts each job's
+`JobCompleted` events (a job completes once, whatever its attempts).
+
+The crash tests and the compose test check their runs with it, and so does the hollow
+cluster benchmark (bench/hollow_cluster.py).
 """
 
 from __future__ import annotations
@@ -25,14 +29,18 @@ class Holdings:
     running: set[Attempt] = field(default_factory=set)
     problems: list[str] = field(default_factory=list)
     started: int = 0
+    #: `JobCompleted` events per job
+    completed: dict[str, int] = field(default_factory=dict)
 
     def apply(self, stored: Stored) -> None:
         e = stored.event
         if isinstance(e, JobScheduled):
-            gpus = [(r.node, g) for r in e.replicas for g in r.gpus]
-            self.placed.setdefault((e.job_id, e.attempt), []).extend(
-                [] if (e.job_id, e.attempt) in self.placed and not e.scale_up else gpus
-            )
+            attempt = (e.job_id, e.attempt)
+            # asked before `setdefault` adds the key (asked inside its call's argument, it
+            # was always there, and no GPU was ever recorded)
+            if attempt not in self.placed or e.scale_up:
+                gpus = [(r.node, g) for r in e.replicas for g in r.gpus]
+                self.placed.setdefault(attempt, []).extend(gpus)
         elif isinstance(e, JobStarted):
             attempt = (e.job_id, e.attempt)
             if attempt in self.running:
@@ -47,6 +55,8 @@ class Holdings:
                         f"seq {stored.seq}: GPU {gpu} held by {other} and {attempt}"
                     )
         elif isinstance(e, JobCompleted | JobFailed | JobPreempted):
+            if isinstance(e, JobCompleted):
+                self.completed[e.job_id] = self.completed.get(e.job_id, 0) + 1
             attempt = (e.job_id, e.attempt)
             self.running.discard(attempt)
             for gpu in self.placed.get(attempt, []):

@@ -9,6 +9,7 @@ Which victims is the victim search's (`policy/victim_search.py`); the events are
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from events import JobNominated, PreemptionFacts, Replica, SchedulerSettings
 from events.catalogue import PreemptionReason
@@ -19,6 +20,9 @@ from policy.decisions import Decisions
 from policy.state import ClusterState, Job
 from policy.victim_search import Taken, fits_with, new_taken
 from policy.victims import VictimIndex, lost_work_gpu_s
+
+if TYPE_CHECKING:
+    from policy.schedulers.reclaim_order import Offers
 
 
 class PoolCycle:
@@ -61,6 +65,9 @@ class PoolCycle:
         #: _reclaim_could_fit), and the generation it was worked out in
         self.most_freed: dict[bool, Overlay] = {}
         self.most_freed_generation = -1
+        #: the reclaim's taking order per giving project, kept while it stands
+        #: (`reclaim_order.offers_of`)
+        self.reclaim_offers: dict[str, Offers] = {}
 
     def wait_for_room(self, cands: Sequence[Candidate]) -> None:
         """These candidates wait for room (`no_fit`) unless a reason is given for them in this

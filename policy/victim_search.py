@@ -131,7 +131,7 @@ def spare_unneeded(cycle: PoolCycle, cand: Candidate, taken: Taken, enough: Enou
     for unit in taken.units:
         kept.spare_if_unneeded(unit, enough)
     spared = kept.units()
-    return _taken_of(cycle, spared) if len(spared) < len(taken.units) else taken
+    return taken_of(cycle, spared) if len(spared) < len(taken.units) else taken
 
 
 def _last_alone(
@@ -146,7 +146,7 @@ def _last_alone(
     last = taken.units[-1]
     if any(u.job.id == last.job.id for u in taken.units[:-1]):
         return None
-    alone = _taken_of(cycle, [last])
+    alone = taken_of(cycle, [last])
     if not fits_with(cycle, cand, alone):
         return None
     if enough is not None and not enough(alone.freed_by_project):
@@ -159,7 +159,7 @@ def _fits_bare(cycle: PoolCycle, cand: Candidate, enough: Enough | None) -> bool
     return fits_with(cycle, cand, bare) and (enough is None or enough(bare.freed_by_project))
 
 
-def _taken_of(cycle: PoolCycle, units: list[Unit]) -> Taken:
+def taken_of(cycle: PoolCycle, units: list[Unit]) -> Taken:
     """These victims taken afresh, in this order (what each frees is worked out again)."""
     taken = new_taken(cycle)
     for unit in units:
@@ -236,7 +236,7 @@ class _KeptVictims:
             return
         self._set_job(job, [u for u in before if u is not unit])
         if self._fit.fits() and (enough is None or enough(self.freed_by_project)):
-            # spared; units of its job that now free nothing leave too (_taken_of drops them)
+            # spared; units of its job that now free nothing leave too (taken_of drops them)
             self._jobs[job.id] = [u for u in self._jobs[job.id] if self._freed[id(u)]]
         else:
             self._set_job(job, before)

@@ -101,6 +101,9 @@ class VictimIndex:
         self._owners = owners
         self.running: list[Job] = []  # filled by the cycle: jobs holding GPUs in this pool
         self.gone: set[str] = set()  # stopping, nominated or grown this cycle: no victim
+        #: per project: how many times its victims changed (one taken for good), so that
+        #: what was worked out from them knows when to work it out again
+        self.changes: dict[str, int] = {}
         self._jobs: dict[str, list[Job]] | None = None
         self._in_order: list[Job] = []  # the same, in submission order
         self._units: dict[str, Lineup] = {}
@@ -173,6 +176,7 @@ class VictimIndex:
             if job.id in self.gone:
                 continue
             self.gone.add(job.id)
+            self.changes[job.project] = self.changes.get(job.project, 0) + 1
             for lineup in self._lineups_of(job.project):
                 lineup.pass_job(job.id)
             sizes = self._sizes.get(job.project)
@@ -184,6 +188,7 @@ class VictimIndex:
     def spend(self, units: Iterable[Unit]) -> None:
         """These units were taken by a preemption of this cycle: no walk takes them again."""
         for unit in units:
+            self.changes[unit.project] = self.changes.get(unit.project, 0) + 1
             for lineup in self._lineups_of(unit.project):
                 lineup.pass_unit(unit)
 

@@ -11,10 +11,18 @@ import heapq
 from dataclasses import replace
 
 from events import Replica
-from policy.accounts import Account, Accounts
+from policy.accounts import Accounts
 from policy.candidates import Candidate, gate_ok
 from policy.capacity import Overlay
 from policy.pool_cycle import PoolCycle
+from policy.schedulers.reclaim_order import (
+    FirstTaken,
+    first_fit,
+    first_taken,
+    may_give,
+    served_last_key,
+    threshold,
+)
 from policy.turns import job_key, project_key
 from policy.victim_search import Taken, fits_with, new_taken, next_unit, take_until_fits
 from policy.victims import Unit
@@ -37,7 +45,10 @@ def try_reclaim(cycle: PoolCycle, cand: Candidate) -> bool:  # noqa: PLR0911 (on
         return False
     if not _reclaim_could_fit(cycle, cand, within_quota):
         return False
-    taken = take_until_fits(cycle, cand, _ServedLast(cycle, held, within_quota, job.node))
+    if job.node is None and not cand.ports and job.gpus > 0:
+        taken = first_fit(cycle, cand, list(held), within_quota)
+    else:  # its walk skips victims that free nothing on its node, or the slow path of ports
+        taken = take_until_fits(cycle, cand, _ServedLast(cycle, held, within_quota, job.node))
     if taken is None and cycle.most_freed_generation != cycle.generation:
         # a walk found no fit: others may follow in this generation, bound them from now on
         cycle.most_freed.clear()
@@ -60,12 +71,12 @@ def _givers(cycle: PoolCycle, claimant: str, within_quota: bool) -> dict[str, in
     for project in cycle.victims.jobs():
         if project != claimant:
             victim = cycle.accounts.account(project)
-            if _may_give(victim, victim.usage, within_quota):
+            if may_give(victim, victim.usage, within_quota):
                 held[project] = victim.usage
     return held
 
 
-#: A project's next victim: how early it would be taken (`_first_taken`), the project's place
+#: A project's next victim: how early it would be taken (`first_taken`), the project's place
 #: among the givers (equal keys go to the first, as a scan in that order finds it), the victim
 #: and what it frees
 Offer = tuple["FirstTaken", int, Unit, list[Replica]]
@@ -73,13 +84,14 @@ Offer = tuple["FirstTaken", int, Unit, list[Replica]]
 
 class _ServedLast:
     """Picks the next victim from the project that would be served last without it
-    (`_served_last_key`), while that project may still give (`_may_give`).
+    (`served_last_key`), while that project may still give (`may_give`).
 
     Each project's next victim and how late the project would then be served change only
     when that project gives one (one Taken is passed along): the offers are kept in a heap,
     and only the giver's is looked at again. Scanning every giver's offer at every pick cost
     the number of projects for each victim, and a claimant waiting for a whole node takes
-    hundreds of victims at 4x the bench's size."""
+    hundreds of victims at 4x the bench's size. It walks for a claimant pinned to a node or
+    publishing ports; any other takes `reclaim_order.first_fit`, which decides the same."""
 
     def __init__(
         self, cycle: PoolCycle, held: dict[str, int], within_quota: bool, pin: str | None
@@ -110,14 +122,14 @@ class _ServedLast:
         assert self.offers is not None
         victim = self.cycle.accounts.account(project)
         now_held = self.held[project]
-        if not _may_give(victim, now_held, self.within_quota):
+        if not may_give(victim, now_held, self.within_quota):
             return
         found = next_unit(self.cycle, project, taken, self.pin, _any)
         if found is None:
             return
         unit, freed = found
         left = now_held - len(freed) * unit.job.gpus
-        first = _first_taken(_served_last_key(victim, now_held, left))
+        first = first_taken(served_last_key(victim, now_held, left))
         heapq.heappush(self.offers, (first, self.place[project], unit, freed))
 
 
@@ -133,20 +145,6 @@ def _note(accounts: Accounts, project: str, taken: Taken) -> str:
             for p in taken.freed_by_project
         )
     )
-
-
-def _threshold(victim: Account) -> int:
-    """What a victim's project must hold more than to give GPUs: the larger of its quota and
-    its fair share, each counted at most up to its limit."""
-    return max(min(victim.quota, victim.limit), min(victim.fair_share, victim.limit))
-
-
-def _may_give(victim: Account, now_held: int, claimant_within_quota: bool) -> bool:
-    """Rule 5: before each victim is taken, its project holds more than its threshold, or the
-    claimant is within its quota and the victim's project above its quota."""
-    if now_held > _threshold(victim):
-        return True
-    return claimant_within_quota and now_held > min(victim.quota, victim.limit)
 
 
 def _a_victim_comes_back(cycle: PoolCycle, taken: Taken) -> bool:
@@ -176,7 +174,7 @@ def _could_free_enough(
     room += sum(len(g) for node, g in cycle.releasing.items() if job.node in (None, node))
     for project, now_held in held.items():
         victim = cycle.accounts.account(project)
-        floor = min(victim.quota, victim.limit) if within_quota else _threshold(victim)
+        floor = min(victim.quota, victim.limit) if within_quota else threshold(victim)
         if now_held > floor:
             room += min(now_held, now_held - floor + cycle.victims.largest_unit_gpus(project))
         if room >= cand.gpus:
@@ -194,7 +192,7 @@ def _reclaim_could_fit(cycle: PoolCycle, cand: Candidate, within_quota: bool) ->
     claimants, each walking 4x the victims: that part of the settled cycle grew with the
     square of the size. The bound is worked out once per generation (decisions change it) and
     standing of the claimant (within its quota or not) for all claimants: each project gives
-    its victims in order while `_may_give` lets it, so what any claimant's walk frees,
+    its victims in order while `may_give` lets it, so what any claimant's walk frees,
     whatever its project, is a subset of it. It costs a walk of everything any project may
     give, so it is worked out only once a walk has failed in this generation (`try_reclaim`
     marks it): where reclaims succeed (a burst of arrivals, each success a new generation),
@@ -209,13 +207,13 @@ def _reclaim_could_fit(cycle: PoolCycle, cand: Candidate, within_quota: bool) ->
 
 
 def _most_reclaim_frees(cycle: PoolCycle, within_quota: bool) -> Overlay:
-    """What every project giving every victim `_may_give` allows frees (with the GPUs being
+    """What every project giving every victim `may_give` allows frees (with the GPUs being
     given back already), as `try_reclaim`'s walk counts it."""
     taken = new_taken(cycle)
     for project in cycle.victims.jobs():
         victim = cycle.accounts.account(project)
         now_held = victim.usage
-        while _may_give(victim, now_held, within_quota):
+        while may_give(victim, now_held, within_quota):
             found = next_unit(cycle, project, taken, None, _any)
             if found is None:
                 break
@@ -227,28 +225,6 @@ def _most_reclaim_frees(cycle: PoolCycle, within_quota: bool) -> Overlay:
 
 def _any(unit: Unit) -> bool:
     return True
-
-
-ServedLastKey = tuple[bool, bool, int, float, int]
-
-
-def _served_last_key(victim: Account, now_held: int, left: int) -> ServedLastKey:
-    """How late the victim's project would be served if the victim were gone (`left` GPUs):
-    over its fair share, then over its quota, then lower project priority, then the larger
-    part of its fair share in use now (a fair share of 0 with GPUs held: infinitely over),
-    then the newer project. Larger is later."""
-    fair = victim.fair_share
-    share = now_held / fair if fair else (float("inf") if now_held else 0.0)
-    return (left > fair, left > victim.quota, -victim.priority, share, victim.order)
-
-
-FirstTaken = tuple[bool, bool, int, float, int]
-
-
-def _first_taken(key: ServedLastKey) -> FirstTaken:
-    """The served-last key turned around, so that the smallest is taken first (a heap's)."""
-    over_share, over_quota, priority, share, order = key
-    return (not over_share, not over_quota, -priority, -share, -order)
 
 
 def _claimant_goes_first(cycle: PoolCycle, cand: Candidate, taken: Taken) -> bool:

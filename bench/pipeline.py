@@ -57,7 +57,7 @@ from services.nodewatch.service import TIMEOUT_ENV
 from services.runtime.auth import Credentials
 from services.runtime.client import send
 from services.runtime.eventlog import JetStreamLog, connect
-from services.runtime.main import configure_logging
+from services.runtime.main import PROFILE_ENV, configure_logging
 
 
 @dataclass
@@ -235,9 +235,10 @@ async def run(  # noqa: PLR0915 (the bench's whole run: options in, figures out)
     open_s: float = 5.0,
     say: Callable[[str], object] = lambda _: None,
     raw_events: int = 5000,
+    profile: Path | None = None,
 ) -> Figures:
     """The whole run; raw publishing is timed over `raw_events` events acked one by one, and
-    four times as many in batches."""
+    four times as many in batches. `profile`: a folder each service writes its cProfile to."""
     with tempfile.TemporaryDirectory(prefix="fairlane-bench-") as tmp:
         root = Path(tmp)
         server = NatsServer(store_dir=root / "nats")
@@ -257,7 +258,8 @@ async def run(  # noqa: PLR0915 (the bench's whole run: options in, figures out)
                         stdout=asyncio.subprocess.DEVNULL,
                         stderr=asyncio.subprocess.DEVNULL,
                         # hollow nodes send no heartbeats: the node watcher must not lose them
-                        env={**os.environ, TIMEOUT_ENV: "3600"},
+                        env={**os.environ, TIMEOUT_ENV: "3600"}
+                        | ({PROFILE_ENV: str(profile)} if profile is not None else {}),
                     )
                 )
             log = JetStreamLog(await connect(server.url, "bench"))

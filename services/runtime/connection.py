@@ -69,7 +69,7 @@ async def connect(
             servers,
             name=name,
             max_reconnect_attempts=-1,
-            reconnect_time_wait=0.5,
+            reconnect_time_wait=0.5,  # type: ignore[arg-type]  # seconds; nats-py sleeps a float
             connect_timeout=2,
             error_cb=on_error,
             disconnected_cb=on_disconnected,

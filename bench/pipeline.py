@@ -25,8 +25,14 @@ followed the whole stream) against the relays per node (what it reads now).
 The watcher that times starts reads only `fl.job.*.job_started.*` (a filtered consumer), so
 measuring adds little to what is measured.
 
+`--baseline REV` runs the same measure twice, moments apart on the same machine: first on the
+code of git revision REV (`git archive` into a temporary folder: its services, started as
+processes from there, and its executors), then on this tree's; each run is a child process of
+its own (bench/revision.py). Reported: both runs' figures and the ratios (`Against`).
+`--profile DIR` has each service write its cProfile to `DIR/<service>.prof`.
+
     uv run python -m bench.pipeline [--jobs 3000] [--nodes 100] [--clients 8]
-        [--rates 200,400,800] [--open-s 5] [-o json]
+        [--rates 200,400,800] [--open-s 5] [--baseline main] [--profile DIR] [-o json]
 """
 
 from __future__ import annotations
@@ -48,6 +54,7 @@ from nats.aio.client import Client
 from rich.console import Console
 from rich.table import Table
 
+from bench.revision import ROOT, check_out, child_output
 from cluster.servers import NatsServer
 from events import JobCancelled, JobSpec, JobStarted
 from events.commands import CancelJob, SetPool, SetProject, SubmitJob
@@ -89,6 +96,8 @@ class Figures:
     ratio_to_raw_batched: float
     #: CPU time per job, milliseconds, by process, over the whole run (Linux /proc)
     cpu_ms_per_job: dict[str, float]
+    #: the sum of `cpu_ms_per_job`: every process's CPU per job
+    cpu_ms_per_job_total: float
     #: latency at fixed offered loads, one per rate
     open_loop: list[OpenLoop] = field(default_factory=list)
     #: events in the stream at the end: what each executor read when it followed it all
@@ -235,9 +244,16 @@ async def run(  # noqa: PLR0915 (the bench's whole run: options in, figures out)
     open_s: float = 5.0,
     say: Callable[[str], object] = lambda _: None,
     raw_events: int = 5000,
+    profile: Path | None = None,
 ) -> Figures:
     """The whole run; raw publishing is timed over `raw_events` events acked one by one, and
-    four times as many in batches."""
+    four times as many in batches. `profile`: a folder each service writes its cProfile to."""
+    profiling = {}
+    if profile is not None:
+        # named here only: a baseline revision's services may not know it (and then ignore it)
+        from services.runtime.main import PROFILE_ENV  # noqa: PLC0415
+
+        profiling = {PROFILE_ENV: str(profile.resolve())}
     with tempfile.TemporaryDirectory(prefix="fairlane-bench-") as tmp:
         root = Path(tmp)
         server = NatsServer(store_dir=root / "nats")
@@ -257,7 +273,7 @@ async def run(  # noqa: PLR0915 (the bench's whole run: options in, figures out)
                         stdout=asyncio.subprocess.DEVNULL,
                         stderr=asyncio.subprocess.DEVNULL,
                         # hollow nodes send no heartbeats: the node watcher must not lose them
-                        env={**os.environ, TIMEOUT_ENV: "3600"},
+                        env={**os.environ, TIMEOUT_ENV: "3600", **profiling},
                     )
                 )
             log = JetStreamLog(await connect(server.url, "bench"))
@@ -355,10 +371,75 @@ async def run(  # noqa: PLR0915 (the bench's whole run: options in, figures out)
         ratio_to_raw=round(jobs_per_s / raw, 3),
         ratio_to_raw_batched=round(jobs_per_s / raw_batched, 3),
         cpu_ms_per_job=cpu_ms_per_job,
+        cpu_ms_per_job_total=round(sum(cpu_ms_per_job.values()), 3),
         open_loop=loads,
         stream_events=stream_events,
         work_events_per_node=round(work_per_node, 1),
     )
+
+
+@dataclass
+class Against:
+    """The same measure on a baseline revision's code (`before`) and this tree's (`after`)."""
+
+    revision: str
+    before: Figures
+    after: Figures
+    #: after over before (above 1: more jobs a second now)
+    jobs_per_s_ratio: float
+    #: before over after, each process and `total` (above 1: less CPU a job now)
+    cpu_ratio: dict[str, float]
+    #: before over after (above 1: sooner now): closed loop, then each offered load's
+    latency_p50_ratio: float
+    open_loop_p50_ratio: dict[str, float]
+
+
+def _ratio(numerator: float, denominator: float) -> float:
+    return round(numerator / denominator, 2) if denominator else 0.0
+
+
+def paired(revision: str, before: Figures, after: Figures) -> Against:
+    cpu = {k: _ratio(v, after.cpu_ms_per_job.get(k, 0.0)) for k, v in before.cpu_ms_per_job.items()}
+    cpu["total"] = _ratio(before.cpu_ms_per_job_total, after.cpu_ms_per_job_total)
+    loads = {
+        f"{old.offered_per_s:g}": _ratio(old.latency_p50_ms, new.latency_p50_ms)
+        for old, new in zip(before.open_loop, after.open_loop, strict=True)
+    }
+    return Against(
+        revision=revision,
+        before=before,
+        after=after,
+        jobs_per_s_ratio=_ratio(after.jobs_per_s, before.jobs_per_s),
+        cpu_ratio=cpu,
+        latency_p50_ratio=_ratio(before.latency_p50_ms, after.latency_p50_ms),
+        open_loop_p50_ratio=loads,
+    )
+
+
+def against(revision: str, asked: dict[str, object], profile: Path | None = None) -> Against:
+    """`run(**asked)` on the code of git `revision`, then on this tree's, each in a child
+    process (bench/revision.py); `profile`: this tree's services' profiles only."""
+    request = msgspec.json.encode(asked).decode()
+    with tempfile.TemporaryDirectory(prefix="pipeline-baseline-") as tmp:
+        check_out(revision, Path(tmp))
+        before = _child_figures(Path(tmp), request, "the pipeline at " + revision)
+    now = {**asked, "profile": str(profile.resolve()) if profile is not None else None}
+    after = _child_figures(ROOT, msgspec.json.encode(now).decode(), "the pipeline now")
+    return paired(revision, before, after)
+
+
+def _child_figures(tree: Path, request: str, what: str) -> Figures:
+    return msgspec.json.decode(child_output(tree, Path(__file__), request, what), type=Figures)
+
+
+def child(request: str) -> None:
+    """In a child of `against`: `run` as asked, its figures written as JSON."""
+    asked = msgspec.json.decode(request)
+    profile = asked.pop("profile", None)
+    configure_logging("error")
+    say = Console(stderr=True).log
+    figures = asyncio.run(run(**asked, say=say, profile=None if profile is None else Path(profile)))
+    sys.stdout.write(msgspec.json.encode(figures).decode() + "\n")
 
 
 async def until_ok(
@@ -389,6 +470,8 @@ def main(
     gpus_per_node: int = 8,
     rates: str = "200,400,800",
     open_s: float = 5.0,
+    baseline: str | None = None,
+    profile: Path | None = None,
     output: Annotated[
         Literal["text", "json"], cyclopts.Parameter(name=["--output", "-o"])
     ] = "text",
@@ -409,6 +492,11 @@ def main(
         Comma-separated offered loads for the open loop, jobs a second ("" for none).
     open_s
         Seconds each offered load lasts (rate x seconds jobs).
+    baseline
+        A git revision (e.g. main): measure on its code, then on this tree's, and give both
+        with their ratios.
+    profile
+        A folder each service of this tree writes its cProfile to (<service>.prof).
     output
         text (tables) or json.
     """
@@ -418,12 +506,21 @@ def main(
     total = jobs + sum(round(r * open_s) for r in offered)
     if not jobs >= 1 or total > MAX_JOBS:
         raise ValueError(f"--jobs must be at least 1, and all jobs at most {MAX_JOBS:,}: {total:,}")
+    if profile is not None and not profile.is_dir():
+        raise ValueError(f"--profile: {str(profile)!r} is not a folder")
     configure_logging("error")
+    if baseline is not None:
+        asked: dict[str, object] = {"jobs": jobs, "nodes": nodes, "clients": clients}
+        asked |= {"gpus_per_node": gpus_per_node, "rates": offered, "open_s": open_s}
+        print_against(against(baseline, asked, profile), output)
+        return
     Console(stderr=True).print(
         f"submitting {jobs} jobs to {nodes} hollow nodes, then open loop at {rates or 'none'} ..."
     )
     console = Console(stderr=True)
-    figures = asyncio.run(run(jobs, nodes, clients, gpus_per_node, offered, open_s, console.log))
+    figures = asyncio.run(
+        run(jobs, nodes, clients, gpus_per_node, offered, open_s, console.log, profile=profile)
+    )
     if output == "json":
         sys.stdout.write(msgspec.json.encode(asdict(figures)).decode() + "\n")
         return
@@ -440,6 +537,37 @@ def main(
     out.print(table)
     if figures.open_loop:
         out.print(open_loop_table(figures.open_loop))
+
+
+def print_against(result: Against, output: str) -> None:
+    """Before and after side by side, with their ratios."""
+    if output == "json":
+        sys.stdout.write(msgspec.json.encode(result).decode() + "\n")
+        return
+    table = Table(title=f"Through the whole pipeline: {result.revision} (before) and now")
+    for column in ("figure", "before", "now", "ratio"):
+        table.add_column(column, justify="right")
+    old, new = result.before, result.after
+    table.add_row(
+        "jobs/s", f"{old.jobs_per_s:,}", f"{new.jobs_per_s:,}", f"{result.jobs_per_s_ratio}"
+    )
+    table.add_row(
+        "p50 ms", f"{old.latency_p50_ms}", f"{new.latency_p50_ms}", f"{result.latency_p50_ratio}"
+    )
+    for name, ratio in result.cpu_ratio.items():
+        before = old.cpu_ms_per_job_total if name == "total" else old.cpu_ms_per_job[name]
+        now = new.cpu_ms_per_job_total if name == "total" else new.cpu_ms_per_job.get(name, 0.0)
+        table.add_row(f"CPU ms/job: {name}", f"{before}", f"{now}", f"{ratio}")
+    for a, b in zip(old.open_loop, new.open_loop, strict=True):
+        ratio = result.open_loop_p50_ratio[f"{a.offered_per_s:g}"]
+        table.add_row(
+            f"open {a.offered_per_s:g}/s p50 ms",
+            f"{a.latency_p50_ms}",
+            f"{b.latency_p50_ms}",
+            f"{ratio}",
+        )
+    table.add_row("stream events", f"{old.stream_events:,}", f"{new.stream_events:,}", "")
+    Console().print(table)
 
 
 def parse_rates(text: str) -> list[float]:

@@ -47,13 +47,10 @@ import cProfile
 import gc
 import hashlib
 import io
-import os
 import platform
 import pstats
 import random
-import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 import tracemalloc
@@ -68,6 +65,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from bench.revision import ROOT, check_out, child_output
 from bench.rss import peak_mib
 from events import (
     ClusterConfigured,
@@ -551,27 +549,6 @@ def profile(scale: int, runs: int, seed: int, top: int) -> str:
 
 # -- against a baseline ----------------------------------------------------------------------
 
-ROOT = Path(__file__).resolve().parent.parent
-
-#: A child's program: this file, loaded from where the parent is, with the policy (and all
-#: else it imports) from the tree the child runs in (its working directory, first on the path).
-#: The child loads this file, and this tree's `bench` package for what it imports from it (the
-#: revision's tree, first on the path for its policy, may lack a module this file needs).
-_CHILD = """
-import importlib.util, pathlib, sys
-here = pathlib.Path(sys.argv[1]).parent
-bench = importlib.util.spec_from_file_location(
-    "bench", here / "__init__.py", submodule_search_locations=[str(here)]
-)
-sys.modules["bench"] = importlib.util.module_from_spec(bench)
-bench.loader.exec_module(sys.modules["bench"])
-spec = importlib.util.spec_from_file_location("policy_cycle_child", sys.argv[1])
-module = importlib.util.module_from_spec(spec)
-sys.modules[spec.name] = module
-spec.loader.exec_module(module)
-module.child(sys.argv[2])
-"""
-
 
 @dataclass
 class Paired:
@@ -605,7 +582,7 @@ def against(
         asked["base"] = (base.nodes, base.running, base.pending)
     request = msgspec.json.encode(asked).decode()
     with tempfile.TemporaryDirectory(prefix="policy-cycle-") as tmp:
-        _check_out(revision, Path(tmp))
+        check_out(revision, Path(tmp))
         before = _child_figures(Path(tmp), request)
     after = _child_figures(ROOT, request)
     with_growth(before)
@@ -626,33 +603,9 @@ def against(
     return paired
 
 
-def _check_out(revision: str, into: Path) -> None:
-    """The files of git `revision` of this repository, written under `into`."""
-    archive = subprocess.run(
-        ["git", "-C", str(ROOT), "archive", "--format=tar", revision],
-        capture_output=True,
-        check=False,
-    )
-    if archive.returncode != 0:
-        error = archive.stderr.decode(errors="replace").strip()
-        raise ValueError(f"--baseline: {revision!r} is no git revision of {ROOT}: {error}")
-    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
-        tar.extractall(into, filter="data")
-
-
 def _child_figures(tree: Path, request: str) -> list[Figures]:
     """`measure`'s figures from a child process deciding with the policy of `tree`."""
-    env = {**os.environ, "PYTHONPATH": str(tree)}
-    done = subprocess.run(
-        [sys.executable, "-c", _CHILD, str(Path(__file__).resolve()), request],
-        cwd=tree,
-        env=env,
-        capture_output=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"the cycle timed in {tree} failed:\n{done.stderr.decode()}")
-    reply = msgspec.json.decode(done.stdout)
+    reply = msgspec.json.decode(child_output(tree, Path(__file__), request, "the cycle timed"))
     if Path(reply["policy"]) != tree.resolve() / "policy":
         raise RuntimeError(f"the child decided with {reply['policy']}, not {tree}'s policy")
     return [msgspec.convert(f, Figures) for f in reply["figures"]]

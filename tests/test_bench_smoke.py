@@ -184,3 +184,36 @@ def test_hollow_cluster_bench_refuses_a_bad_flag(
 ) -> None:
     with pytest.raises(ValueError, match=flag):
         hollow_cluster.validate(*values)
+
+
+def _figures(jobs_per_s: float, cpu: dict[str, float], p50: float) -> pipeline.Figures:
+    load = pipeline.OpenLoop(500.0, 10, 500.0, 490.0, p50, p50, p50)
+    return pipeline.Figures(
+        jobs=10,
+        nodes=2,
+        clients=1,
+        jobs_per_s=jobs_per_s,
+        latency_p50_ms=p50,
+        latency_p99_ms=p50,
+        raw_publish_per_s=1.0,
+        raw_publish_batched_per_s=1.0,
+        ratio_to_raw=1.0,
+        ratio_to_raw_batched=1.0,
+        cpu_ms_per_job=cpu,
+        cpu_ms_per_job_total=sum(cpu.values()),
+        open_loop=[load],
+    )
+
+
+def test_pipeline_against_a_baseline_gives_the_ratios() -> None:
+    before = _figures(200.0, {"nats-server": 0.8, "scheduler": 0.6}, 80.0)
+    after = _figures(500.0, {"nats-server": 0.4, "scheduler": 0.6}, 20.0)
+    result = pipeline.paired("main", before, after)
+    assert result.jobs_per_s_ratio == 2.5
+    assert result.cpu_ratio == {"nats-server": 2.0, "scheduler": 1.0, "total": 1.4}
+    assert result.latency_p50_ratio == 4.0 and result.open_loop_p50_ratio == {"500": 4.0}
+
+
+def test_pipeline_against_no_revision_says_so() -> None:
+    with pytest.raises(ValueError, match="--baseline: 'no-such-revision'"):
+        pipeline.against("no-such-revision", {"jobs": 1})

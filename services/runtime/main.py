@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import cProfile
 import logging
+import os
 import signal
 import sys
 from collections.abc import Callable, Coroutine
@@ -18,6 +20,9 @@ from services.runtime.eventlog import JetStreamLog, connect
 from services.runtime.tasks import cancel_and_wait
 
 Body = Callable[[JetStreamLog], Coroutine[Any, Any, None]]
+#: A folder to write each service's cProfile to, `<folder>/<service>.prof`, when it stops
+#: (benchmarks: `bench.pipeline --profile`); unset, nothing is profiled.
+PROFILE_ENV = "FAIRLANE_PROFILE_DIR"
 
 
 def configure_logging(level: str = "info") -> None:
@@ -49,7 +54,15 @@ def run_service(name: str, body: Body) -> None:
     )
     args = parser.parse_args()
     configure_logging(args.log_level)
-    asyncio.run(_main(name, args.nats, body, args.instance))
+    folder = os.environ.get(PROFILE_ENV)
+    if not folder:
+        asyncio.run(_main(name, args.nats, body, args.instance))
+        return
+    profiler = cProfile.Profile()
+    try:
+        profiler.runcall(asyncio.run, _main(name, args.nats, body, args.instance))
+    finally:
+        profiler.dump_stats(os.path.join(folder, f"{name}.prof"))
 
 
 def instance_number(text: str) -> int:

@@ -8,21 +8,20 @@ every arrival and finish, as the scheduler service runs them, on `--nodes` x 8 G
 placement, nomination and stop request on it carries its basis, as on a live log.
 
 The log is written as an export and audited twice, each time in a child process of its own
-(bench/audit_child.py), reading and decoding the export included: by the audit as it was before
-it streamed (bench/audit_baseline.py, a frozen copy: the whole log read into a list, then
-folded), and by `policy.audit.audit` as it is (streaming). Figures for each: seconds,
-decisions/s, events/s, peak resident memory of its process (its own maxrss) and before it read
-the log; and streaming over baseline for decisions/s and peak memory. Also: events and
-decisions on the log, plans re-derived, and how long a day of this cluster takes to audit.
-Nothing is asserted about time.
-
-The baseline is a frozen copy rather than the old code checked out from git: it runs on the
-same policy (`decide`, the fold) as the streaming audit, so the comparison is between the two
-ways of auditing alone, and it needs no history in the checkout.
+(bench/audit_child.py, through bench/revision.py), reading and decoding the export included:
+by the audit of git revision `--baseline` (checked out into a temporary folder) with the whole
+log read into a list first, as the audit ran before it streamed, and by this tree's
+`policy.audit.audit` as it streams. Figures for each: seconds, decisions/s, events/s, peak
+resident memory of its process (its own maxrss) and before it read the log; and now over
+baseline for decisions/s and peak memory. Also: events and decisions on the log, plans
+re-derived, and how long a day of this cluster takes to audit. Nothing is asserted about
+time. The audit before it streamed is revision 5a50346 (`--baseline 5a50346`); the default,
+HEAD, sets this tree's audit reading the whole log beside it streaming.
 
 Jobs checkpoint every 30 minutes (the simulator's default), so the log has checkpoints too.
 
-    uv run python -m bench.audit [--hours 24] [--nodes 64] [--load 1.1] [-o json]
+    uv run python -m bench.audit [--hours 24] [--nodes 64] [--load 1.1] [--baseline REV]
+        [-o json]
 
 A long log is built once and kept: `--save FILE` writes it as an export (`fairlane log
 export`'s JSON lines), `--log FILE` audits such a file instead of building one (for example
@@ -34,7 +33,6 @@ from __future__ import annotations
 import json
 import platform
 import random
-import subprocess
 import sys
 import tempfile
 import time
@@ -47,7 +45,8 @@ import msgspec
 from rich.console import Console
 from rich.table import Table
 
-from bench.audit_child import Run, Which, read_file
+from bench import revision
+from bench.audit_child import Request, Run, read_file
 from events import Event, JobSubmitted, NodeRegistered
 from events.export import export_line
 from policy.audit import DECISIONS
@@ -58,6 +57,7 @@ from simulation.trace.traces import TraceJob
 
 app = cyclopts.App(name="bench.audit", help=__doc__)
 ROOT: Final = Path(__file__).resolve().parent.parent
+CHILD: Final = Path(__file__).resolve().parent / "audit_child.py"
 SIZES = (1, 1, 1, 1, 1, 1, 2, 2, 4, 8)
 
 
@@ -69,7 +69,8 @@ class Figures:
     events: int
     decisions: int
     build_s: float
-    #: the audit before it streamed (bench/audit_baseline.py) and now (policy/audit.py)
+    #: the baseline revision's audit, the log read whole, and this tree's, streaming
+    baseline_revision: str
     baseline: Run
     streaming: Run
     #: streaming over baseline: decisions/s (above 1: faster) and peak memory (below 1: less)
@@ -129,7 +130,7 @@ def save_export(log: list[tuple[int, Event]], path: Path) -> None:
         out.writelines(export_line(seq, event) for seq, event in log)
 
 
-def measure(path: Path, built_s: float) -> Figures:
+def measure(path: Path, built_s: float, baseline: str) -> Figures:
     """The figures of the export at `path`: each audit in a child process, one after the
     other, so each one's peak memory is its own."""
     jobs = gpus = events = decisions = 0
@@ -140,10 +141,12 @@ def measure(path: Path, built_s: float) -> Figures:
         decisions += isinstance(e, DECISIONS)
         gpus += e.gpus if isinstance(e, NodeRegistered) else 0
         last_time = max(last_time, e.time)
-    runs = {which: _run_child(which, path) for which in ("baseline", "streaming")}
-    for run in runs.values():
+    with tempfile.TemporaryDirectory(prefix="bench-audit-baseline-") as tree:
+        revision.check_out(baseline, Path(tree))
+        old = _run_child(Path(tree), path, whole=True)
+    new = _run_child(ROOT, path, whole=False)
+    for run in (old, new):
         assert run.checked == decisions  # the audit looked at every one of them
-    old, new = runs["baseline"], runs["streaming"]
     virtual_s = last_time or 1.0
     return Figures(
         jobs=jobs,
@@ -152,6 +155,7 @@ def measure(path: Path, built_s: float) -> Figures:
         events=events,
         decisions=decisions,
         build_s=round(built_s, 2),
+        baseline_revision=baseline,
         baseline=old,
         streaming=new,
         speed_ratio=round(new.decisions_per_s / max(old.decisions_per_s, 1), 2),
@@ -160,16 +164,11 @@ def measure(path: Path, built_s: float) -> Figures:
     )
 
 
-def _run_child(which: Which, path: Path) -> Run:
-    done = subprocess.run(
-        [sys.executable, "-m", "bench.audit_child", which, str(path)],
-        cwd=ROOT,
-        capture_output=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise SystemExit(f"the {which} audit failed: {done.stderr.decode()}")
-    return msgspec.json.decode(done.stdout, type=Run)
+def _run_child(tree: Path, path: Path, whole: bool) -> Run:
+    request = msgspec.json.encode(Request(str(path), whole)).decode()
+    how = "read whole" if whole else "streaming"
+    out = revision.child_output(tree, CHILD, request, f"the audit ({how})")
+    return msgspec.json.decode(out, type=Run)
 
 
 @app.default
@@ -180,6 +179,7 @@ def main(
     load: float = LOAD,
     save: Path | None = None,
     log: Path | None = None,
+    baseline: str = "HEAD",
     output: Annotated[Literal["text", "json"], cyclopts.Parameter(name=["--output", "-o"])] = (
         "text"
     ),
@@ -204,7 +204,10 @@ def main(
             path = save or Path(scratch) / "log.jsonl"
             save_export(events, path)
             del events  # the audits read the export, each in a process of its own
-        figures = measure(path, built)
+        try:
+            figures = measure(path, built, baseline)
+        except (ValueError, RuntimeError) as e:
+            raise SystemExit(str(e)) from None
     if output == "json":
         doc = {"python": platform.python_version(), "results": msgspec.to_builtins(figures)}
         sys.stdout.write(json.dumps(doc, indent=1) + "\n")
@@ -217,7 +220,8 @@ def main(
 
 def _print_table(figures: Figures) -> None:
     table = Table(title="bench.audit", show_header=True, title_justify="left")
-    for column in ("", "baseline", "streaming", "streaming / baseline"):
+    title = f"baseline {figures.baseline_revision}, read whole"
+    for column in ("", title, "now, streaming", "now / baseline"):
         table.add_column(column, justify="right")
     for key in ("jobs", "hours", "gpus", "events", "decisions", "build_s", "day_s"):
         table.add_row(key.replace("_", " "), "", f"{getattr(figures, key):,}", "")

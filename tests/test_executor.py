@@ -887,6 +887,22 @@ async def test_a_taken_rendezvous_port_fails_the_attempt_clearly(cluster: Cluste
     assert f"the rendezvous port {port} (MASTER_PORT) on n1 is taken" in failed.reason
 
 
+async def test_a_host_port_taken_outside_fairlane_fails_the_attempt_naming_it(
+    cluster: Cluster,
+) -> None:
+    """`--port HOST:CONTAINER` where a program the cluster does not know listens on HOST: the
+    executor starts nothing and the attempt's failure names the port and the node."""
+    await cluster.executor("n1", gpus=1)
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        port = squatter.getsockname()[1]
+        ports = (PortMapping(port, 8888),)
+        await cluster.job("web", (Replica("n1", (0,)),), ("sleep", "30"), ports=ports)
+        failed = await cluster.recorder.wait(JobFailed, "web")
+    assert f"host port {port} (--port {port}:8888) on n1 is taken" in failed.reason
+
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

@@ -306,12 +306,8 @@ class Actuator:
         if facts is None or facts.stop_at is not None:  # asked to stop before it started
             self._ended(key, handle, SIGTERM_EXIT, "")
             return False
-        if (taken := self._port_taken(launch)) is not None:
-            self.logger.error("the rendezvous port is taken", job=key[0], port=taken)
-            why = (
-                f"the rendezvous port {taken} (MASTER_PORT) on {self.node} is taken by another "
-                "process: nothing was started; the next attempt gets another port"
-            )
+        if (why := self._port_taken(launch)) is not None:
+            self.logger.error("a port is taken", job=key[0], why=why)
             self._ended(key, handle, CANNOT_START, why)
             return False
         try:
@@ -327,14 +323,27 @@ class Actuator:
             handle.workload.signal(signal.SIGTERM)
         return True
 
-    def _port_taken(self, launch: Launch) -> int | None:
-        """The attempt's rendezvous port, where replica 0 is to start here and something
-        outside Fairlane already listens on it: the attempt fails at once with a reason that
-        says so, instead of its replicas waiting for a master that cannot bind."""
-        port = launch.env.get("MASTER_PORT")
-        if launch.replica != 0 or not self.runtime.real or port is None:
+    def _port_taken(self, launch: Launch) -> str | None:
+        """Why the replica cannot start here, where something outside Fairlane already
+        listens on a port it needs (the policy never gives one node's port to two replicas):
+        the attempt's rendezvous port, where replica 0 is to start here, instead of its
+        replicas waiting for a master that cannot bind; or a host port it publishes
+        (`--port`), instead of a workload that fails to serve. The attempt fails at once."""
+        if not self.runtime.real:
             return None
-        return int(port) if port_taken(int(port)) else None
+        port = launch.env.get("MASTER_PORT")
+        if launch.replica == 0 and port is not None and port_taken(int(port)):
+            return (
+                f"the rendezvous port {port} (MASTER_PORT) on {self.node} is taken by another "
+                "process: nothing was started; the next attempt gets another port"
+            )
+        for mapping in launch.ports:
+            if port_taken(mapping.host):
+                return (
+                    f"host port {mapping.host} (--port {mapping.host}:{mapping.container}) on "
+                    f"{self.node} is taken by a program outside Fairlane: nothing was started"
+                )
+        return None
 
     def _ended(self, key: ReplicaKey, handle: Handle, code: int | None, detail: str) -> None:
         if code not in (None, 0) and not detail:

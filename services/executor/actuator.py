@@ -126,10 +126,10 @@ class Actuator:
         self.checkpoints = checkpoints_root(config, self.data_dir)
         self.site = Site(self.node, self.checkpoints, self.data_dir)
         storage = config.checkpoint_storage
-        #: The cluster's checkpoint store (None: a shared folder, or nothing runs for real).
+        #: The cluster's checkpoint store (None: a shared folder, or replicas that save nothing).
         self.objects = (
             ObjectCheckpoints(host.checkpoints(), storage.max_bytes)
-            if storage.kind == "object_store" and runtime.real
+            if storage.kind == "object_store" and runtime.saves
             else None
         )
         self.usage = usage
@@ -162,7 +162,7 @@ class Actuator:
             node=self.node,
             actor=self.config.actor,
             boot_id=self.config.boot_id,
-            real=self.runtime.real,
+            saves=self.runtime.saves,
             objects=self.objects is not None,
             attempts=attempts,
             replicas=dict(self.replicas),
@@ -258,7 +258,7 @@ class Actuator:
         if key in self.attempts:
             return
         folder = checkpoint_dir(self.checkpoints, key[0], first)
-        mark = marker_mtime(folder) if self.runtime.real else None
+        mark = marker_mtime(folder) if self.runtime.saves else None
         self.folders[key] = folder
         self.attempts[key] = AttemptFacts(
             key[0], key[1], announce=announce, scheduled_id=scheduled_id, baseline=mark, mark=mark
@@ -394,7 +394,7 @@ class Actuator:
     def _look(self, key: AttemptKey) -> None:
         """The attempt's marker as it is now."""
         folder = self.folders.get(key)
-        if folder is not None and self.runtime.real:
+        if folder is not None and self.runtime.saves:
             self._set_attempt(key, mark=marker_mtime(folder))
 
     def look_all(self) -> None:

@@ -186,7 +186,7 @@ class Executor:
         self.step()
         if self._loop is None:
             self._loop = asyncio.create_task(self._follow_changes())
-        if self.runtime.real and self._poller is None:
+        if self.runtime.saves and self._poller is None:
             self._poller = asyncio.create_task(self._poll())
 
     def on_event(self, event: Event) -> None:

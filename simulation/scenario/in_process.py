@@ -50,6 +50,9 @@ LAPSE_STEP_S: Final = 1.0
 BEAT_S: Final = 0.02
 #: Real seconds a node may take to register, beat or be declared lost.
 NODE_LIMIT_S: Final = 10.0
+#: How long the log must stay quiet (real seconds) for a moment to count as settled: longer
+#: than a decider paces itself between cycles under load (MAX_PACE_S).
+QUIET_S: Final = 0.05
 
 
 def _places(e: Event) -> bool:
@@ -160,7 +163,7 @@ class InProcessCluster:
                 last = await self.log.last_seq()
                 if self.observer.applied_seq < last or self._outstanding():
                     continue
-                await asyncio.sleep(0.05)  # a pause for a service that is about to write
+                await asyncio.sleep(QUIET_S)  # a pause for a service that is about to write
                 if await self.log.last_seq() == last:
                     return
 

@@ -63,6 +63,7 @@ from services.runtime.auth import (
     write_auth,
 )
 from services.runtime.checkpoint_bucket import BUCKET as CHECKPOINTS
+from services.runtime.checkpoint_bucket import JetStreamCheckpoints
 from services.runtime.connection import connect
 from services.runtime.eventlog import STREAM, JetStreamLog
 from services.runtime.gpu_samples import BUCKET as SAMPLES
@@ -524,7 +525,9 @@ async def test_executors_store_and_fetch_checkpoints_and_clients_cannot(
     executor = await connect(secured.server.url, "e", credentials=creds)
     here, there = tmp_path / "here" / "replica-0", tmp_path / "there" / "replica-0"
     here.mkdir(parents=True)
-    store = ObjectCheckpoints(executor.jetstream(timeout=2.0), max_bytes=1 << 20)
+    store = ObjectCheckpoints(
+        JetStreamCheckpoints(executor.jetstream(timeout=2.0)), max_bytes=1 << 20
+    )
     digests = []
     for step in (1, 2):
         (here / "state.json").write_text(f'{{"step": {step}}}')
@@ -539,7 +542,7 @@ async def test_executors_store_and_fetch_checkpoints_and_clients_cannot(
 
     client = await secured.connect(CLIENT)
     with pytest.raises(Exception):  # noqa: B017
-        await ObjectCheckpoints(client.jetstream(timeout=1.0), 1 << 20).fetch(
+        await ObjectCheckpoints(JetStreamCheckpoints(client.jetstream(timeout=1.0)), 1 << 20).fetch(
             tmp_path / "client" / "replica-0", object_name("j", 0)
         )
     await client.close()

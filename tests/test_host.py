@@ -1,22 +1,23 @@
 """The host's stores hold one contract on NATS and in one process: heartbeats (a node's latest
 has a revision that changes with each one, and a watch gives each new one), GPU samples (each
-node's latest) and the workloads' output (an attempt's chunks, from a time on, as they come)."""
+node's latest), the workloads' output (an attempt's chunks, from a time on, as they come; where
+a replica's shipping got to) and the checkpoint store (an object replaced whole, its digest)."""
 
 from __future__ import annotations
 
 import asyncio
+import io
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 
 from cluster.servers import NatsServer
+from services.runtime.checkpoint_bucket import CheckpointStore, digest_of
 from services.runtime.eventlog import JetStreamLog, connect
 from services.runtime.gpu_samples import GpuSample, GpuSamples, NodeSamples
 from services.runtime.heartbeats import Heartbeats
 from services.runtime.host import InProcessHost, NatsHost
-from services.runtime.logstream import END_HEADER, OFFSET_HEADER, ensure_log_stream, log_subject
-from services.runtime.output import Chunk, MemoryOutput, OutputReader
-
-Ship = Callable[[Chunk], Awaitable[None]]
+from services.runtime.logstream import log_subject
+from services.runtime.output import Chunk, Output
 
 
 async def holds_the_contract(beats: Heartbeats) -> None:
@@ -66,9 +67,29 @@ async def keeps_samples(store: GpuSamples) -> None:
     assert await store.read(["n1", "n0", "n2"]) == [samples("n0", 2.0), samples("n1", 1.0)]
 
 
-async def reads_output(reader: OutputReader, ship: Ship) -> None:
-    """An attempt's chunks from its start or from a time, its alone, and those still coming."""
+async def keeps_checkpoints(store: CheckpointStore) -> None:
+    """A put replaces the object whole; its size and digest are what the bytes give."""
+    assert await store.info("j/replica-0") is None
+    await store.put("j/replica-0", io.BytesIO(b"first"))
+    put = await store.put("j/replica-0", io.BytesIO(b"second"))
+    assert (put.size, put.digest) == (6, digest_of(b"second"))
+    assert await store.info("j/replica-0") == put
+    into = io.BytesIO()
+    assert await store.get("j/replica-0", into) == put
+    assert into.getvalue() == b"second"
+    assert await store.info("j/replica-1") is None
+
+
+async def reads_output(output: Output) -> None:
+    """An attempt's chunks from its start or from a time, its alone, and those still coming;
+    where each replica's shipping got to."""
+
+    async def ship(chunk: Chunk) -> None:
+        await output.ship(time.time(), chunk)
+
+    reader = output
     at = [log_subject("n0", "j", 1, r) for r in (0, 1)]
+    assert await output.shipped_so_far(at[0]) == (0, False)
     await ship(Chunk(at[0], 0, b"one\n"))
     await ship(Chunk(log_subject("n0", "j", 2, 0), 0, b"another attempt\n"))
     await asyncio.sleep(0.05)
@@ -83,6 +104,8 @@ async def reads_output(reader: OutputReader, ship: Ship) -> None:
     await asyncio.sleep(0.1)
     await ship(Chunk(at[0], 4, b"", end=True))
     assert await later == [Chunk(at[0], 4, b"", end=True)]
+    assert await output.shipped_so_far(at[0]) == (4, True)
+    assert await output.shipped_so_far(at[1]) == (4, False)
     await whole.close()
     since = await reader.open("j", 1, middle)
     assert since is not None and since.pending == 2
@@ -98,14 +121,9 @@ async def test_the_stores_on_nats(nats_server: NatsServer) -> None:
         await holds_the_contract(host.heartbeats(ttl_s=30.0))
         await watches(host.heartbeats(ttl_s=30.0))
         await keeps_samples(host.gpu_samples())
+        await keeps_checkpoints(host.checkpoints())
         assert await host.output().open("j", 1, None) is None  # no output stream yet
-        await ensure_log_stream(log.js)
-
-        async def ship(chunk: Chunk) -> None:
-            headers = {OFFSET_HEADER: str(chunk.offset)} | ({END_HEADER: "1"} if chunk.end else {})
-            await log.js.publish(chunk.subject, chunk.data, headers=headers)
-
-        await reads_output(host.output(), ship)
+        await reads_output(host.output())  # the first ship makes the stream
     finally:
         await log.nc.close()
 
@@ -115,10 +133,5 @@ async def test_the_stores_in_one_process() -> None:
     await holds_the_contract(host.heartbeats())
     await watches(InProcessHost().heartbeats())
     await keeps_samples(host.gpu_samples())
-    output = host.output()
-    assert isinstance(output, MemoryOutput)
-
-    async def ship(chunk: Chunk) -> None:
-        await output.ship(time.time(), chunk)
-
-    await reads_output(output, ship)
+    await keeps_checkpoints(host.checkpoints())
+    await reads_output(host.output())

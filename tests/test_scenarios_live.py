@@ -2,7 +2,8 @@
 
 Every scenario of the suite runs here, none skipped, and must give the same verdict as on the
 core engine: one that moves time or simulates work on a virtual clock the services decide on
-(with simulated executors on the same log), the others on the wall clock with real workloads.
+(with real executors whose replicas do the scenario's work on it), the others on the wall
+clock with real workloads.
 """
 
 from __future__ import annotations

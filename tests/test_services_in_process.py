@@ -1,7 +1,8 @@
 """The services in one process on the in-memory log, on a virtual clock moved by hand.
 
-Admission, the ledger, the scheduler and the preemptor are the services' own code; only the
-clock, the log and the way commands reach them differ from a cluster. A rule that counts time
+Admission, the ledger, the scheduler, the preemptor, the node watcher and the node executor
+are the services' own code; only the clock, the log and the way commands reach them differ
+from a cluster. A rule that counts time
 (a preemption_delay) acts when the clock is moved past it, not before.
 """
 
@@ -28,7 +29,7 @@ async def cluster() -> AsyncIterator[InProcessCluster]:
             SetProject(project="b", quota=2),
         ):
             assert (await cluster.command(command)).ok
-        await cluster.executors.register("n1", "gpu", 4)
+        await cluster.add_node("n1", "gpu", 4)
         await cluster.settle()
         yield cluster
     finally:

@@ -1,7 +1,8 @@
 """Carrying the planner's actions out, and turning what happens back into facts.
 
 The actuator owns this node's side effects: the runtime (processes, containers, hollow), the
-cluster's checkpoint store, the log and the workloads' endpoint. `act` records each action in
+cluster's checkpoint store and the workloads' output (both through the host), the log and the
+workloads' endpoint. `act` records each action in
 the facts at once (a replica starting, a stop sent, a report in flight), so the next plan does
 not ask for it again, and runs what waits in tasks of its own; each task ends in an
 observation (a replica ended, a checkpoint stored, a report in the log, a grace period over)
@@ -70,7 +71,8 @@ from services.executor.sampling import UsageTracker
 from services.executor.shutdown import StoppedAttempt, forget_stopped, read_stopped, write_stopped
 from services.executor.storage import ObjectCheckpoints, object_name
 from services.runtime.clock import Clock
-from services.runtime.eventlog import JetStreamLog
+from services.runtime.eventlog import EventLog
+from services.runtime.host import Host
 
 logger = structlog.get_logger("fairlane.executor")
 
@@ -110,22 +112,24 @@ def checkpoints_root(config: ExecutorConfig, data_dir: Path) -> Path:
 class Actuator:
     def __init__(
         self,
-        log: JetStreamLog,
+        host: Host,
         config: ExecutorConfig,
         runtime: Runtime,
         clock: Clock,
         usage: UsageTracker,
     ) -> None:
-        self.log, self.config, self.runtime, self.clock = log, config, runtime, clock
+        self.log: EventLog = host.log
+        self.host, self.config = host, config
+        self.runtime, self.clock = runtime, clock
         self.node = config.node
         self.data_dir = config.data_dir.resolve()
         self.checkpoints = checkpoints_root(config, self.data_dir)
         self.site = Site(self.node, self.checkpoints, self.data_dir)
         storage = config.checkpoint_storage
-        #: The cluster's checkpoint store (None: a shared folder, or nothing runs for real).
+        #: The cluster's checkpoint store (None: a shared folder, or replicas that save nothing).
         self.objects = (
-            ObjectCheckpoints(log.js, storage.max_bytes)
-            if storage.kind == "object_store" and runtime.real
+            ObjectCheckpoints(host.checkpoints(), storage.max_bytes)
+            if storage.kind == "object_store" and runtime.saves
             else None
         )
         self.usage = usage
@@ -158,7 +162,7 @@ class Actuator:
             node=self.node,
             actor=self.config.actor,
             boot_id=self.config.boot_id,
-            real=self.runtime.real,
+            saves=self.runtime.saves,
             objects=self.objects is not None,
             attempts=attempts,
             replicas=dict(self.replicas),
@@ -254,7 +258,7 @@ class Actuator:
         if key in self.attempts:
             return
         folder = checkpoint_dir(self.checkpoints, key[0], first)
-        mark = marker_mtime(folder) if self.runtime.real else None
+        mark = marker_mtime(folder) if self.runtime.saves else None
         self.folders[key] = folder
         self.attempts[key] = AttemptFacts(
             key[0], key[1], announce=announce, scheduled_id=scheduled_id, baseline=mark, mark=mark
@@ -356,7 +360,7 @@ class Actuator:
 
     async def _ship(self, handle: Handle) -> None:
         await ship_replica(
-            self.log.js,
+            self.host.output(),
             attempt_log_path(self.data_dir, handle.job_id, handle.attempt, handle.index),
             (self.node, handle.job_id, handle.attempt, handle.index),
             handle.launched,
@@ -399,7 +403,7 @@ class Actuator:
     def _look(self, key: AttemptKey) -> None:
         """The attempt's marker as it is now."""
         folder = self.folders.get(key)
-        if folder is not None and self.runtime.real:
+        if folder is not None and self.runtime.saves:
             self._set_attempt(key, mark=marker_mtime(folder))
 
     def look_all(self) -> None:

@@ -263,6 +263,7 @@ class DockerRuntime:
 
     name = "docker"
     real = True
+    saves = True
 
     def __init__(
         self,

@@ -16,7 +16,6 @@ import asyncio
 from pathlib import Path
 from typing import Final
 
-import msgspec
 import structlog
 
 from events import Event, NodeLost, NodeRegistered, ids
@@ -31,8 +30,8 @@ from services.executor.plan import KILL_WAIT_S, SHUTDOWN_REPORT_WITHIN_S, plan
 from services.executor.runtime import HollowRuntime, ProcessRuntime, Runtime
 from services.executor.sampling import UsageTracker, sample_gpus
 from services.runtime.clock import WALL_CLOCK, Clock
-from services.runtime.eventlog import JetStreamLog
-from services.runtime.heartbeats import heartbeat_bucket
+from services.runtime.eventlog import EventLog
+from services.runtime.host import Host, nats_host
 from services.runtime.tasks import cancel_and_wait
 
 logger = structlog.get_logger("fairlane.executor")
@@ -60,16 +59,22 @@ def runtime_for(config: ExecutorConfig) -> Runtime:
 class Executor:
     """One node's executor. `run()` replays, reconciles, registers and follows the log until
     `stop()` (or cancelled), on an already connected `EventLog`, so many (hollow) executors
-    can share a process and a connection (`ExecutorGroup`)."""
+    can share a process and a connection (`ExecutorGroup`). Everything else (heartbeats, GPU
+    samples, the workloads' output, the checkpoint store) it reaches through its `host`: NATS
+    by default, or `InProcessHost` beside the other services in one process."""
 
     def __init__(
         self,
-        log: JetStreamLog,
+        log: EventLog,
         config: ExecutorConfig,
         runtime: Runtime | None = None,
         clock: Clock = WALL_CLOCK,
+        host: Host | None = None,
     ):
         self.log, self.config, self.clock = log, config, clock
+        self.host = host or nats_host(log)
+        if self.host.log is not log:
+            raise ValueError("the executor's host must be on the executor's log")
         self.node = config.node
         #: Absolute: records and the workloads' environment must not depend on the cwd.
         self.data_dir = config.data_dir.resolve()
@@ -77,7 +82,7 @@ class Executor:
         #: Each attempt's GPU utilization here, from the samples (services/executor/sampling.py)
         self.gpu_usage = UsageTracker(config.idle_after_s)
         self.checkpoints_root = checkpoints_root(config, self.data_dir)
-        self.actuator = Actuator(log, config, self.runtime, clock, self.gpu_usage)
+        self.actuator = Actuator(self.host, config, self.runtime, clock, self.gpu_usage)
         self.endpoint: Endpoint | None = None
         self._work: NodeWork | None = None
         self._loop: asyncio.Task[None] | None = None
@@ -146,16 +151,14 @@ class Executor:
         )
 
     async def heartbeat(self) -> None:
-        """Put this node's key in the heartbeat bucket every `heartbeat_s`, until cancelled."""
+        """Put this node's heartbeat every `heartbeat_s`, until cancelled."""
         every = self.config.heartbeat_s
         if every is None or self.config.hollow:
             return
-        bucket = None
-        beat = msgspec.json.encode({"boot": self.config.boot_id})
+        beats = self.host.heartbeats()
         while True:
             try:
-                bucket = bucket or await heartbeat_bucket(self.log.js)
-                await bucket.put(self.node, beat)
+                await beats.put(self.node)
             except Exception as e:  # the server away, the bucket being made: next time
                 self.logger.warning("heartbeat not sent", error=str(e) or repr(e))
             await asyncio.sleep(every)
@@ -164,7 +167,11 @@ class Executor:
         """The GPUs' samples, until cancelled (see `sampling`)."""
         act = self.actuator
         await sample_gpus(
-            self.config, self.log.js, self.gpu_usage, act.held_gpus, lambda: set(act.attempts)
+            self.config,
+            self.host.gpu_samples(),
+            self.gpu_usage,
+            act.held_gpus,
+            lambda: set(act.attempts),
         )
 
     async def reconcile(self, work: NodeWork) -> None:
@@ -179,7 +186,7 @@ class Executor:
         self.step()
         if self._loop is None:
             self._loop = asyncio.create_task(self._follow_changes())
-        if self.runtime.real and self._poller is None:
+        if self.runtime.saves and self._poller is None:
             self._poller = asyncio.create_task(self._poll())
 
     def on_event(self, event: Event) -> None:

@@ -80,7 +80,7 @@ class Here:
     node: str
     actor: str
     boot_id: str
-    real: bool = True  # workloads run for real (not hollow): markers and folders exist
+    saves: bool = True  # replicas save into their checkpoint folders (not hollow ones)
     objects: bool = False  # checkpoints go to the cluster's store
     attempts: Mapping[AttemptKey, AttemptFacts] = field(default_factory=dict)
     replicas: Mapping[ReplicaKey, ReplicaFacts] = field(default_factory=dict)

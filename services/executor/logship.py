@@ -3,8 +3,9 @@
 The runtimes write a replica's output to its file on this node (services/executor/logs.py);
 a shipper per replica follows that file and publishes what is new, in chunks of at most
 CHUNK_BYTES, each with the offset it starts at, then an end marker once the replica has
-ended and its file is drained. A restarted executor asks the stream where the shipping of a
-replica got to and goes on from there. Shipping never holds up the replica: a chunk that
+ended and its file is drained. A restarted executor asks where the shipping of a replica got
+to and goes on from there. It ships through its host's output (the stream on a cluster, a list
+in one process). Shipping never holds up the replica: a chunk that
 cannot be published (the server away) is tried again on the next round, and the shipper
 gives up on a replica only when the executor closes.
 """
@@ -13,24 +14,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 import nats.errors
 import nats.js.errors
 import structlog
 
-from services.runtime.logstream import (
-    CHUNK_BYTES,
-    END_HEADER,
-    LOG_STREAM,
-    OFFSET_HEADER,
-    ensure_log_stream,
-    log_subject,
-)
-
-if TYPE_CHECKING:
-    from nats.js import JetStreamContext
+from services.runtime.logstream import CHUNK_BYTES, log_subject
+from services.runtime.output import Chunk, OutputWriter
 
 log = structlog.get_logger("fairlane.executor.logship")
 #: How often a running replica's file is looked at for new output.
@@ -42,7 +35,7 @@ _TROUBLE = (nats.errors.Error, nats.js.errors.Error, OSError, TimeoutError)
 
 
 async def ship_replica(
-    js: JetStreamContext,
+    output: OutputWriter,
     path: Path,
     replica: tuple[str, str, int, int],
     launched: asyncio.Event,
@@ -51,9 +44,9 @@ async def ship_replica(
     """Ship one replica's output (`replica`: its node, job, attempt and index; its file at
     `path`) until it has ended and everything it wrote is published."""
     subject = log_subject(*replica)
+    offset, done = 0, False
     with contextlib.suppress(*_TROUBLE):
-        await ensure_log_stream(js)
-    offset, done = await _shipped_so_far(js, subject)
+        offset, done = await output.shipped_so_far(subject)
     if done:
         return
     await launched.wait()
@@ -62,28 +55,23 @@ async def ship_replica(
         if ended:
             await asyncio.sleep(SETTLE_S)
         try:
-            offset = await _ship_new(js, subject, path, offset)
+            offset = await _ship_new(output, subject, path, offset)
             if ended:
-                await js.publish(
-                    subject,
-                    b"",
-                    stream=LOG_STREAM,
-                    headers={OFFSET_HEADER: str(offset), END_HEADER: "1"},
-                )
+                await output.ship(time.time(), Chunk(subject, offset, b"", end=True))
                 return
         except _TROUBLE as e:
             log.warning("log shipping delayed", subject=subject, error=str(e) or repr(e))
         await asyncio.sleep(POLL_S)
 
 
-async def _ship_new(js: JetStreamContext, subject: str, path: Path, offset: int) -> int:
-    """Publish what the file holds beyond `offset`; returns the new offset."""
+async def _ship_new(output: OutputWriter, subject: str, path: Path, offset: int) -> int:
+    """Ship what the file holds beyond `offset`; returns the new offset."""
     while True:
-        chunk = _read(path, offset)
-        if not chunk:
+        data = _read(path, offset)
+        if not data:
             return offset
-        await js.publish(subject, chunk, stream=LOG_STREAM, headers={OFFSET_HEADER: str(offset)})
-        offset += len(chunk)
+        await output.ship(time.time(), Chunk(subject, offset, data))
+        offset += len(data)
 
 
 def _read(path: Path, offset: int) -> bytes:
@@ -93,14 +81,3 @@ def _read(path: Path, offset: int) -> bytes:
             return f.read(CHUNK_BYTES)
     except FileNotFoundError:  # not created yet (a container starting)
         return b""
-
-
-async def _shipped_so_far(js: JetStreamContext, subject: str) -> tuple[int, bool]:
-    """Where an earlier run of this executor left the replica's shipping: the offset after
-    its last chunk, and whether it had finished."""
-    with contextlib.suppress(*_TROUBLE):
-        last = await js.get_last_msg(LOG_STREAM, subject, direct=True)
-        headers = last.headers or {}
-        offset = int(headers.get(OFFSET_HEADER, "0")) + len(last.data or b"")
-        return offset, END_HEADER in headers
-    return 0, False

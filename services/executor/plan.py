@@ -292,7 +292,7 @@ def ready(work: NodeWork, here: Here, att: AttemptFacts) -> bool:
 
 def checkpointed(here: Here, att: AttemptFacts) -> bool:
     """The attempt saved: the workload said so, or the marker was touched since it started."""
-    if not here.real:
+    if not here.saves:
         return False
     if att.saved_by_workload:
         return True
@@ -422,7 +422,7 @@ def checkpoint(work: NodeWork, here: Here, att: AttemptFacts) -> list[Action]:
     job = work.jobs.get(att.job_id)
     if (
         job is None
-        or not here.real
+        or not here.saves
         or job.attempt != att.attempt
         or job.phase not in ("starting", "running")
         or job.stop_replicas

@@ -148,8 +148,12 @@ class Workload(Protocol):
 
 class Runtime(Protocol):
     name: str
-    #: Whether the runtime starts real work (False for hollow): checkpoints are only polled then.
+    #: Whether the runtime starts real work (processes, containers): their output is shipped,
+    #: their records kept, the workloads' endpoint served, a gang's port checked.
     real: bool
+    #: Whether its replicas save checkpoints into their folders (the `.checkpoint` marker and
+    #: the folder): markers are polled, folders stored and fetched only then.
+    saves: bool
 
     async def start(self, launch: Launch, node: str, checkpoint_mtime: float | None) -> Workload:
         """Start one replica. Failing to start is not an exception: the workload ends at once
@@ -319,6 +323,7 @@ class ProcessRuntime:
 
     name = "process"
     real = True
+    saves = True
 
     def __init__(self, python: str = sys.executable, same_user: bool = True) -> None:
         self.python = python
@@ -512,6 +517,7 @@ class HollowRuntime:
 
     name = "hollow"
     real = False
+    saves = False
 
     def __init__(self, runtime_s: float = 0.0) -> None:
         self.runtime_s = runtime_s

@@ -27,17 +27,9 @@ import structlog
 
 from services.executor.facts import AttemptKey
 from services.executor.gpus import _load_nvml, _text
-from services.runtime.gpu_samples import (
-    GpuSample,
-    JobGpuUsage,
-    NodeSamples,
-    encode,
-    samples_bucket,
-)
+from services.runtime.gpu_samples import GpuSample, GpuSamples, JobGpuUsage, NodeSamples
 
 if TYPE_CHECKING:
-    from nats.js import JetStreamContext
-
     from services.executor.config import ExecutorConfig
 
 
@@ -160,12 +152,12 @@ def open_nvml() -> tuple[ModuleType | None, str]:
 
 async def sample_gpus(
     config: ExecutorConfig,
-    js: JetStreamContext,
+    store: GpuSamples,
     tracker: UsageTracker,
     held: Callable[[], dict[AttemptKey, tuple[int, ...]]],
     attempts: Callable[[], set[AttemptKey]],
 ) -> None:
-    """Put this node's samples in the bucket every `gpu_sample_s`, until cancelled. `held`:
+    """Put this node's samples in the host's `store` every `gpu_sample_s`, until cancelled. `held`:
     the GPU indexes of each attempt with a replica running here; `attempts`: those known."""
     every = config.gpu_sample_s
     if every is None or config.hollow:
@@ -174,7 +166,6 @@ async def sample_gpus(
     nvml, error = await asyncio.to_thread(open_nvml)
     if nvml is None:
         logger.info("GPU samples will say unknown: NVML is not readable", error=error)
-    bucket = None
     try:
         while True:
             gpus = await asyncio.to_thread(read_gpus, nvml, config.gpus)
@@ -191,8 +182,7 @@ async def sample_gpus(
                 error=error,
             )
             try:
-                bucket = bucket or await samples_bucket(js)
-                await bucket.put(config.node, encode(value))
+                await store.put(value)
             except Exception as e:  # the server away, the bucket not made yet: next time
                 logger.warning("GPU samples not sent", error=str(e) or repr(e))
             tracker.forget(attempts())

@@ -2,8 +2,9 @@
 
 Two kinds, as Determined's `checkpoint_storage` (the executor's `--checkpoint-storage`):
 
-- `object_store` (the default): the cluster's JetStream object store
-  (services/runtime/checkpoint_bucket.py). After a replica saved (its `.checkpoint` marker was
+- `object_store` (the default): the cluster's checkpoint store, reached through the executor's
+  host (services/runtime/checkpoint_bucket.py: JetStream's object store, or memory in one
+  process). After a replica saved (its `.checkpoint` marker was
   touched, or it told its executor through `fairlane.workload`) and after it stopped on SIGTERM,
   its executor stores the replica's checkpoint folder as one object, `<job>/replica-<i>`: a tar
   of the folder (without the `.checkpoint` and `.exit` control files). Before a later attempt's
@@ -32,13 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal
 
-from nats.js import JetStreamContext
-from nats.js.api import ObjectMeta, ObjectMetaOptions
-from nats.js.errors import NotFoundError
-from nats.js.object_store import ObjectStore
-
 from services.executor.logs import job_dir_name
-from services.runtime.checkpoint_bucket import checkpoint_bucket
+from services.runtime.checkpoint_bucket import CheckpointStore
 
 StorageKind = Literal["object_store", "shared_fs"]
 #: Files of a checkpoint folder that are not the checkpoint: the marker a save touches (its
@@ -46,7 +42,6 @@ StorageKind = Literal["object_store", "shared_fs"]
 CONTROL_FILES: Final = frozenset({".checkpoint", ".exit"})
 #: The default bound of one replica's stored checkpoint.
 DEFAULT_MAX_BYTES: Final = 4 << 30
-CHUNK_BYTES: Final = 1 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,53 +166,38 @@ def plain_members(tar: tarfile.TarFile) -> list[tarfile.TarInfo]:
 
 
 class ObjectCheckpoints:
-    """The object store's I/O: store a replica's folder, fetch it back."""
+    """The store's I/O: store a replica's folder, fetch it back."""
 
-    def __init__(self, js: JetStreamContext, max_bytes: int) -> None:
-        self.js = js
+    def __init__(self, store: CheckpointStore, max_bytes: int) -> None:
+        self.objects = store
         self.max_bytes = max_bytes
-        self._bucket: ObjectStore | None = None
-
-    async def bucket(self) -> ObjectStore:
-        if self._bucket is None:
-            self._bucket = await checkpoint_bucket(self.js)
-        return self._bucket
 
     async def store(self, folder: Path, name: str) -> Stored:
         """Store the folder as object `name` (unless it is over the bound); notes the stored
         object's digest beside the folder."""
         if not folder.is_dir():
             return Stored(name, 0, None)
-        bucket = await self.bucket()
         with tempfile.TemporaryDirectory(prefix="fairlane-store-") as scratch:
             archive = Path(scratch) / "checkpoint.tar"
             size = await asyncio.to_thread(pack, folder, archive)
             if over_bound(size, self.max_bytes):
                 return Stored(name, size, None, over_bound=True)
-            meta = ObjectMeta(name=name, options=ObjectMetaOptions(max_chunk_size=CHUNK_BYTES))
             with archive.open("rb") as data:
-                info = await bucket.put(name, data, meta=meta)
-        digest = info.digest or ""
-        write_record(folder, digest, size)
-        return Stored(name, size, digest)
+                info = await self.objects.put(name, data)
+        write_record(folder, info.digest, size)
+        return Stored(name, size, info.digest)
 
     async def fetch(self, folder: Path, name: str) -> int | None:
         """Make the folder the stored object where it is not already; the bytes fetched, or
         None when there was nothing to fetch."""
-        bucket = await self.bucket()
-        try:
-            info = await bucket.get_info(name)
-        except NotFoundError:
-            return None
-        if not to_fetch(info.digest, read_record(folder)):
+        info = await self.objects.info(name)
+        if info is None or not to_fetch(info.digest, read_record(folder)):
             return None
         folder.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(prefix="fairlane-fetch-") as scratch:
             archive = Path(scratch) / "checkpoint.tar"
             with archive.open("wb") as out:
-                result = await bucket.get(name, writeinto=out)  # checks the digest
+                got = await self.objects.get(name, out)  # checks the digest
             await asyncio.to_thread(unpack, archive, folder)
-        digest = result.info.digest or ""
-        size = result.info.size or 0
-        write_record(folder, digest, size)
-        return size
+        write_record(folder, got.digest, got.size)
+        return got.size

@@ -6,10 +6,12 @@ publishes `NodeLost`: the fold then frees the node's GPUs and queues its jobs ag
 run elsewhere. Like the scheduler, it leads through the fenced leader
 (services/runtime/leader.py) and fences each `NodeLost` on its term, so a deposed watcher
 cannot declare anything. Its clock is its own (given: the wall clock, or a
-test's virtual one): a node is lapsed when this watcher has not seen its heartbeat's revision
-change for the timeout; a watcher that just took the lead (or a node that just registered) gets
-a full timeout first. (On the wall clock, a host whose time is stepped forward by more than the
-timeout would see every node lapse once; hosts slew their clocks, they do not step them.)
+test's virtual one; heartbeats may lapse on a clock of their own, `lapse_clock`, which the
+in-process engine moves apart from the scenario's time): a node is lapsed when this watcher has
+not seen its heartbeat's revision change for the timeout; a watcher that just took the lead (or
+a node that just registered) gets a full timeout first. (On the wall clock, a host whose time
+is stepped forward by more than the timeout would see every node lapse once; hosts slew their
+clocks, they do not step them.)
 The `NodeLost` id names the registration it ends, so a repeat is dropped and a node that
 registers again can be lost again.
 
@@ -72,18 +74,21 @@ RELAY_BATCH = 256
 
 
 class NodeWatch:
-    def __init__(
+    def __init__(  # noqa: PLR0913 (its timing, and the parts a test or a process gives it)
         self,
         event_log: EventLog,
         timeout_s: float = TIMEOUT_S,
         lease_ttl_s: float = 3.0,
         clock: Clock = WALL_CLOCK,
         host: Host | None = None,
+        lapse_clock: Clock | None = None,
     ) -> None:
         self.log = event_log
         self.timeout_s = timeout_s
         self.poll_s = max(0.1, timeout_s / 10)
         self.clock = clock
+        #: what heartbeats lapse on (the events' own time is `clock`'s)
+        self.lapse = lapse_clock or clock
         self.host = host = host or nats_host(event_log)
         self.leader = FencedLeader(event_log, host, KIND, clock, ttl_s=lease_ttl_s)
         self.holder = self.leader.holder
@@ -122,12 +127,12 @@ class NodeWatch:
             self._queued.set()
         if isinstance(event, NodeRegistered):
             self.registrations[event.node] = event.id
-            self.last_seen[event.node] = self.clock.now()  # a full timeout from (re)registering
+            self.last_seen[event.node] = self.lapse.now()  # a full timeout from (re)registering
 
     async def _lead(self, term: Term) -> None:
         await self.follower.wait_for(term.fence[1])
         heartbeats = self.host.heartbeats(self.timeout_s)
-        started = self.clock.now()
+        started = self.lapse.now()
         self.last_seen = {node: started for node in self.follower.state.nodes}
         duties = [
             asyncio.create_task(self._relay(term.fence)),
@@ -154,7 +159,7 @@ class NodeWatch:
     async def _pause(self, lost: asyncio.Event, duties: list[asyncio.Task[None]]) -> None:
         """Until the next poll, or sooner if the lease is lost or a duty ended (with a long
         timeout a poll is minutes away)."""
-        sleeping = asyncio.create_task(self.clock.sleep(self.poll_s))
+        sleeping = asyncio.create_task(self.lapse.sleep(self.poll_s))
         losing = asyncio.create_task(lost.wait())
         try:
             await asyncio.wait({sleeping, losing, *duties}, return_when=asyncio.FIRST_COMPLETED)
@@ -227,12 +232,12 @@ class NodeWatch:
         if revision == self.revisions.get(node):
             return False
         self.revisions[node] = revision
-        self.last_seen[node] = self.clock.now()
+        self.last_seen[node] = self.lapse.now()
         return True
 
     async def _declare(self, fence: tuple[str, int], heartbeats: Heartbeats) -> None:
         nodes = self.follower.state.nodes
-        for node in lapsed(nodes, self.last_seen, self.clock.now(), self.timeout_s):
+        for node in lapsed(nodes, self.last_seen, self.lapse.now(), self.timeout_s):
             revision = await heartbeats.get(node)
             if revision is not None and self._seen(node, revision):
                 continue  # it beat after all: the watch had not delivered that one yet
@@ -247,7 +252,7 @@ class NodeWatch:
             log.warning("node lost", node=node, id=event.id)
             await self.log.publish_durably(event, fence=fence)
             self.declared += 1
-            self.last_seen[node] = self.clock.now()  # until the fold has it, do not repeat
+            self.last_seen[node] = self.lapse.now()  # until the fold has it, do not repeat
 
 
 def timeout_from_env() -> float:

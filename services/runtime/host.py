@@ -1,13 +1,14 @@
 """Everything a service reaches outside its own code: the event log, where commands reach it,
-leadership, snapshots, the nodes' heartbeats and GPU samples, the workloads' output and the
-bus's message limit.
+leadership, snapshots, the nodes' heartbeats and GPU samples, the workloads' output, the
+checkpoint store and the bus's message limit.
 
 On a cluster that is NATS (`NatsHost`: the JetStream log, request/reply subjects, a KV lease,
-the snapshot object store, the heartbeat and GPU sample buckets, the output stream, all on the
-log's connection). In one process on the in-memory log (`InProcessHost`) commands are handed
-to the services' handlers directly, each decision kind has one leader for good, heartbeats,
-samples and output are kept in memory and there are no snapshots: the services are the same
-code either way, and none of them touches NATS itself.
+the snapshot object store, the heartbeat and GPU sample buckets, the output stream, the
+checkpoint object store, all on the log's connection). In one process on the in-memory log
+(`InProcessHost`) commands are handed to the services' handlers directly, each decision kind
+has one leader for good, heartbeats, samples, output and checkpoints are kept in memory and
+there are no snapshots: the services, the node executor among them, are the same code either
+way, and none of them touches NATS itself.
 """
 
 from __future__ import annotations
@@ -17,6 +18,11 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from events.commands import AnyCommand, Reply, service_subject
+from services.runtime.checkpoint_bucket import (
+    CheckpointStore,
+    JetStreamCheckpoints,
+    MemoryCheckpoints,
+)
 from services.runtime.client import send
 from services.runtime.commands import Handler, answer, serve
 from services.runtime.eventlog import EventLog, JetStreamLog
@@ -24,7 +30,7 @@ from services.runtime.gpu_samples import GpuSamples, KvGpuSamples, MemoryGpuSamp
 from services.runtime.heartbeats import TIMEOUT_S, Heartbeats, KvHeartbeats, MemoryHeartbeats
 from services.runtime.lease import Lease
 from services.runtime.memory_log import MemoryLog
-from services.runtime.output import JetStreamOutput, MemoryOutput, OutputReader
+from services.runtime.output import JetStreamOutput, MemoryOutput, Output
 from services.runtime.snapshots import SnapshotStore
 
 
@@ -67,8 +73,12 @@ class Host(Protocol):
         """Each node's latest GPU samples."""
         ...
 
-    def output(self) -> OutputReader:
-        """The workloads' output, as their executors shipped it."""
+    def output(self) -> Output:
+        """The workloads' output: executors ship it, readers read it back."""
+        ...
+
+    def checkpoints(self) -> CheckpointStore:
+        """The cluster's checkpoint store: each replica's archive."""
         ...
 
     def message_limit(self) -> int | None:
@@ -117,8 +127,11 @@ class NatsHost:
     def gpu_samples(self) -> GpuSamples:
         return KvGpuSamples(self.log.js)
 
-    def output(self) -> OutputReader:
+    def output(self) -> Output:
         return JetStreamOutput(self.log.js)
+
+    def checkpoints(self) -> CheckpointStore:
+        return JetStreamCheckpoints(self.log.js)
 
     def message_limit(self) -> int | None:
         return int(self.log.nc.max_payload)
@@ -157,6 +170,7 @@ class InProcessHost:
     _heartbeats: MemoryHeartbeats = field(default_factory=MemoryHeartbeats)
     _samples: MemoryGpuSamples = field(default_factory=MemoryGpuSamples)
     _output: MemoryOutput = field(default_factory=MemoryOutput)
+    _checkpoints: MemoryCheckpoints = field(default_factory=MemoryCheckpoints)
 
     async def serve(self, subject: str, handler: Handler, concurrency: int = 1) -> None:
         self.handlers[subject] = (handler, asyncio.Semaphore(concurrency))
@@ -180,8 +194,11 @@ class InProcessHost:
     def gpu_samples(self) -> GpuSamples:
         return self._samples
 
-    def output(self) -> OutputReader:
+    def output(self) -> Output:
         return self._output
+
+    def checkpoints(self) -> CheckpointStore:
+        return self._checkpoints
 
     def message_limit(self) -> int | None:
         return None

@@ -1,8 +1,9 @@
-"""Reading a job attempt's output back: the chunks its executors shipped, as a reader sees them.
+"""A job attempt's output: the chunks its executors ship, and reading them back.
 
-On a cluster the chunks are in the output stream (services/runtime/logstream.py) and an
-attempt is read through an ephemeral pull consumer filtered on its subjects (`JetStreamOutput`);
-in one process they are a list (`MemoryOutput`), which whatever runs the workloads ships to.
+On a cluster the chunks are in the output stream (services/runtime/logstream.py), shipped with
+their offsets in headers, and an attempt is read through an ephemeral pull consumer filtered on
+its subjects (`JetStreamOutput`); in one process they are a list (`MemoryOutput`). An executor
+ships to either through its host, and asks where an earlier run of it got to.
 Either way a reader opens one attempt (from a time, or from its start), fetches chunks as they
 come, knows how many stored ones it has not fetched yet, and closes it. What the chunks mean
 (offsets shipped twice, replicas' lines, the end markers) is the reader's pure business
@@ -22,7 +23,13 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 
-from services.runtime.logstream import END_HEADER, LOG_STREAM, OFFSET_HEADER, attempt_filter
+from services.runtime.logstream import (
+    END_HEADER,
+    LOG_STREAM,
+    OFFSET_HEADER,
+    attempt_filter,
+    ensure_log_stream,
+)
 from services.runtime.memory_log import subject_matches
 
 #: The most chunks one fetch returns.
@@ -61,6 +68,21 @@ class OutputReader(Protocol):
         ...
 
 
+class OutputWriter(Protocol):
+    async def ship(self, at: float, chunk: Chunk) -> None:
+        """Store `chunk` (its subject: `logstream.log_subject`), shipped at `at`."""
+        ...
+
+    async def shipped_so_far(self, subject: str) -> tuple[int, bool]:
+        """Where the shipping on `subject` got to: the offset after its last chunk, and
+        whether its end was shipped."""
+        ...
+
+
+class Output(OutputReader, OutputWriter, Protocol):
+    """The workloads' output, to ship and to read."""
+
+
 @dataclass
 class _StreamChunks:
     sub: JetStreamContext.PullSubscription
@@ -91,6 +113,22 @@ class _StreamChunks:
 @dataclass
 class JetStreamOutput:
     js: JetStreamContext
+    _made: bool = False
+
+    async def ship(self, at: float, chunk: Chunk) -> None:
+        if not self._made:  # where nobody provisioned it (a server without authentication)
+            await ensure_log_stream(self.js)
+            self._made = True
+        headers = {OFFSET_HEADER: str(chunk.offset)} | ({END_HEADER: "1"} if chunk.end else {})
+        await self.js.publish(chunk.subject, chunk.data, stream=LOG_STREAM, headers=headers)
+
+    async def shipped_so_far(self, subject: str) -> tuple[int, bool]:
+        try:
+            last = await self.js.get_last_msg(LOG_STREAM, subject, direct=True)
+        except (NotFoundError, nats.errors.NoRespondersError):  # nothing there; no stream yet
+            return 0, False
+        headers = last.headers or {}
+        return int(headers.get(OFFSET_HEADER, "0")) + len(last.data or b""), END_HEADER in headers
 
     async def open(self, job_id: str, attempt: int, since: float | None) -> Chunks | None:
         start = None if since is None else datetime.datetime.fromtimestamp(since, datetime.UTC)
@@ -158,6 +196,10 @@ class MemoryOutput:
         async with self.grown:
             self.shipped.append((at, chunk))
             self.grown.notify_all()
+
+    async def shipped_so_far(self, subject: str) -> tuple[int, bool]:
+        last = next((c for _, c in reversed(self.shipped) if c.subject == subject), None)
+        return (0, False) if last is None else (last.offset + len(last.data), last.end)
 
     async def open(self, job_id: str, attempt: int, since: float | None) -> Chunks | None:
         return _ListChunks(self, attempt_filter(job_id, attempt), since)

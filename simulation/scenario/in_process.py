@@ -1,47 +1,58 @@
 """The services in one process on the in-memory log, deciding on a virtual clock.
 
-Admission, the quota ledger, the scheduler and the preemptor are the services' own code
-(`services/`), given a `MemoryLog`, an `InProcessHost` (commands handed to their handlers, one
-leader per kind) and a `VirtualClock` that only moves when the driver moves it, so rules that
-count time (preemption_delay, min_runtime) act when a scenario's `advance` says, as they do on
-the core engine. Node executors are simulated on the log as the virtual cluster simulates them
-(`simulation/virtual_cluster.py`): a start is reported at once, a victim stops at once.
+Admission, the quota ledger, the scheduler, the preemptor, the node watcher and a node executor
+per node are the services' own code (`services/`), given a `MemoryLog`, an `InProcessHost`
+(commands handed to their handlers, one leader per kind, heartbeats, output and checkpoints in
+memory) and a `VirtualClock` that only moves when the driver moves it, so rules that count time
+(preemption_delay, min_runtime) act when a scenario's `advance` says, as they do on the core
+engine. The node watcher relays each node's work to its executor, which plans and acts as on a
+real node; its replicas are the scenario's (`simulation/scenario/workloads.py`): they do the
+simulated work on the virtual clock and end when a step says.
+
+A node is lost as a real one is: its executor stops (its heartbeats with it), and the node
+watcher declares it lost once its heartbeat lapsed. Heartbeats lapse on a clock of their own,
+moved only then, so losing a node takes none of the scenario's time.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import tempfile
 from collections.abc import Coroutine
-from typing import Any
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
 
-from events import (
-    Event,
-    JobCheckpointed,
-    JobCompleted,
-    JobFailed,
-    JobNominated,
-    JobPreemptionRequested,
-    JobScheduled,
-    JobSubmitted,
-    NodeLost,
-    NodeRegistered,
-    ids,
-)
+from events import Event, JobNominated, JobPreemptionRequested, JobScheduled
 from events.commands import ADMISSION_SUBJECT, LEDGER_SUBJECT, AnyCommand, Reply, service_subject
 from policy.cycle import decide
 from services.admission.service import Admission
+from services.executor.config import ExecutorConfig
+from services.executor.executor import Executor
 from services.ledger.service import Ledger
+from services.nodewatch.service import NodeWatch
 from services.runtime.clock import VirtualClock
 from services.runtime.decider import Decider
-from services.runtime.eventlog import EventLog, Stored
+from services.runtime.eventlog import EventLog
 from services.runtime.follower import Follower, OnEvent
-from services.runtime.host import InProcessHost
+from services.runtime.host import Host, InProcessHost
 from services.runtime.memory_log import MemoryLog
 from services.runtime.tasks import cancel_and_wait
-from simulation.virtual_cluster import Work, preempted, started
+from simulation.scenario.workloads import ScenarioRuntime, ScenarioWork
+from simulation.spec import NodeEntry
 
-EXECUTOR = "executor"
+#: The node watcher's heartbeat timeout, on the lapse clock, and the steps it is moved by:
+#: a node that beats at every step is never near it.
+LAPSE_TIMEOUT_S: Final = 3.0
+LAPSE_STEP_S: Final = 1.0
+#: How often an executor beats (real seconds: the lapse clock does not move meanwhile).
+BEAT_S: Final = 0.02
+#: Real seconds a node may take to register, beat or be declared lost.
+NODE_LIMIT_S: Final = 10.0
+#: How long the log must stay quiet (real seconds) for a moment to count as settled: longer
+#: than a decider paces itself between cycles under load (MAX_PACE_S).
+QUIET_S: Final = 0.05
 
 
 def _places(e: Event) -> bool:
@@ -52,148 +63,10 @@ def _preempts(e: Event) -> bool:
     return isinstance(e, JobPreemptionRequested | JobNominated)
 
 
-class SimulatedExecutors:
-    """Every node's executor, answering the decisions on the log at once (a start reported, a
-    victim stopped) with the ids the real executor and the virtual cluster use, and doing a
-    job's simulated work (`duration`, `checkpoint`) on the virtual clock as the virtual
-    cluster does (`simulation/virtual_cluster.py`'s `Work`). On any event log: the in-memory
-    one here, the NATS stream on the live engine's virtual clock."""
-
-    def __init__(self, log: EventLog, clock: VirtualClock) -> None:
-        self.log = log
-        self.clock = clock
-        self.follower = Follower(log)
-        self.work: dict[str, Work] = {}
-        self._doing: dict[str, asyncio.Task[None]] = {}  # job -> its attempt's work
-
-    async def run(self) -> None:
-        try:
-            await self.follower.run(self._answer)
-        finally:
-            for task in self._doing.values():
-                task.cancel()
-
-    async def register(self, node: str, pool: str, gpus: int) -> None:
-        await self._publish(
-            NodeRegistered(
-                id=ids.node_registered(node, self.follower.applied_seq),
-                time=self.clock.now(),
-                actor=EXECUTOR,
-                node=node,
-                pool=pool,
-                gpus=gpus,
-            )
-        )
-
-    async def lose(self, node: str) -> None:
-        await self._publish(
-            NodeLost(
-                id=ids.node_lost(node, self.follower.applied_seq),
-                time=self.clock.now(),
-                actor=EXECUTOR,
-                node=node,
-                reason="lost",
-            )
-        )
-
-    async def finish(self, job_id: str, ok: bool) -> None:
-        """The job's workload exits (0 or 1) and its executor says so."""
-        job = self.follower.state.jobs.get(job_id)
-        if job is None or job.phase not in ("starting", "running", "stopping"):
-            return
-        self._stop_work(job_id)
-        self.work.pop(job_id, None)
-        now, attempt = self.clock.now(), job.attempt
-        await self._publish(
-            JobCompleted(
-                id=ids.completed(job_id, attempt),
-                time=now,
-                actor=EXECUTOR,
-                job_id=job_id,
-                attempt=attempt,
-            )
-            if ok
-            else JobFailed(
-                id=ids.failed(job_id, attempt),
-                time=now,
-                actor=EXECUTOR,
-                job_id=job_id,
-                attempt=attempt,
-                exit_code=1,
-            )
-        )
-
-    async def _publish(self, event: Event) -> None:
-        await self.follower.wait_for(await self.log.publish(event))
-
-    async def _answer(self, stored: Stored) -> None:
-        event = stored.event
-        if isinstance(event, JobSubmitted) and event.spec.duration_s is not None:
-            cp = event.spec.checkpoint
-            self.work[event.job_id] = Work(
-                duration=event.spec.duration_s,
-                every=cp.every_s if cp else None,
-                restore=cp.restore_s if cp else 0.0,
-            )
-        elif isinstance(event, JobScheduled) and not event.scale_up:
-            await self._start(event)
-        elif isinstance(event, JobPreemptionRequested):
-            await self._stop(event)
-
-    async def _start(self, event: JobScheduled) -> None:
-        job = self.follower.state.jobs.get(event.job_id)
-        if job is None or job.attempt != event.attempt or job.phase != "starting":
-            return  # not applied (refused by the fold), or moved on since
-        await self.log.publish(started(event, self.clock.now()))
-        work = self.work.get(job.id)
-        if work is not None:
-            work.start(self.clock.now(), resumed=event.attempt > 1)
-            self._doing[job.id] = asyncio.create_task(self._do(job.id, event.attempt, work))
-
-    async def _stop(self, event: JobPreemptionRequested) -> None:
-        job = self.follower.state.jobs.get(event.job_id)
-        if job is None or job.stop_id != event.id:
-            return  # the fold did not apply it
-        whole = job.phase != "running" or job.stop_replicas >= len(job.held)
-        work = self.work.get(job.id)
-        checkpointed = False
-        if whole and work is not None:
-            self._stop_work(job.id)
-            checkpointed = work.stop(self.clock.now())
-        await self.log.publish(preempted(event, self.clock.now(), checkpointed))
-
-    def _stop_work(self, job_id: str) -> None:
-        task = self._doing.pop(job_id, None)
-        if task is not None and task is not asyncio.current_task():
-            task.cancel()
-
-    async def _do(self, job_id: str, attempt: int, work: Work) -> None:
-        """The attempt's work: checkpoints as they fall due, then the finish."""
-        while True:
-            finish, save = work.finishes_at(), work.next_checkpoint_at()
-            assert finish is not None
-            due = finish if save is None else min(finish, save)
-            await self.clock.sleep(due - self.clock.now())
-            job = self.follower.state.jobs.get(job_id)
-            if job is None or job.attempt != attempt or job.phase != "running":
-                return
-            if due == finish:  # a finish wins over a checkpoint at the same moment
-                await self.finish(job_id, ok=True)
-                return
-            done = work.progress(self.clock.now())
-            assert work.every is not None
-            kept = int(done / work.every) * work.every
-            work.run_from, work.saved = self.clock.now() - (done - kept), kept
-            await self._publish(
-                JobCheckpointed(
-                    id=ids.checkpointed(job_id, attempt, int(kept)),
-                    time=self.clock.now(),
-                    actor=EXECUTOR,
-                    job_id=job_id,
-                    attempt=attempt,
-                    save_s=job.save_s,
-                )
-            )
+@dataclass
+class Node:
+    executor: Executor
+    task: asyncio.Task[None]
 
 
 class InProcessCluster:
@@ -204,26 +77,67 @@ class InProcessCluster:
     def __init__(self, start: float = 0.0) -> None:
         self.log = MemoryLog()
         self.clock = VirtualClock(start)
+        self.lapse = VirtualClock()
         self.host = InProcessHost(self.log)
         self.observer = Follower(self.log)
-        self.executors = SimulatedExecutors(self.log, self.clock)
+        self.work = ScenarioWork(self.clock)
+        self.nodes: dict[str, Node] = {}
         self.tasks: list[asyncio.Task[None]] = []
+        self._dir = tempfile.TemporaryDirectory(prefix="fairlane-in-process-")
 
     async def start(self, on_event: OnEvent | None = None) -> None:
         """Start the services; `on_event` sees every event as the observer applies it."""
         log, clock, host = self.log, self.clock, self.host
         self._spawn(self.observer.run(on_event))
-        self._spawn(self.executors.run())
         self._spawn(Admission(log, clock, host).run())
         self._spawn(Ledger(log, clock=clock, host=host).run())
         self._spawn(Decider(log, "scheduler", _places, clock, host=host).run())
         self._spawn(Decider(log, "preemptor", _preempts, clock, host=host).run())
+        watch = NodeWatch(log, LAPSE_TIMEOUT_S, clock=clock, host=host, lapse_clock=self.lapse)
+        self._spawn(watch.run())
         await self.host.until_served(ADMISSION_SUBJECT, LEDGER_SUBJECT)
 
     async def stop(self) -> None:
-        for task in self.tasks:
+        for task in [*(n.task for n in self.nodes.values()), *self.tasks]:
             with contextlib.suppress(Exception):
                 await cancel_and_wait(task)
+        await self.work.close()
+        self._dir.cleanup()
+
+    # -- nodes -----------------------------------------------------------------------------------
+
+    async def add_node(self, name: str, pool: str, gpus: int) -> None:
+        """A node executor (the real one, on this host and clock) for `name`, registered."""
+        entry = NodeEntry(name=name, pool=pool, gpus=gpus)
+        data_dir = Path(self._dir.name) / name
+        executor = scenario_executor(self.log, self.work, entry, data_dir, self.host)
+        ready = asyncio.Event()
+        self.nodes[name] = Node(executor, asyncio.create_task(executor.run(ready)))
+        async with asyncio.timeout(NODE_LIMIT_S):
+            await ready.wait()
+            while name not in self.observer.state.nodes:  # noqa: ASYNC110 (the fold's, polled)
+                await asyncio.sleep(0.005)
+
+    async def lose(self, name: str) -> None:
+        """The node goes away: its executor stops, its heartbeat lapses, the node watcher
+        declares it lost."""
+        node = self.nodes.pop(name, None)
+        if node is None or name not in self.observer.state.nodes:
+            return
+        await cancel_and_wait(node.task)
+        beats = self.host.heartbeats()
+        async with asyncio.timeout(NODE_LIMIT_S):
+            while name in self.observer.state.nodes:
+                before = {n: await beats.get(n) for n in self.nodes}
+                self.lapse.advance(LAPSE_STEP_S)
+                for other, revision in before.items():  # every other node beats again
+                    while await beats.get(other) == revision:  # noqa: ASYNC110 (polled)
+                        await asyncio.sleep(BEAT_S / 2)
+                await self.settle()
+
+    def finish(self, job_id: str, ok: bool) -> None:
+        """The job's workload exits 0 or 1: its executors report it."""
+        self.work.finish(job_id, 0 if ok else 1)
 
     def _spawn(self, body: Coroutine[Any, Any, None]) -> None:
         self.tasks.append(asyncio.create_task(body))
@@ -249,7 +163,7 @@ class InProcessCluster:
                 last = await self.log.last_seq()
                 if self.observer.applied_seq < last or self._outstanding():
                     continue
-                await asyncio.sleep(0.05)  # a pause for a service that is about to write
+                await asyncio.sleep(QUIET_S)  # a pause for a service that is about to write
                 if await self.log.last_seq() == last:
                     return
 
@@ -262,6 +176,8 @@ class InProcessCluster:
         state = self.observer.state
         if any(j.phase == "starting" or j.stop_replicas for j in state.live.values()):
             return True
+        if not all(settled_executor(n.executor) for n in self.nodes.values()):
+            return True
         return bool(decide(state, self.clock.now()))
 
     async def advance(self, seconds: float) -> None:
@@ -273,3 +189,36 @@ class InProcessCluster:
             await self.settle()
         self.clock.move_to(end)
         await self.settle()
+
+
+def scenario_executor(
+    log: EventLog,
+    work: ScenarioWork,
+    node: NodeEntry,
+    data_dir: Path,
+    host: Host | None = None,
+) -> Executor:
+    """The real node executor for a scenario's node: its replicas do the scenario's `work` on
+    the work's virtual clock, which the executor runs on too; it beats every BEAT_S (real
+    seconds)."""
+    config = ExecutorConfig(
+        node=node.name,
+        pool=node.pool,
+        gpus=node.gpus,
+        data_dir=data_dir,
+        heartbeat_s=BEAT_S,
+        gpu_sample_s=None,
+        checkpoint_poll_s=3600.0,  # its runtime has it look at each save as it is made
+        boot_id="scenario",
+    )
+    runtime = ScenarioRuntime(work)
+    executor = Executor(log, config, runtime, work.clock, host)
+    runtime.look = executor.actuator.look_all
+    return executor
+
+
+def settled_executor(executor: Executor) -> bool:
+    """No store and no report of the executor's in flight."""
+    act = executor.actuator
+    storing = any(r.storing for r in act.replicas.values())
+    return not storing and not (act.reported - act.published - act.failed)

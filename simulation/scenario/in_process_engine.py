@@ -1,9 +1,11 @@
 """`--engine in-process`: a scenario on the services' own code in one process, on the
 in-memory log and a virtual clock (`simulation/scenario/in_process.py`).
 
-Steps become the commands a user would send, as on the live engine; executors are simulated as
-the core engine simulates them, so `advance` and simulated work (`duration`, `checkpoint`) run
-here too and every scenario of the suite can run on the services.
+Steps become the commands a user would send, as on the live engine; each node is a real node
+executor whose replicas do the scenario's simulated work (`duration`, `checkpoint`) on the
+virtual clock, so `advance` runs here too and every scenario of the suite, and of its anchors,
+runs on the services. `complete` and `fail` end a job's replicas with exit 0 or 1, and
+`remove_node` stops the node's executor until the node watcher declares the node lost.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ class InProcessEngine:
         for pool, command in zip(self.scenario.pools, pool_commands(self.scenario), strict=True):
             await self._configure(command)
             for node in pool.nodes:
-                await self.cluster.executors.register(node.name, pool.name, node.gpus)
+                await self.cluster.add_node(node.name, pool.name, node.gpus)
         for project in self.scenario.projects:
             await self._set_project(project)
         await self.cluster.settle()
@@ -63,11 +65,12 @@ class InProcessEngine:
             case "submit":  # all of the batch lands before the policy looks, as on core
                 await cluster.command(HoldScheduling(held=True, reason=f"step {step.number}"))
                 for job in step.value:
+                    cluster.work.submitted(job.id, job.spec)
                     await cluster.command(SubmitJob(job_id=job.id, spec=job.spec))
                 await cluster.command(HoldScheduling(held=False, reason=f"step {step.number}"))
             case "complete" | "fail":
                 for job_id in step.value:
-                    await cluster.executors.finish(job_id, ok=step.kind == "complete")
+                    cluster.finish(job_id, ok=step.kind == "complete")
             case "cancel" | "pause" | "resume":  # a refusal changes nothing, as on core
                 for job_id in step.value:
                     await cluster.command(JOB_COMMANDS[step.kind](job_id=job_id))
@@ -78,9 +81,9 @@ class InProcessEngine:
                     self.pools.append(step.value.pool)
                     await self._configure(SetPool(pool=step.value.pool))
                 node = step.value
-                await cluster.executors.register(node.name, node.pool, node.gpus)
+                await cluster.add_node(node.name, node.pool, node.gpus)
             case "remove_node":
-                await cluster.executors.lose(step.value)
+                await cluster.lose(step.value)
             case "cordon" | "drain" | "uncordon":
                 await self._configure(node_command(step.kind, step.value))
             case "advance":

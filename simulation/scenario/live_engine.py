@@ -16,11 +16,11 @@ The clock is the scenario's to choose:
   (every event in the log carries its time), which the engine moves on `advance`, settling
   at every moment something becomes due on the way (a rule's moment, a job's work finishing
   or checkpointing), as the core and in-process engines do.
-  Its nodes are the in-process engine's simulated executors (`SimulatedExecutors`), on this
-  same NATS log: a real executor's workloads are processes that progress, checkpoint and report
-  on the wall clock (the checkpoint marker's mtime is the event's time), so two hours of
-  `duration` could not pass in the moment an `advance` takes. The simulated executors answer
-  the same decisions on the log, with the ids the real executor uses, at the virtual moments.
+  Its nodes are real node executors on the same clock, whose replicas are the in-process
+  engine's (`simulation/scenario/workloads.py`): a process progresses, checkpoints and reports
+  on the wall clock, so two hours of `duration` could not pass in the moment an `advance`
+  takes; these do the scenario's simulated work on the virtual clock, and the executors plan,
+  store checkpoints in the cluster's object store and report as they do for processes.
 """
 
 from __future__ import annotations
@@ -54,6 +54,7 @@ from events.commands import (
 )
 from policy.cycle import decide, next_wakeup
 from services.admission.service import Admission
+from services.executor.executor import Executor
 from services.ledger.service import Ledger
 from services.nodewatch.service import NodeWatch
 from services.runtime.client import send
@@ -63,9 +64,10 @@ from services.runtime.eventlog import JetStreamLog, Stored, connect
 from services.runtime.follower import Follower
 from services.runtime.tasks import cancel_and_wait
 from simulation.scenario.core_engine import unsettled_on_a_copy
-from simulation.scenario.in_process import SimulatedExecutors
+from simulation.scenario.in_process import scenario_executor, settled_executor
 from simulation.scenario.observe import Observation, holdings, observe, what_changed
 from simulation.scenario.setup import JOB_COMMANDS, Projects, node_command, pool_commands
+from simulation.scenario.workloads import COMPLETE, FAIL, ScenarioWork
 from simulation.spec import NodeEntry, ProjectEntry, Scenario, Step, compute_pool_of
 
 #: Starts a node executor for (log, node, pool, gpus, data_dir); returns its running task.
@@ -111,7 +113,9 @@ class LiveEngine:
         #: wall clock and real executors).
         self.virtual = VirtualClock() if scenario.needs_virtual_clock is not None else None
         self.clock: Clock = self.virtual or WALL_CLOCK
-        self.simulated: SimulatedExecutors | None = None
+        #: the scenario's work, done by the executors' replicas on the virtual clock
+        self.work = ScenarioWork(self.virtual) if self.virtual is not None else None
+        self.scenario_executors: dict[str, Executor] = {}
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -129,12 +133,9 @@ class LiveEngine:
         # relays each executor's work to it; nodes are lost by the scenario, not by heartbeats
         watch = NodeWatch(await self._log("nodewatch"), timeout_s=NEVER_LAPSES_S, clock=clock)
         self._spawn(watch.run())
-        if self.virtual is not None:
-            self.simulated = SimulatedExecutors(await self._log("executors"), self.virtual)
-            self._spawn(self.simulated.run())
         await self._until_answering(CancelJob(job_id="readiness-probe"))
         cluster = self.scenario.config
-        if self.simulated is None:
+        if self.work is None:
             # real workloads stop at once here: a long grace would only slow the run down
             grace = min(cluster.preemption_grace_s, 5.0)
             cluster = msgspec.structs.replace(cluster, preemption_grace_s=grace)
@@ -205,6 +206,8 @@ class LiveEngine:
         # lands, so the policy sees all of it at once, as the core engine does
         await self._command(HoldScheduling(held=True, reason=f"step {step.number}"))
         for job in step.value:
+            if self.work is not None:
+                self.work.submitted(job.id, job.spec)
             await send(self.client.nc, SubmitJob(job_id=job.id, spec=job.spec))
         await self.follower.wait_for(await self.client.last_seq())
         await self._command(HoldScheduling(held=False, reason=f"step {step.number}"))
@@ -234,12 +237,17 @@ class LiveEngine:
             await self._command(command)
 
     async def _add_node(self, node: NodeEntry) -> None:
-        if self.simulated is not None:
-            await self.simulated.register(node.name, node.pool, node.gpus)
+        executor_log = await self._log(f"executor-{node.name}")
+        data_dir = self.root / "executors" / node.name
+        if self.work is not None:
+            executor = scenario_executor(executor_log, self.work, node, data_dir)
+            ready = asyncio.Event()
+            self.executors[node.name] = asyncio.create_task(executor.run(ready))
+            self.scenario_executors[node.name] = executor
+            await asyncio.wait_for(ready.wait(), 15)
         else:
-            executor_log = await self._log(f"executor-{node.name}")
             self.executors[node.name] = await self.start_executor(
-                executor_log, node.name, node.pool, node.gpus, self.root / "executors" / node.name
+                executor_log, node.name, node.pool, node.gpus, data_dir
             )
         deadline = time.monotonic() + 15
         while node.name not in self.follower.state.nodes:
@@ -248,6 +256,7 @@ class LiveEngine:
             await asyncio.sleep(0.02)
 
     async def _remove_node(self, name: str) -> None:
+        self.scenario_executors.pop(name, None)
         task = self.executors.pop(name, None)
         if task is not None:
             with contextlib.suppress(Exception):
@@ -263,8 +272,8 @@ class LiveEngine:
         )
 
     async def _finish(self, job_id: str, ok: bool) -> None:
-        if self.simulated is not None:
-            await self.simulated.finish(job_id, ok)
+        if self.work is not None:
+            self.work.finish(job_id, COMPLETE if ok else FAIL)
             return
         # the built-in workload exits with the code it finds in `.exit` (services/executor)
         for checkpoints in self.root.glob("executors/*/checkpoints"):
@@ -328,6 +337,8 @@ class LiveEngine:
         for job in state.live.values():
             if job.phase == "starting" or job.stop_replicas:
                 return True
+        if not all(settled_executor(e) for e in self.scenario_executors.values()):
+            return True
         return bool(decide(state, self.clock.now()))
 
     def observe(self) -> Observation:

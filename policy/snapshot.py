@@ -3,9 +3,9 @@ restarts replays only the log's tail.
 
 The format is an explicit, versioned msgspec schema, not a pickle of the objects: what is in a
 snapshot is decided here, and an old snapshot is refused (`SnapshotMismatch`) instead of being
-half-understood. `FOLD_VERSION` names the fold's own meaning: change it whenever `state.py`
-would fold the same events into a different state, and every older snapshot is ignored (the
-service replays the whole log, as it would without one).
+half-understood. `FOLD_VERSION` names the fold's own meaning: change it whenever the fold
+(`state.py` and the modules it joins) would fold the same events into a different state, and
+every older snapshot is ignored (the service replays the whole log, as it would without one).
 
 The bytes are a small header (its length in 4 bytes, then format, fold and sequence), so a
 snapshot can be checked without decoding it, then the body. Dict orders are part of the state
@@ -24,7 +24,7 @@ from events import ClusterSettings, ProjectTerms, SchedulerSettings, VolumeGrant
 from policy.decay import PoolUsage
 from policy.state import ClusterState, Job, Node, Pool, Project
 
-#: The meaning of the fold (bump with any change to `policy/state.py` that changes results).
+#: The meaning of the fold (bump with any change to the fold that changes its results).
 #: 5: a placement or nomination of more replicas than a pending job has is refused.
 #: 6: cordoned and drained nodes (NodeCordoned, NodeUncordoned): a node's cordon and a job's
 #: drain are kept; rule 11's decayed usage per pool with a half-life.

@@ -18,8 +18,8 @@ as Kubernetes' kubemark does) in this process on one connection; short jobs. Rep
   the throughput achieved (jobs started per second), and submit-to-start latency p50/p99.
   Each load starts on an idle cluster (the previous load's jobs have finished).
 
-Each executor reads only its node's relayed work (`fl.work.<node>`, written by the node
-watcher); reported: the events in the stream over the run (what each executor read when it
+Each executor reads only its node's relayed work (`fl-work.<node>` in the relay stream, written by
+the node watcher); reported: the events in the stream over the run (what each executor read when it
 followed the whole stream) against the relays per node (what it reads now).
 
 The watcher that times starts reads only `fl.job.*.job_started.*` (a filtered consumer), so

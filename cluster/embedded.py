@@ -225,7 +225,12 @@ async def _servers_up(
                     server.url, "fairlane-up", 10.0, load_credentials(files[ADMIN])
                 )
                 try:
-                    await provision(admin.jetstream(), sizes.events, log_max_bytes=sizes.logs)
+                    await provision(
+                        admin.jetstream(),
+                        sizes.events,
+                        log_max_bytes=sizes.logs,
+                        relay_max_bytes=sizes.relays,
+                    )
                 finally:
                     await admin.close()
         except TimeoutError:
@@ -253,6 +258,7 @@ class StoreSizes(NamedTuple):
 
     store: int  # JetStream's whole file store (nats-server's max_file_store)
     events: int  # the event stream's max_bytes
+    relays: int  # the relay stream's max_bytes (each node's work: services/runtime/relays.py)
     logs: int  # the workloads' output stream's max_bytes
 
 
@@ -265,7 +271,9 @@ MIN_STORE_BYTES: Final = 64 << 20
 
 def store_sizes(data_dir: Path) -> StoreSizes:
     """Size the event log to the disk under `data_dir`: STORE_SHARE of what is free (and
-    what the store already holds), the event stream 80% of that, at most its default; or
+    what the store already holds), the event stream 50% of that and the relay stream 30% (a
+    job's relays take about as many bytes as its events: each carries the event it relays), at
+    most their default; or
     EmbeddedError naming how much is needed and how much is free."""
     where = data_dir / "nats" if (data_dir / "nats").is_dir() else data_dir  # a disk of its own?
     free = shutil.disk_usage(where).free
@@ -277,9 +285,10 @@ def store_sizes(data_dir: Path) -> StoreSizes:
             f"{_mib(need)} needed ({STORE_SHARE:.0%} of the free space goes to JetStream, at "
             f"least {_mib(MIN_STORE_BYTES)}); free some space or choose another --data-dir"
         )
-    events = min(DEFAULT_MAX_BYTES, int(store * 0.8))
+    events = min(DEFAULT_MAX_BYTES, int(store * 0.5))
+    relays = min(DEFAULT_MAX_BYTES, int(store * 0.3))
     logs = min(DEFAULT_LOG_MAX_BYTES, int(store * 0.1))
-    return StoreSizes(store=store, events=events, logs=logs)
+    return StoreSizes(store=store, events=events, relays=relays, logs=logs)
 
 
 def _size_of(folder: Path) -> int:

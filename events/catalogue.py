@@ -417,9 +417,10 @@ RELAYED: Final = (
 
 
 class WorkRelayed(Event, frozen=True, kw_only=True):
-    """An event the fold applied that concerns `node`, relayed on `fl.work.<node>` (by the
-    node watcher's leader), so that a node's executor reads only its own work. `jobs` are the
-    jobs it concerns on that node, as the fold left them. The id is derived from the node and
+    """An event the fold applied that concerns `node`, relayed on `fl-work.<node>` (by the
+    node watcher's leader, on the relay stream apart from the log), so that a node's executor
+    reads only its own work. `jobs` are the jobs it concerns on that node, as the fold left
+    them. The id is derived from the node and
     the source event's stream sequence, so relaying it again is a duplicate. It changes no
     cluster state: the fold ignores it."""
 
@@ -441,7 +442,7 @@ class EventSetAside(Event, frozen=True, kw_only=True):
     #: the stream sequence of the event set aside
     seq: int
     #: the subject of the event set aside (the node watcher: the relay subject it could not
-    #: write, `fl.work.<node>`)
+    #: write, `fl-work.<node>`)
     subject: str
     reason: str
 
@@ -456,8 +457,10 @@ def set_aside_subject(service: str) -> str:
 
 
 def work_subject(node: str) -> str:
-    """Where a node's work is relayed (also an executor's consumer filter)."""
-    return f"fl.work.{node}"
+    """Where a node's work is relayed (also an executor's consumer filter): outside the log's
+    `fl.>`, on a stream of its own (services/runtime/relays.py). Relays of older versions
+    are on `fl.work.<node>` in the log, where every reader ignores them."""
+    return f"fl-work.{node}"
 
 
 AnyEvent = (
@@ -530,7 +533,7 @@ def _name(kind: type) -> str:
 
 def subject_for(event: Event) -> str:
     """The stream subject of an event: `fl.<aggregate>.<key>.<event>` (a node's relayed work:
-    `fl.work.<node>`; a node's report, `fl.job.<job>.<event>.<node>`)."""
+    `fl-work.<node>`, in the relay stream; a node's report, `fl.job.<job>.<event>.<node>`)."""
     name = _name(type(event))
     match event:
         case (

@@ -32,6 +32,7 @@ from events import (
     JobScheduled,
     JobSpec,
     JobSubmitted,
+    LeaderElected,
     NodeLost,
     NodeRegistered,
     PoolConfigured,
@@ -41,6 +42,7 @@ from events import (
     WorkRelayed,
     encode_event,
     subject_for,
+    work_subject,
 )
 from events.commands import SetPool, SetProject
 from policy.snapshot import encode_snapshot
@@ -71,6 +73,7 @@ from services.runtime.gpu_samples import GpuSample, NodeSamples, encode, read_al
 from services.runtime.host import NatsHost
 from services.runtime.lease import Lease
 from services.runtime.main import instance_number
+from services.runtime.relays import RELAY_STREAM, relay_log, term_subject
 from services.runtime.snapshots import SnapshotStore
 from services.runtime.tasks import cancel_and_wait
 from tests.process_cluster import (
@@ -170,8 +173,12 @@ ASIDE = EventSetAside(
     actor="nodewatch",
     service="nodewatch",
     seq=1,
-    subject=f"fl.work.{NODE}",
+    subject=work_subject(NODE),
     reason="forged",
+)
+#: a term in the relay stream: the watcher's relays fenced on the real one would be refused
+RELAY_TERM = LeaderElected(
+    id="forged-term", time=0.0, actor="x", kind="nodewatch", holder="x", term=99
 )
 PROJECTOR_ASIDE = msgspec.structs.replace(ASIDE, id="forged-projector-aside", service="projector")
 
@@ -180,7 +187,13 @@ FORGERIES = {
     "placement": ("fl.job.victim.job_scheduled", encode_event(PLACEMENT), STREAM, "scheduler"),
     "completion": (subject_for(COMPLETION), encode_event(COMPLETION), STREAM, "executor"),
     "node_lost": (f"fl.node.{NODE}.node_lost", encode_event(LOST), STREAM, "nodewatch"),
-    "work": (f"fl.work.{NODE}", encode_event(WORK), STREAM, "nodewatch"),
+    "work": (work_subject(NODE), encode_event(WORK), RELAY_STREAM, "nodewatch"),
+    "relay_term": (
+        term_subject("nodewatch"),
+        encode_event(RELAY_TERM),
+        RELAY_STREAM,
+        "nodewatch",
+    ),
     # a forged set-aside would make the node watcher drop a relay
     "set_aside": ("fl.aside.nodewatch", encode_event(ASIDE), STREAM, "nodewatch"),
     "projector_set_aside": (
@@ -326,32 +339,37 @@ def relay(node: str, seq: int) -> WorkRelayed:
 
 
 async def test_an_executor_reads_only_its_own_work_and_cannot_write_any(secured: Secured) -> None:
-    watcher = JetStreamLog(await secured.connect("nodewatch"))
+    watcher = relay_log(JetStreamLog(await secured.connect("nodewatch")))
     for seq, node in enumerate((NODE, "n1", NODE), start=1):
         await watcher.publish(relay(node, seq))  # only the node watcher writes work
-    await watcher.nc.close()
-    # an executor writes no work, its own node's or another's
-    for subject in (f"fl.work.{NODE}", "fl.work.n1"):
+    await watcher.publish(RELAY_TERM)  # and its terms, in the same stream
+    # an executor writes no work, its own node's or another's, nor a term
+    for subject in (work_subject(NODE), work_subject("n1"), term_subject("nodewatch")):
         errors = await try_publish(secured, executor_user(NODE), subject, b"x")
         assert any("permissions violation" in e.lower() for e in errors), errors
 
     # its own work, through its own consumer: all of it, and nothing else
     errors = []
     nc = await secured.connect(executor_user(NODE), errors)
-    own = JetStreamLog(nc, durable=executor_consumer(NODE))
-    read = [s.event async for s in own.read(1, subject=f"fl.work.{NODE}")]
+    own = relay_log(JetStreamLog(nc, durable=executor_consumer(NODE)))
+    read = [s.event async for s in own.read(1, subject=work_subject(NODE))]
     assert [e.id for e in read] == [f"work/{NODE}/1", f"work/{NODE}/3"]
     assert errors == []
-    # another node's work, the whole log, or any message by its sequence: refused
+    # another node's work, the terms, the whole relay stream or log, or any message by its
+    # sequence: refused
     js = nc.jetstream()
     for attempt in (
-        lambda: anext(aiter(own.read(1, subject="fl.work.n1"))),
-        lambda: anext(aiter(own.read(1, subject="fl.>"))),
+        lambda: anext(aiter(own.read(1, subject=work_subject("n1")))),
+        lambda: anext(aiter(own.read(1, subject=term_subject("nodewatch")))),
+        lambda: anext(aiter(own.read(1, subject=work_subject(">")))),
+        lambda: anext(aiter(relay_log(JetStreamLog(nc)).read(1))),
         lambda: anext(aiter(JetStreamLog(nc).read(1))),
-        lambda: js.get_msg(STREAM, 2),
+        lambda: js.get_msg(RELAY_STREAM, 2),
+        lambda: js.get_msg(STREAM, 1),
     ):
         assert not await until_refused(errors, executor_user(NODE), attempt())
     await nc.close()
+    await watcher.nc.close()
 
 
 async def awaited(attempt: Awaitable[object]) -> None:
@@ -379,22 +397,32 @@ async def until_refused(errors: list[str], user: str, attempt: Awaitable[object]
     return not trying.cancelled() and trying.exception() is None
 
 
-async def refused_on_consumer(secured: Secured, user: str, consumer: str, events: int = 2) -> None:
-    """`user` tries everything one can do to a consumer on `consumer`; each is refused, and
-    `user` still reads the log (`events` long) with consumers of its own."""
+async def refused_on_consumer(
+    secured: Secured, user: str, consumer: str, events: int = 0, stream: str = STREAM
+) -> None:
+    """`user` tries everything one can do to the consumer `consumer` of `stream`; each is
+    refused, and `user` still reads the log (`events` long) with consumers of its own."""
+    relays = stream == RELAY_STREAM
     errors: list[str] = []
     nc = await secured.connect(user, errors)
     js = nc.jetstream(timeout=1.0)
     pull = json.dumps({"batch": 10, "expires": 500_000_000}).encode()
     inbox = nc.new_inbox()
     await nc.subscribe(inbox)
+    binding = JetStreamLog(nc, durable=consumer)
     for attempt in (
-        lambda: nc.publish(f"$JS.API.CONSUMER.MSG.NEXT.{STREAM}.{consumer}", pull, inbox),
-        lambda: nc.publish(f"$JS.ACK.{STREAM}.{consumer}.1.2.2.0.0", b"+ACK"),
-        lambda: js.consumer_info(STREAM, consumer),
-        lambda: js.delete_consumer(STREAM, consumer),
+        lambda: nc.publish(f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{consumer}", pull, inbox),
+        lambda: nc.publish(f"$JS.ACK.{stream}.{consumer}.1.2.2.0.0", b"+ACK"),
+        lambda: js.consumer_info(stream, consumer),
+        lambda: js.delete_consumer(stream, consumer),
         # binding it as its own durable (which deletes it first, to make it again)
-        lambda: anext(aiter(JetStreamLog(nc, durable=consumer).read(1, subject="fl.>"))),
+        lambda: anext(
+            aiter(
+                (relay_log(binding) if relays else binding).read(
+                    1, subject=work_subject(">") if relays else "fl.>"
+                )
+            )
+        ),
     ):
         await until_refused(errors, user, attempt())
     errors.clear()
@@ -407,22 +435,23 @@ async def test_no_service_takes_or_deletes_an_executors_consumer(secured: Secure
     """The api's user pulled and acked what was relayed to a node (its jobs stayed
     `starting`): every service reads the log with consumers of its own, and none may pull,
     ack, look at, make or delete an executor's."""
-    watcher = JetStreamLog(await secured.connect("nodewatch"))
+    watcher = relay_log(JetStreamLog(await secured.connect("nodewatch")))
     await watcher.publish(relay(NODE, 1))
     executor = await secured.connect(executor_user(NODE))
-    own = JetStreamLog(executor, durable=executor_consumer(NODE))
+    own = relay_log(JetStreamLog(executor, durable=executor_consumer(NODE)))
     # the executor makes its consumer and reads its work through it; more work comes
-    assert [s.event.id async for s in own.read(1, subject=f"fl.work.{NODE}")] == [f"work/{NODE}/1"]
+    assert [s.event.id async for s in own.read(1, subject=work_subject(NODE))] == [f"work/{NODE}/1"]
     await executor.close()  # its pull request goes with it
     await asyncio.sleep(0.2)
     await watcher.publish(relay(NODE, 2))
     await watcher.nc.close()
     consumer = executor_consumer(NODE)
-    for user in ("api", "scheduler"):
-        await refused_on_consumer(secured, user, consumer)
+    # the node watcher reads the relay stream (with consumers of its own), the others not at all
+    for user in ("api", "scheduler", "nodewatch"):
+        await refused_on_consumer(secured, user, consumer, stream=RELAY_STREAM)
     # the executor's consumer is still there, and the new work is still for it to take
     admin = await secured.connect(ADMIN)
-    info = await admin.jetstream().consumer_info(STREAM, consumer)
+    info = await admin.jetstream().consumer_info(RELAY_STREAM, consumer)
     assert (info.delivered.consumer_seq, info.num_pending) == (1, 1), info
     await admin.close()
 
@@ -550,6 +579,7 @@ async def test_executors_store_and_fetch_checkpoints_and_clients_cannot(
 
 def test_the_permissions_name_the_stream_the_log_uses() -> None:
     assert auth.STREAM == STREAM
+    assert (auth.RELAY_STREAM, f"{auth.RELAY_PREFIX}.n") == (RELAY_STREAM, work_subject("n"))
     assert (auth.LOG_STREAM, auth.LOG_PREFIX) == (logstream.LOG_STREAM, logstream.LOG_PREFIX)
 
 

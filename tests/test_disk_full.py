@@ -30,6 +30,7 @@ from events import JobCompleted, JobSubmitted
 from services.runtime.auth import ADMIN, credentials_file, load_credentials
 from services.runtime.connection import connect
 from services.runtime.eventlog import STREAM, JetStreamLog
+from services.runtime.relays import RELAY_STREAM
 from tests.test_embedded import fairlane
 
 pytestmark = pytest.mark.slow
@@ -96,11 +97,16 @@ def test_up_that_fails_midway_leaves_nothing_running(tmp_path: Path) -> None:
     assert left_running(data) == []
 
 
-async def max_bytes(data: Path, url: str) -> int:
+async def check_sized(data: Path, url: str) -> None:
+    """The log and the relay stream sized to a store's disk of ~160 MiB: of the half that
+    JetStream takes, 50% for the log and 30% for the relay stream."""
     creds = load_credentials(credentials_file(data, ADMIN))
     nc = await connect(url, "test", credentials=creds)
     try:
-        return (await nc.jetstream().stream_info(STREAM)).config.max_bytes or 0
+        js = nc.jetstream()
+        infos = [await js.stream_info(stream) for stream in (STREAM, RELAY_STREAM)]
+        events, relays = (info.config.max_bytes or 0 for info in infos)
+        assert 30 << 20 < events < 50 << 20 and 16 << 20 < relays < 30 << 20, (events, relays)
     finally:
         await nc.close()
 
@@ -121,8 +127,7 @@ def test_a_full_disk_is_ridden_out_and_nothing_answered_503_is_created(tmp_path:
         try:  # (a failed `up` leaves the cluster to `down` too)
             fairlane("up", "--detach", "--gpus", "2", *ports, data_dir=data)  # the API: PostgreSQL
             info = json.loads((data / "cluster.json").read_text())
-            # sized to the store's disk: 80% of the half of its ~160 MiB that JetStream takes
-            assert 40 << 20 < asyncio.run(max_bytes(data, info["nats_url"])) < 80 << 20
+            asyncio.run(check_sized(data, info["nats_url"]))  # to the store's disk
             token = (data / "admin-token").read_text().strip()
             api = httpx.Client(
                 base_url=info["api_url"], headers={"Authorization": f"Bearer {token}"}, timeout=90

@@ -65,6 +65,7 @@ from services.nodewatch.service import NodeWatch
 from services.nodewatch.work import rendezvous_port
 from services.runtime.checkpoint_bucket import checkpoint_bucket
 from services.runtime.eventlog import JetStreamLog, connect
+from services.runtime.relays import relay_log
 from services.runtime.tasks import cancel_and_wait
 
 pytestmark = pytest.mark.nats
@@ -74,16 +75,20 @@ WORKLOAD = (sys.executable, "-m", "services.executor.workload")
 
 
 class Recorder:
-    """Follows the log in the background and keeps every event, for `wait`."""
+    """Follows the log and the relay stream in the background and keeps every event, for
+    `wait`."""
 
     def __init__(self, log: JetStreamLog) -> None:
         self.log = log
         self.events: list[Event] = []
         self.changed = asyncio.Condition()
-        self.task = asyncio.create_task(self._follow())
+        self.task = asyncio.create_task(self._follow_both())
 
-    async def _follow(self) -> None:
-        async for stored in self.log.follow(1):
+    async def _follow_both(self) -> None:
+        await asyncio.gather(self._follow(self.log), self._follow(relay_log(self.log)))
+
+    async def _follow(self, log: JetStreamLog) -> None:
+        async for stored in log.follow(1):
             async with self.changed:
                 self.events.append(stored.event)
                 self.changed.notify_all()
@@ -136,6 +141,7 @@ class Cluster:
     async def open(self) -> None:
         self.log = JetStreamLog(await connect(self.server.url, "test"))
         await self.log.ensure_stream()
+        await relay_log(self.log).ensure_stream()
         self.recorder = Recorder(self.log)
         if self.watch:
             self.watch_log = JetStreamLog(await connect(self.server.url, "nodewatch"))
@@ -868,12 +874,10 @@ async def test_a_taken_rendezvous_port_fails_the_attempt_clearly(cluster: Cluste
     gang = (Replica("n1", (0,)), Replica("n1", (1,)))
     await cluster.job("busy", gang, ("sh", "-c", "sleep 30"))
     started = await cluster.recorder.wait(JobStarted, "busy")
-    relayed = next(
-        job.rendezvous
-        for r in cluster.recorder.of(WorkRelayed)
-        for job in r.jobs
-        if job.job_id == "busy" and job.rendezvous is not None
+    placed = await cluster.recorder.wait(
+        WorkRelayed, where=lambda r: any(j.job_id == "busy" and j.rendezvous for j in r.jobs)
     )
+    relayed = next(j.rendezvous for j in placed.jobs if j.rendezvous is not None)
     await cluster.preempt("busy")
     await cluster.recorder.wait(JobPreempted, "busy")
     # the next attempt's port is the first free one after the first attempt's
@@ -997,7 +1001,7 @@ async def test_hollow_executors_report_without_starting_anything(cluster: Cluste
 
 
 async def test_an_executor_is_delivered_only_its_own_nodes_work(cluster: Cluster) -> None:
-    """Each executor's consumer filters on `fl.work.<its node>`: jobs running elsewhere cost
+    """Each executor's consumer filters on `fl-work.<its node>`: jobs running elsewhere cost
     it nothing, however many there are."""
     mine = await cluster.executor("h1", gpus=1, hollow=True)
     other = await cluster.executor("h2", gpus=1, hollow=True)

@@ -43,6 +43,7 @@ from events import (
     Replica,
     WorkRelayed,
     encode_event,
+    work_subject,
 )
 from events.catalogue import JobWork
 from events.commands import MAX_SPEC_BYTES
@@ -179,7 +180,7 @@ async def test_an_event_the_node_watcher_cannot_relay_is_set_aside(cluster: Clus
     seq = await past_admission(cluster, "oversized", spec, first)
 
     asides = await until(lambda: set_aside(cluster, "nodewatch"), bool, "set aside")
-    assert [a.subject for a in asides] == [f"fl.work.{cluster.info.node}"]
+    assert [a.subject for a in asides] == [work_subject(cluster.info.node)]
     assert "max_payload" in asides[0].reason
     placed = await anext(aiter(cluster.log.read(asides[0].seq)))  # the placement relayed
     assert isinstance(placed.event, JobScheduled) and placed.event.job_id == "oversized"

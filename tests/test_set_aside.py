@@ -28,6 +28,7 @@ from events import (
     NodeRegistered,
     WorkRelayed,
     encode_event,
+    work_subject,
 )
 from events.commands import SetPool, SetProject
 from services.admission.service import Admission
@@ -37,6 +38,7 @@ from services.runtime.decider import Decider
 from services.runtime.eventlog import JetStreamLog, Stored, connect
 from services.runtime.follower import Follower
 from services.runtime.memory_log import MemoryLog
+from services.runtime.relays import relay_log
 from services.runtime.tasks import cancel_and_wait
 from tests.process_cluster import command, submit
 
@@ -107,7 +109,7 @@ async def test_each_service_sets_aside_what_it_cannot_read_and_goes_on(
         assert reply.ok, reply.error
 
         async def relayed() -> list[Stored]:
-            work = [s async for s in log.read(1, subject=f"fl.work.{NODE}")]
+            work = [s async for s in relay_log(log).read(1, subject=work_subject(NODE))]
             return [s for s in work if isinstance(s.event, WorkRelayed)]
 
         placement = (await until(relayed, "the placement relayed"))[0].event.event

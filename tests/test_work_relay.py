@@ -143,7 +143,7 @@ def test_each_node_folding_its_own_relays_knows_what_the_fold_knows_of_its_jobs(
     # one relay per node per event, each on the node's own subject, readable as written
     assert len({r.id for r in relays}) == len(relays)
     for relay in relays:
-        assert subject_for(relay) == f"fl.work.{relay.node}"
+        assert subject_for(relay) == f"fl-work.{relay.node}"
         assert decode_event(encode_event(relay)) == relay
         assert relay.id == relay_id(relay.node, relay.source_seq)
 
@@ -207,25 +207,41 @@ def test_the_relay_is_its_source_time_so_no_fold_moves_by_it() -> None:
     assert msgspec.structs.asdict(state.jobs["j"]) == before
 
 
-def test_a_new_leader_has_pending_only_what_the_log_has_not_relayed() -> None:
+def test_a_new_leader_has_pending_only_what_the_relay_stream_does_not_hold() -> None:
     vc = cluster()
     for i in range(4):
         vc.submit(f"j{i}", JobSpec(project="a"))
     vc.settle()
     relays, _ = relay_all(vc.log, check_each=False)
     written = relays[: len(relays) // 2]
-    # the log as a new leader replays it: the events, and the relays its predecessor wrote
+    # a new leader reads the relay stream (what its predecessor wrote) before the log
     state, book, queue = ClusterState(), WorkBook(), RelayQueue()
-    log: list[Event] = [*vc.log, *written]
-    for seq, event in enumerate(log, start=1):
-        verdict = state.apply(event, seq)
-        if isinstance(event, WorkRelayed):
-            queue.seen(event)
-        else:
-            queue.add(book.relays(state, seq, event, verdict))
+    for relay in written:
+        queue.seen(relay)
+    for seq, event in enumerate(vc.log, start=1):
+        queue.add(book.relays(state, seq, event, state.apply(event, seq)))
     assert queue.after(None, 10_000) == relays[len(written) :]
     # and a leader that wrote some of those resumes after the last it wrote
     assert queue.after((relays[-2].source_seq, relays[-2].node), 10) == relays[-1:]
+
+
+def test_a_relay_read_back_ahead_of_the_fold_is_never_handed_out_again() -> None:
+    vc = cluster()
+    for i in range(4):
+        vc.submit(f"j{i}", JobSpec(project="a"))
+    vc.settle()
+    relays, _ = relay_all(vc.log, check_each=False)
+    queue = RelayQueue()
+    queue.add(relays)  # the fold computed them all
+    # another leader's relays to one node are read back, the last one first as it may be
+    # (each node's are written in log order: the last means all before it were written)
+    node = relays[0].node
+    mine = [r for r in relays if r.node == node]
+    queue.seen(mine[-1])
+    assert queue.after(None, 10_000) == [r for r in relays if r.node != node]
+    assert all(r.node != node for r in queue.pending.values())  # dropped, not kept
+    queue.add(mine)  # a fold behind the relay stream computes them again: not queued
+    assert all(r.node != node for r in queue.pending.values())
 
 
 def test_work_for_another_node_is_refused() -> None:

@@ -1,8 +1,9 @@
 """Driving one or many executors on one log connection.
 
 One executor for a real node, or a hundred hollow ones for a benchmark. Each executor reads
-only its node's relayed work (`fl.work.<node>`, or `fl.work.>` for a group of many, where the
-connection's user may read it all): the replay folds each relay into its node's `NodeWork`,
+only its node's relayed work from the relay stream beside the log (services/runtime/relays.py:
+`fl-work.<node>`, or every node's `fl-work.*` for a group of many, where the connection's user
+may read it all): the replay folds each relay into its node's `NodeWork`,
 then each live relay is noted and handed to its node's executor only.
 """
 
@@ -30,12 +31,16 @@ class ExecutorGroup:
     def __init__(self, log: EventLog, executors: list[Executor]) -> None:
         self.log = log
         self.executors = executors
+        # where its work is (the relay stream beside the log, on a cluster or in one process):
+        # it reads nothing of the log itself
+        self.relays = executors[0].host.relays()
         self.by_node = {ex.node: ex for ex in executors}
         if len(self.by_node) != len(executors):
             raise ValueError("two executors for the same node")
         self.work = {ex.node: NodeWork(ex.node) for ex in executors}
         only = executors[0].node if len(executors) == 1 else None
-        self.subject = work_subject(only) if only is not None else work_subject(">")
+        # every node's, not the terms the node watcher records there (`fl-work.leader.<kind>`)
+        self.subject = work_subject(only) if only is not None else work_subject("*")
         self.applied_seq = 0
         self.delivered = 0  # messages the log delivered to this group (bench/pipeline counts)
         self._stop = asyncio.Event()
@@ -70,8 +75,8 @@ class ExecutorGroup:
                 await cancel_and_wait(beat)
 
     async def _follow(self, ready: asyncio.Event | None) -> None:
-        await self.log.ensure_stream()
-        async for stored in self.log.read(1, subject=self.subject):
+        await self.relays.ensure_stream()
+        async for stored in self.relays.read(1, subject=self.subject):
             self._note(stored)
         for ex in self.executors:
             await ex.reconcile(self.work[ex.node])
@@ -80,7 +85,7 @@ class ExecutorGroup:
         logger.info("replayed and reconciled", seq=self.applied_seq, executors=len(self.executors))
         if ready is not None:
             ready.set()
-        async for stored in self.log.follow(self.applied_seq + 1, subject=self.subject):
+        async for stored in self.relays.follow(self.applied_seq + 1, subject=self.subject):
             relay = self._note(stored)
             if relay is not None:
                 self._dispatch(relay)
@@ -96,7 +101,7 @@ class ExecutorGroup:
             logger.warning("not relayed work: skipped", seq=stored.seq, id=relay.id)
             return None
         if relay.node not in self.work:
-            return None  # another group's node, where a group reads `fl.work.>`
+            return None  # another group's node, where a group reads `fl-work.*`
         return relay if self.work[relay.node].note(relay) else None
 
     def _dispatch(self, relay: WorkRelayed) -> None:

@@ -1,4 +1,4 @@
-"""What an executor knows of the log: its own node's relayed work (`fl.work.<node>`), folded.
+"""What an executor knows of the log: its own node's relayed work (`fl-work.<node>`), folded.
 
 The node watcher relays every event the fold applied that concerns this node's jobs (or the
 node itself), with those jobs as the fold left them (`JobWork`), and a placement with the job's

@@ -1,12 +1,12 @@
 """The node executor: runs the replicas the log places on this node, and reports what happened.
 
-One executor per node. It reads only its own node's work, `fl.work.<node>`: the events the
-fold applied that concern this node, relayed by the node watcher's leader after the fold
-refereed them (a placement the fold refused is never relayed), each with the jobs it concerns
-as the fold left them (services/nodewatch/work.py). It replays that into a `NodeWork`,
-reconciles with what its earlier self left running, registers the node (only a node that
-knows what runs on it offers itself for work), then follows the live tail and reacts to each
-relayed event with its node's work as it is right after that event:
+One executor per node. It reads only its own node's work, `fl-work.<node>` in the relay stream
+beside the log (services/runtime/relays.py): the events the fold applied that concern this node,
+relayed by the node watcher's leader after the fold refereed them (a placement the fold refused is
+never relayed), each with the jobs it concerns as the fold left them (services/nodewatch/work.py).
+It replays that into a `NodeWork`, reconciles with what its earlier self left running, registers the
+node (only a node that knows what runs on it offers itself for work), then follows the live tail and
+reacts to each relayed event with its node's work as it is right after that event:
 
 - `JobScheduled` for replicas on this node: start one workload per replica; the executor of the
   job's first replica reports `JobStarted`.

@@ -22,10 +22,14 @@ heartbeat the watch has not delivered yet (or missed) still counts: what is decl
 exactly what a read of every node that poll would declare.
 
 Its second duty is the work relay (`services/nodewatch/work.py`): every event the fold applied
-that concerns a node's jobs (or the node) is written again on `fl.work.<node>`, fenced on the
-same term, so each executor reads only its own node's work. Every watcher computes the relays
-as it folds and drops those it reads back; the leader writes the rest, in log order, so a new
-leader carries on where the log says relaying stopped (never from the start).
+that concerns a node's jobs (or the node) is written again on `fl-work.<node>`, in the relay
+stream beside the log (services/runtime/relays.py), so each executor reads only its own node's
+work and the log's other readers never see it. The leader records its term in the relay stream
+too and fences each relay on it. Every watcher computes the relays as it folds, reads the relay
+stream back, and drops what was written there; the leader writes the rest, each node's in log
+order, so a new leader carries on node by node where the relay stream says relaying stopped
+(never from the start): it reads the relay stream up to its own term first, after which no
+earlier leader's relay can land.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from nats.js.errors import APIError
 
 from events import (
     EventSetAside,
+    LeaderElected,
     NodeLost,
     NodeRegistered,
     WorkRelayed,
@@ -61,6 +66,7 @@ from services.runtime.follower import Follower
 from services.runtime.heartbeats import TIMEOUT_S, Heartbeats
 from services.runtime.host import Host, nats_host
 from services.runtime.leader import FencedLeader, Term
+from services.runtime.relays import term_subject
 from services.runtime.retry import is_transient
 from services.runtime.tasks import cancel_and_wait, while_alive
 
@@ -93,6 +99,9 @@ class NodeWatch:
         self.leader = FencedLeader(event_log, host, KIND, clock, ttl_s=lease_ttl_s)
         self.holder = self.leader.holder
         self.follower = Follower(event_log, service=KIND)
+        self.relays = host.relays()
+        self.relays_read = 0  # the relay stream's last sequence read back
+        self._read_back = asyncio.Event()  # set whenever the relay stream was read further
         #: node -> the id of the registration the fold knows it by
         self.registrations: dict[str, str] = {}
         self.last_seen: dict[str, float] = {}
@@ -106,15 +115,39 @@ class NodeWatch:
 
     async def run(self) -> None:
         await self.log.ensure_stream()
+        await self.relays.ensure_stream()
+        # where each node's relaying got to first, so that the fold's replay queues only what
+        # was never written
+        async for stored in self.relays.read(1):
+            self._written(stored)
         await self.follower.catch_up(self._note)
-        following = self.follower.run(self._note)
-        await while_alive(following, self.leader.run(self._lead), "the follower")
+        await while_alive(self._follow(), self.leader.run(self._lead), "the follower")
+
+    async def _follow(self) -> None:
+        """The log's tail into the fold, and the relay stream's into what was written."""
+        await asyncio.gather(self.follower.run(self._note), self._follow_relays())
+
+    async def _follow_relays(self) -> None:
+        async for stored in self.relays.follow(self.relays_read + 1):
+            self._written(stored)
+
+    def _written(self, stored: Stored) -> None:
+        if isinstance(stored.event, WorkRelayed):
+            self.queue.seen(stored.event)
+        self.relays_read = stored.seq
+        self._read_back.set()
+
+    async def _read_relays_to(self, seq: int, within: float = 10.0) -> None:
+        """Until the relay stream has been read back up to `seq`."""
+        async with asyncio.timeout(within):  # not wait_for: it can swallow a cancellation
+            while self.relays_read < seq:
+                self._read_back.clear()
+                await self._read_back.wait()
 
     async def _note(self, stored: Stored) -> None:
         event = stored.event
         if isinstance(event, WorkRelayed):
-            self.queue.seen(event)
-            return
+            return  # an older version's relay, written in the log: not this watcher's to mind
         if isinstance(event, EventSetAside):
             if event.service == KIND:  # that relay will never be written: drop it
                 self.queue.drop(relay_id(event.subject.removeprefix(work_subject("")), event.seq))
@@ -131,11 +164,14 @@ class NodeWatch:
 
     async def _lead(self, term: Term) -> None:
         await self.follower.wait_for(term.fence[1])
+        relay_fence = await self._relay_term(term)
+        # every relay an earlier leader wrote lands before this term's record or not at all
+        await self._read_relays_to(relay_fence[1])
         heartbeats = self.host.heartbeats(self.timeout_s)
         started = self.lapse.now()
         self.last_seen = {node: started for node in self.follower.state.nodes}
         duties = [
-            asyncio.create_task(self._relay(term.fence)),
+            asyncio.create_task(self._relay(term.fence, relay_fence)),
             asyncio.create_task(self._watch(heartbeats)),
         ]
         try:
@@ -167,8 +203,21 @@ class NodeWatch:
             await cancel_and_wait(sleeping)
             await cancel_and_wait(losing)
 
-    async def _relay(self, fence: tuple[str, int]) -> None:
-        """Write the pending relays in order, fenced on this term, until cancelled."""
+    async def _relay_term(self, term: Term) -> tuple[str, int]:
+        """Record this term in the relay stream; the fence of its relays."""
+        elected = LeaderElected(
+            id=f"{KIND}/relay-term/{self.holder}/{term.number}",
+            time=self.clock.now(),
+            actor=self.holder,
+            kind=KIND,
+            holder=self.holder,
+            term=term.number,
+        )
+        return (term_subject(KIND), await self.relays.publish_durably(elected))
+
+    async def _relay(self, fence: tuple[str, int], relay_fence: tuple[str, int]) -> None:
+        """Write the pending relays in order, fenced on this term, until cancelled (`fence`:
+        the log's, for a relay set aside; `relay_fence`: the relay stream's)."""
         sent: RelayKey | None = None  # this term starts from whatever is pending
         while True:
             self._queued.clear()
@@ -181,10 +230,14 @@ class NodeWatch:
             per_node: dict[str, list[WorkRelayed]] = {}
             for relay in batch:
                 per_node.setdefault(relay.node, []).append(relay)
-            await asyncio.gather(*(self._write(chain, fence) for chain in per_node.values()))
+            await asyncio.gather(
+                *(self._write(chain, fence, relay_fence) for chain in per_node.values())
+            )
             sent = relay_key(batch[-1])
 
-    async def _write(self, chain: list[WorkRelayed], fence: tuple[str, int]) -> None:
+    async def _write(
+        self, chain: list[WorkRelayed], fence: tuple[str, int], relay_fence: tuple[str, int]
+    ) -> None:
         for relay in chain:
             # the server counts headers too, and closes the connection of a client that sends
             # more than max_payload (which reads as a transient error, retried for ever): so
@@ -194,7 +247,7 @@ class NodeWatch:
                 await self._set_aside(relay, too_big, fence)
                 continue
             try:
-                await self.log.publish_durably(relay, fence=fence)
+                await self.relays.publish_durably(relay, fence=relay_fence)
             except (nats.errors.MaxPayloadError, APIError) as e:
                 if isinstance(e, APIError) and is_transient(e):
                     raise
@@ -219,7 +272,7 @@ class NodeWatch:
             reason=reason,
         )
         await self.log.publish_durably(aside, fence=fence)
-        self.queue.seen(relay)
+        self.queue.drop(relay.id)
         self.set_aside += 1
 
     async def _watch(self, heartbeats: Heartbeats) -> None:

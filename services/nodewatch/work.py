@@ -1,18 +1,19 @@
 """Work for one node: which applied events a node's executor must see, and what to tell it.
 
-The relay's pure part. `WorkBook.relays` takes an event the fold just applied (with the state
-right after it and the fold's verdict) and returns the `WorkRelayed` events to write on
-`fl.work.<node>`, one per node it concerns: the nodes the job held replicas on before the
-event and after it (a lost node: that node, and every node sharing a job with it). Each relay
-carries the concerned jobs as the fold left them (`JobWork`), and a placement carries the job's
-spec and the attempt's rendezvous (`Rendezvous`: replica 0's node's address, as the node
-registered it, and a port chosen here from the log, the same for every replica, new for each
-attempt): everything an executor needs, so it folds nothing but its own relays. Refused events
+The relay's pure part. `WorkBook.relays` takes an event the fold just applied (with the state right
+after it and the fold's verdict) and returns the `WorkRelayed` events to write on `fl-work.<node>`
+(the relay stream: services/runtime/relays.py), one per node it concerns: the nodes the job held
+replicas on before the event and after it (a lost node: that node, and every node sharing a job with
+it). Each relay carries the concerned jobs as the fold left them (`JobWork`), and a placement
+carries the job's spec and the attempt's rendezvous (`Rendezvous`: replica 0's node's address, as
+the node registered it, and a port chosen here from the log, the same for every replica, new for
+each attempt): everything an executor needs, so it folds nothing but its own relays. Refused events
 are never relayed: the fold is the referee, the relay is written after it.
 
-`RelayQueue` holds the relays computed but not yet seen in the log, in log order: a leader
-writes them, every watcher (leader or standby) drops those it then reads back, so a new leader
-resumes exactly where the log says relaying got to.
+`RelayQueue` holds the relays computed but not yet read back from the relay stream, in log
+order, and each node's last relay read back: a leader writes them, every watcher (leader or
+standby) drops those it then reads back, so a new leader resumes, node by node, exactly where
+the relay stream says relaying got to.
 """
 
 from __future__ import annotations
@@ -204,28 +205,49 @@ def relay_key(relay: WorkRelayed) -> RelayKey:
 
 @dataclass
 class RelayQueue:
-    """Relays computed and not yet read back from the log, in log order."""
+    """Relays computed and not yet read back from the relay stream, in log order, and how far
+    each node's relaying got.
+
+    Each node's relays are written in log order, so one read back means every earlier relay
+    to its node was written (or set aside): `written` is, per node, the source sequence of
+    the last relay read back, and a relay at or below it is never queued or handed out again,
+    even one the fold computes only after it was read back (the relay stream is read apart
+    from the log, and may be ahead of this watcher's fold)."""
 
     pending: OrderedDict[str, WorkRelayed] = field(default_factory=OrderedDict)
+    #: node -> the source sequence of the last relay to it read back
+    written: dict[str, int] = field(default_factory=dict)
 
     def add(self, relays: Iterable[WorkRelayed]) -> None:
         for relay in relays:
-            self.pending[relay.id] = relay
+            if not self._behind(relay):
+                self.pending[relay.id] = relay
 
     def seen(self, relay: WorkRelayed) -> None:
-        """A relay read back from the log: written, by this leader or an earlier one."""
+        """A relay read back from the relay stream: written, by this leader or an earlier one."""
         self.pending.pop(relay.id, None)
+        if relay.source_seq > self.written.get(relay.node, 0):
+            self.written[relay.node] = relay.source_seq
 
     def drop(self, relay_id: str) -> None:
         """A relay some leader set aside (`EventSetAside`): it will never be written."""
         self.pending.pop(relay_id, None)
 
     def after(self, key: RelayKey | None, limit: int) -> list[WorkRelayed]:
-        """Up to `limit` pending relays after `key` (all of them from None), in order."""
+        """Up to `limit` pending relays after `key` (all of them from None), in order, less
+        those behind their node's relaying (then dropped)."""
         out: list[WorkRelayed] = []
+        behind: list[str] = []
         for relay in self.pending.values():
-            if key is None or relay_key(relay) > key:
+            if self._behind(relay):
+                behind.append(relay.id)
+            elif key is None or relay_key(relay) > key:
                 out.append(relay)
                 if len(out) >= limit:
                     break
+        for relay_id in behind:
+            del self.pending[relay_id]
         return out
+
+    def _behind(self, relay: WorkRelayed) -> bool:
+        return relay.source_seq <= self.written.get(relay.node, 0)

@@ -9,10 +9,11 @@ snapshot, or delete the stream. With it, the server itself refuses all of that:
 - only an executor registers its node (`fl.node.<its node>.node_registered`, nothing else of
   the node's: only the node watcher declares a node lost, a node never itself) and publishes
   the reports of attempts on its own node (`fl.job.*.<event>.<its node>`);
-- only the node watcher relays work to a node (`fl.work.<node>`), and an executor reads only
-  its own node's work, through its own consumer (it reads nothing else of the log); no other
-  user may make, bind, pull from, ack or delete that consumer, nor the projector's, nor any
-  other service's (each is named in advance, `<service>-<instance>`, and denied by name);
+- only the node watcher relays work to a node (`fl-work.<node>`, in the relay stream), and an
+  executor reads only its own node's work, through its own consumer (it reads nothing else of the
+  relay stream, nor the log); no other user may make, bind, pull from, ack or delete that consumer,
+  nor the projector's, nor any other service's (each is named in advance, `<service>-<instance>`,
+  and denied by name);
 - only the ledger writes configuration events (a node's cordon among them) and snapshots;
 - executors read and write the objects of the cluster's checkpoint store (a job resumes on any
   node, so any node's executor reads any job's; the object store's subjects carry no job to
@@ -58,6 +59,9 @@ CREDENTIALS_ENV: Final = "FAIRLANE_NATS_CREDENTIALS"
 #: eventlog.STREAM, which cannot be imported here (the event log connects through this module);
 #: tests/test_auth.py checks they agree
 STREAM: Final = "FAIRLANE"
+#: relays.RELAY_STREAM and a relay's subject prefix (events.work_subject), likewise checked
+RELAY_STREAM: Final = "FAIRLANE_WORK"
+RELAY_PREFIX: Final = "fl-work"
 #: logstream.LOG_STREAM and LOG_PREFIX: the workloads' output (tests/test_auth.py checks them)
 LOG_STREAM: Final = "FAIRLANE_LOGS"
 LOG_PREFIX: Final = "fairlane.logs"
@@ -206,6 +210,12 @@ def permissions(user: str, nodes: list[str] | tuple[str, ...] = ()) -> Permissio
             for instance in range(INSTANCES)
         ]
         deny = [s for consumer in pinned for s in _consumer_subjects(STREAM, consumer)]
+        if user == "nodewatch":  # the only reader of the relay stream but executors
+            deny += [
+                s
+                for node in nodes
+                for s in _consumer_subjects(RELAY_STREAM, executor_consumer(node))
+            ]
         granted = msgspec.structs.replace(granted, deny_publish=deny)
     return granted
 
@@ -245,7 +255,10 @@ def _decider(user: str, inbox: list[str]) -> Permissions:
 
 
 def _nodewatch(user: str, inbox: list[str]) -> Permissions:
-    publish = [*_log_reader(), "fl.node.*.node_lost", f"fl.leader.{user}", "fl.work.*"]
+    publish = [*_log_reader(), "fl.node.*.node_lost", f"fl.leader.{user}"]
+    # each node's work, fenced on its term recorded in the relay stream too, and reading the
+    # relay stream back (where a new leader's relaying starts)
+    publish += [f"{RELAY_PREFIX}.*", f"{RELAY_PREFIX}.leader.{user}", *_reading(RELAY_STREAM)]
     publish.append(set_aside_subject(user))  # a relay it cannot write, an event it cannot fold
     publish += [*_reading(f"KV_{LEASES}"), f"$KV.{LEASES}.{user}"]
     publish += _reading(f"KV_{HEARTBEATS}")
@@ -298,18 +311,19 @@ def _consumer_subjects(stream: str, consumer: str) -> list[str]:
 
 
 def _own_work(node: str) -> list[str]:
-    """Reading one node's relayed work and nothing else of the log: the consumer's create
-    request names its filter in the subject (`CONSUMER.CREATE.<stream>.<name>.<filter>`), so
-    the server refuses one that filters on anything else; no message get, no other consumer."""
-    api, consumer = "$JS.API", executor_consumer(node)
+    """Reading one node's relayed work and nothing else of the relay stream or the log: the
+    consumer's create request names its filter in the subject
+    (`CONSUMER.CREATE.<stream>.<name>.<filter>`), so the server refuses one that filters on
+    anything else; no message get, no other consumer."""
+    api, consumer, stream = "$JS.API", executor_consumer(node), RELAY_STREAM
     return [
-        f"{api}.STREAM.INFO.{STREAM}",
-        f"{api}.CONSUMER.CREATE.{STREAM}.{consumer}.fl.work.{node}",
-        f"{api}.CONSUMER.INFO.{STREAM}.{consumer}",
-        f"{api}.CONSUMER.DELETE.{STREAM}.{consumer}",
-        f"{api}.CONSUMER.MSG.NEXT.{STREAM}.{consumer}",
-        f"$JS.ACK.{STREAM}.{consumer}.>",
-        f"$JS.FC.{STREAM}.{consumer}.>",
+        f"{api}.STREAM.INFO.{stream}",
+        f"{api}.CONSUMER.CREATE.{stream}.{consumer}.{RELAY_PREFIX}.{node}",
+        f"{api}.CONSUMER.INFO.{stream}.{consumer}",
+        f"{api}.CONSUMER.DELETE.{stream}.{consumer}",
+        f"{api}.CONSUMER.MSG.NEXT.{stream}.{consumer}",
+        f"$JS.ACK.{stream}.{consumer}.>",
+        f"$JS.FC.{stream}.{consumer}.>",
     ]
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any, Final, Literal, Protocol
 
@@ -165,13 +165,24 @@ def stored_or_skip(seq: int, subject: str, data: bytes) -> Stored | None:
 
 
 class JetStreamLog:
-    def __init__(self, nc: Client, stream: str = STREAM, durable: str | None = None) -> None:
+    def __init__(
+        self,
+        nc: Client,
+        stream: str = STREAM,
+        durable: str | None = None,
+        subjects: list[str] = SUBJECTS,
+        subject_of: Callable[[Event], str] = subject_for,
+    ) -> None:
         """`durable`: the name of the durable consumer `follow` reads the live tail with (a
-        service process's own name); None for an ephemeral one (tools, tests, benchmarks)."""
+        service process's own name); None for an ephemeral one (tools, tests, benchmarks).
+        `subjects`: the stream's, where this log makes it; `subject_of`: where each event is
+        written (another stream than the log: services/runtime/relays.py)."""
         self.nc = nc
         self.js: JetStreamContext = nc.jetstream()
         self.stream = stream
         self.durable = durable
+        self.subjects = subjects
+        self.subject_of = subject_of
         self.skipped = 0  # malformed or unknown messages seen while reading
         # A replicated stream takes one write fenced on a subject at a time: it refuses a
         # second while the first is in flight (10164), so this client sends its own one after
@@ -188,7 +199,10 @@ class JetStreamLog:
 
     async def ensure_stream(self) -> None:
         config = StreamConfig(
-            name=self.stream, subjects=SUBJECTS, duplicate_window=120.0, allow_rollup_hdrs=False
+            name=self.stream,
+            subjects=self.subjects,
+            duplicate_window=120.0,
+            allow_rollup_hdrs=False,
         )
         try:
             info = await self.js.stream_info(self.stream)
@@ -226,7 +240,7 @@ class JetStreamLog:
     async def _store(self, event: Event, headers: dict[str, Any]) -> int:
         try:
             ack = await self.js.publish(
-                subject_for(event), encode_event(event), stream=self.stream, headers=headers
+                self.subject_of(event), encode_event(event), stream=self.stream, headers=headers
             )
         except APIError as e:
             if e.err_code == WRONG_LAST_SEQUENCE:

@@ -1,14 +1,15 @@
-"""Everything a service reaches outside its own code: the event log, where commands reach it,
-leadership, snapshots, the nodes' heartbeats and GPU samples, the workloads' output, the
-checkpoint store and the bus's message limit.
+"""Everything a service reaches outside its own code: the event log, the relay stream beside
+it (services/runtime/relays.py), where commands reach it, leadership, snapshots, the nodes'
+heartbeats and GPU samples, the workloads' output, the checkpoint store and the bus's message
+limit.
 
-On a cluster that is NATS (`NatsHost`: the JetStream log, request/reply subjects, a KV lease,
-the snapshot object store, the heartbeat and GPU sample buckets, the output stream, the
-checkpoint object store, all on the log's connection). In one process on the in-memory log
-(`InProcessHost`) commands are handed to the services' handlers directly, each decision kind
-has one leader for good, heartbeats, samples, output and checkpoints are kept in memory and
-there are no snapshots: the services, the node executor among them, are the same code either
-way, and none of them touches NATS itself.
+On a cluster that is NATS (`NatsHost`: the JetStream log and the relay stream, request/reply
+subjects, a KV lease, the snapshot object store, the heartbeat and GPU sample buckets, the
+output stream, the checkpoint object store, all on the log's connection). In one process on the
+in-memory log (`InProcessHost`) commands are handed to the services' handlers directly, each
+decision kind has one leader for good, heartbeats, samples, output, relays and checkpoints are
+kept in memory and there are no snapshots: the services, the node executor among them, are the
+same code either way, and none of them touches NATS itself.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from services.runtime.heartbeats import TIMEOUT_S, Heartbeats, KvHeartbeats, Mem
 from services.runtime.lease import Lease
 from services.runtime.memory_log import MemoryLog
 from services.runtime.output import JetStreamOutput, MemoryOutput, Output
+from services.runtime.relays import relay_log, relay_subject
 from services.runtime.snapshots import SnapshotStore
 
 
@@ -62,6 +64,10 @@ class Host(Protocol):
         ...
 
     def leadership(self, kind: str, holder: str, ttl_s: float) -> Leadership: ...
+
+    def relays(self) -> EventLog:
+        """The relay stream: each node's work, apart from the log."""
+        ...
 
     def snapshots(self) -> SnapshotStore | None: ...
 
@@ -118,6 +124,9 @@ class NatsHost:
     def leadership(self, kind: str, holder: str, ttl_s: float) -> Leadership:
         return _KvLeadership(Lease(kind, holder, ttl_s=ttl_s), self.log)
 
+    def relays(self) -> EventLog:
+        return relay_log(self.log)
+
     def snapshots(self) -> SnapshotStore | None:
         return SnapshotStore(self.log.js)
 
@@ -171,6 +180,7 @@ class InProcessHost:
     _samples: MemoryGpuSamples = field(default_factory=MemoryGpuSamples)
     _output: MemoryOutput = field(default_factory=MemoryOutput)
     _checkpoints: MemoryCheckpoints = field(default_factory=MemoryCheckpoints)
+    _relays: MemoryLog = field(default_factory=lambda: MemoryLog(subject_of=relay_subject))
 
     async def serve(self, subject: str, handler: Handler, concurrency: int = 1) -> None:
         self.handlers[subject] = (handler, asyncio.Semaphore(concurrency))
@@ -184,6 +194,9 @@ class InProcessHost:
 
     def leadership(self, kind: str, holder: str, ttl_s: float) -> Leadership:
         return _SoleLeadership()
+
+    def relays(self) -> EventLog:
+        return self._relays
 
     def snapshots(self) -> SnapshotStore | None:
         return None

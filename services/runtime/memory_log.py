@@ -10,7 +10,7 @@ the per-subject expectation is what makes a repeat safe after that, here as ther
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 from events import Event, encode_event, subject_for
@@ -40,6 +40,8 @@ class MemoryLog:
     ids: dict[str, int] = field(default_factory=dict)  # event id -> its sequence
     last_by_subject: dict[str, int] = field(default_factory=dict)
     skipped: int = 0
+    #: where each event is written (another stream than the log: services/runtime/relays.py)
+    subject_of: Callable[[Event], str] = subject_for
     _grew: asyncio.Condition | None = None
 
     async def ensure_stream(self) -> None:
@@ -61,7 +63,7 @@ class MemoryLog:
             raise Conflict(f"wrong last sequence: {len(self.messages)}")
         if fence is not None and self._last_seq_on(fence[0]) != fence[1]:
             raise Conflict(f"wrong last sequence on {fence[0]}: {self._last_seq_on(fence[0])}")
-        seq = await self._append(subject_for(event), encode_event(event))
+        seq = await self._append(self.subject_of(event), encode_event(event))
         self.ids[event.id] = seq
         return seq
 

@@ -279,6 +279,9 @@ class JobCheckpointed(Event, frozen=True, kw_only=True):
     #: Optional, so neither an older event nor an older reader needs an upcast. It is in the
     #: subject too (`subject_for`), where the server holds each executor to its own node.
     node: str | None = None
+    #: The save was over the checkpoint store's bound and not stored: `size_bytes` is the size
+    #: refused, and the store still holds the save before it. Optional: no upcast needed.
+    refused: bool = False
 
 
 class JobProgress(Event, frozen=True, kw_only=True):

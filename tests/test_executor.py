@@ -770,6 +770,8 @@ async def test_a_checkpoint_over_the_bound_is_not_stored_and_the_timeline_says_s
     )
     assert size and int(size[1]) > 100_000 and "not stored" in said.text, said.text
     assert said.actor == "executor/n1"
+    refused = await cluster.recorder.wait(JobCheckpointed, "big", lambda e: e.refused)
+    assert refused.size_bytes == int(size[1])  # the size refused, not the one stored before
     bucket = await checkpoint_bucket(cluster.log.js)
     kept = await bucket.get(object_name("big", 0))  # checks the digest
     assert kept.info.size == stored.size_bytes

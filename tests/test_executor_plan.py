@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from events import (
+    JobCheckpointed,
     JobCompleted,
     JobFailed,
     JobPreempted,
@@ -139,6 +140,21 @@ def test_a_replica_that_ends_by_itself_is_reported_failed_lost_or_completed() ->
     assert isinstance(event, JobCompleted) and event.id == "g/1/completed"
     # reported already (or being reported): nothing more
     assert plan(w, here("n0", ok, reported=frozenset({"g/1/completed"})), 1.0) == []
+
+
+def test_a_save_over_the_bound_is_reported_with_the_size_refused() -> None:
+    """The store refused the folder: `JobCheckpointed` gives the refused size and says so,
+    not the size of the object stored before it."""
+    w = work("n0", job(held=(PAIR[0],)))
+    r = running(size=90_000, refused=True)
+    h = here("n0", r)
+    h = dataclasses.replace(h, attempts={r.attempt_key: AttemptFacts("g", 1, mark=5.0)})
+    [event] = reports(plan(w, h, 6.0))
+    assert isinstance(event, JobCheckpointed)
+    assert (event.size_bytes, event.refused, event.time) == (90_000, True, 5.0)
+    kept = dataclasses.replace(h, replicas={r.key: dataclasses.replace(r, refused=False)})
+    [event] = reports(plan(w, kept, 6.0))
+    assert isinstance(event, JobCheckpointed) and not event.refused
 
 
 def test_what_the_log_no_longer_wants_is_stopped_without_a_report_then_forgotten() -> None:

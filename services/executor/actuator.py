@@ -447,11 +447,13 @@ class Actuator:
         if stored.over_bound:
             bound = self.objects.max_bytes
             self.logger.warning("checkpoint over the bound: not stored", size=stored.size)
-            return {"over_bound": OverBound(saves, mark, stored.size, bound)}
+            over = OverBound(saves, mark, stored.size, bound)
+            return {"over_bound": over, "size": stored.size, "refused": True}
         if stored.digest is None:
             return {}
         self.logger.info("checkpoint stored", object=stored.name, size=stored.size)
-        return {"size": stored.size, "stored_bytes": stored.size if after_stop else 0}
+        stored_bytes = stored.size if after_stop else 0
+        return {"size": stored.size, "refused": False, "stored_bytes": stored_bytes}
 
     async def _fetch(self, key: ReplicaKey, handle: Handle) -> None:
         """Before a later attempt's replica starts here: its folder made the stored

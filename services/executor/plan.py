@@ -442,6 +442,7 @@ def checkpoint(work: NodeWork, here: Here, att: AttemptFacts) -> list[Action]:
         attempt=att.attempt,
         size_bytes=replicas[0].size if replicas else None,
         node=here.node,
+        refused=bool(replicas) and replicas[0].refused,
     )
     return [Counted(key, n, att.mark), *report(here, event)]
 

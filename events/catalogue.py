@@ -264,7 +264,8 @@ class JobPreempted(Event, frozen=True, kw_only=True):
     node: str | None = None
     #: It reports only the stopped replicas on `node`, each stored its checkpoint first: a
     #: stop spanning several nodes ends once every one of them reported its own (False: the
-    #: whole stop at once, as reports were before). Optional: no upcast needed.
+    #: whole stop at once, as reports were before). Of a stop of some replicas, `replicas`
+    #: is then how many of the node's own it stopped. Optional: no upcast needed.
     own_replicas: bool = False
 
 

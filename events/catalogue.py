@@ -264,7 +264,8 @@ class JobPreempted(Event, frozen=True, kw_only=True):
     node: str | None = None
     #: It reports only the stopped replicas on `node`, each stored its checkpoint first: a
     #: stop spanning several nodes ends once every one of them reported its own (False: the
-    #: whole stop at once, as reports were before). Optional: no upcast needed.
+    #: whole stop at once, as reports were before). Of a stop of some replicas, `replicas`
+    #: is then how many of the node's own it stopped. Optional: no upcast needed.
     own_replicas: bool = False
 
 
@@ -279,6 +280,9 @@ class JobCheckpointed(Event, frozen=True, kw_only=True):
     #: Optional, so neither an older event nor an older reader needs an upcast. It is in the
     #: subject too (`subject_for`), where the server holds each executor to its own node.
     node: str | None = None
+    #: The save was over the checkpoint store's bound and not stored: `size_bytes` is the size
+    #: refused, and the store still holds the save before it. Optional: no upcast needed.
+    refused: bool = False
 
 
 class JobProgress(Event, frozen=True, kw_only=True):

@@ -60,7 +60,8 @@ def on_node(report_id: str, node: str) -> str:
 
 
 def lost(job_id: str, attempt: int) -> str:
-    """A replica that ended unobserved and left no exit status."""
+    """A replica that ended unobserved and left no exit status: the stop of its attempt,
+    which each node reports for its own replicas under this and its name (`on_node`)."""
     return f"{job_id}/{attempt}/lost"
 
 

@@ -159,6 +159,8 @@ def _checkpointed(entry: dict[str, Any], event: dict[str, Any]) -> str:
         text += f" at step {event['step']}"
     if event.get("size_bytes") is not None:
         text += f", {event['size_bytes'] / 1e6:.1f} MB"
+    if event.get("refused"):
+        text += ", not stored (over the checkpoint store's bound)"
     save_s = event.get("save_s") or 0
     return text + (f" in {save_s:.1f} s" if save_s else "")
 

@@ -20,6 +20,7 @@ from events import (
     JobProgress,
     JobResumed,
     JobStarted,
+    ids,
 )
 from events.catalogue import MAKES_ROOM
 from policy.cluster_data import UNKNOWN_JOB, ClusterData, Handler, Refusal
@@ -93,16 +94,21 @@ def _job_preempted(state: ClusterData, e: JobPreempted) -> Refusal:
 
 def _node_stopped(state: ClusterData, job: Job, e: JobPreempted, node: str) -> Refusal:
     """One node stopped its own replicas of the stop in progress (and stored what they saved):
-    they are given back, and the attempt is over only once every node being stopped reported,
+    they are given back, and the stop is over only once every node being stopped reported,
     so the next attempt never starts from a checkpoint some node is still storing. A report
-    with no stop in progress (a shut down) stops the whole attempt: the other nodes see the
-    job stopping and report theirs."""
+    with no stop in progress (a shut down, a replica lost) stops the whole attempt: the other
+    nodes see the job stopping and report theirs. Of a stop of some replicas (an elastic
+    job's extras), a node reports `e.replicas` of its own: the newest it has being stopped,
+    since each request takes the newest not taken yet and a node reports its requests in turn."""
     if job.stop_replicas == 0:
         job.stop_replicas, job.stop_reason = len(job.held), e.reason
         if job.phase in ("starting", "running"):
             job.phase = "stopping"
+    whole = job.stop_replicas >= len(job.held)
     stopping = job.held[len(job.held) - job.stop_replicas :]
     mine = [r for r in stopping if r.node == node]
+    if not whole and e.replicas:
+        mine = mine[len(mine) - e.replicas :] if len(mine) >= e.replicas else []
     if not mine:
         return f"no replica being stopped is on {node}"  # a repeat
     state._give_back(job, mine)
@@ -110,11 +116,20 @@ def _node_stopped(state: ClusterData, job: Job, e: JobPreempted, node: str) -> R
     job.stop_replicas -= len(mine)
     if e.checkpointed:
         job.last_checkpoint_at = e.time
-    if job.stop_replicas == 0 and e.reason in MAKES_ROOM:
-        job.preemptions += 1  # once per stop: when its last node reported
+    if e.reason in MAKES_ROOM and _counts(job, e, whole):
+        job.preemptions += 1
     if not job.held:
         state._end_attempt(job, e.time)
     return None
+
+
+def _counts(job: Job, e: JobPreempted, whole: bool) -> bool:
+    """Whether this node's report counts the stop as a preemption, once per stop: a whole
+    attempt's when its last node reported; each request for some replicas by its first node's
+    report, the one under the request's own answer's id (the others add the node's name)."""
+    if whole:
+        return job.stop_replicas == 0
+    return e.causation is not None and e.id == ids.stopped(e.causation)
 
 
 def _job_checkpointed(state: ClusterData, e: JobCheckpointed) -> Refusal:

@@ -547,7 +547,8 @@ async def test_a_restarted_executor_adopts_reports_and_cleans_up(cluster: Cluste
         failed = await cluster.recorder.wait(JobFailed, "down", within=20)
         assert (failed.exit_code, failed.actor) == (3, "executor/n1")
         lost = await cluster.recorder.wait(JobPreempted, "lost")
-        assert (lost.id, lost.reason) == ("lost/1/lost", "node_lost")
+        # its node's own replicas: a gang's other nodes would report theirs under their names
+        assert (lost.id, lost.reason, lost.own_replicas) == ("lost/1/lost/n1", "node_lost", True)
         await eventually(lambda: not alive(pids["stale"]))
         # reconciliation is done (it reported `down`): `keep` was adopted, not started again
         assert alive(pids["keep"])
@@ -613,6 +614,36 @@ async def test_a_gang_over_two_nodes_grows_and_stops_on_both(cluster: Cluster) -
         ("g/1/preempt/done", "executor/n1", 0, True),
         ("g/1/preempt/done/n2", "executor/n2", 0, True),
     }
+
+
+async def test_a_stop_of_some_replicas_over_two_nodes_is_reported_by_each(
+    cluster: Cluster,
+) -> None:
+    """Two of an elastic job's four replicas, one on each node, asked to stop: each node
+    reports its own once stopped and stored (the stop's first node under its answer's id, the
+    other under it and its name), so neither's GPU is given back while it still stores."""
+    n1 = await cluster.executor("n1", gpus=2)
+    n2 = await cluster.executor("n2", gpus=2)
+    four = (Replica("n1", (0,)), Replica("n2", (0,)), Replica("n1", (1,)), Replica("n2", (1,)))
+    await cluster.job("e", four, ("sleep", "30"))
+    await cluster.recorder.wait(JobStarted, "e")
+    await cluster.preempt("e", replicas=2)
+    await eventually(lambda: len(cluster.recorder.of(JobPreempted, "e")) == 2)
+    reports = {
+        (e.id, e.actor, e.replicas, e.own_replicas) for e in cluster.recorder.of(JobPreempted, "e")
+    }
+    assert reports == {
+        ("e/1/preempt/done", "executor/n1", 1, True),
+        ("e/1/preempt/done/n2", "executor/n2", 1, True),
+    }
+    job = folded(cluster.recorder.events).jobs["e"]
+    assert (job.phase, job.held, job.stop_replicas, job.preemptions) == (
+        "running",
+        list(four[:2]),
+        0,
+        1,
+    )
+    assert all(len(ex.local_replicas()) == 1 for ex in (n1, n2))  # the others run on
 
 
 def stopped_and_resumed(ex: Executor, job_id: str) -> tuple[int | None, int | None]:
@@ -776,6 +807,8 @@ async def test_a_checkpoint_over_the_bound_is_not_stored_and_the_timeline_says_s
     )
     assert size and int(size[1]) > 100_000 and "not stored" in said.text, said.text
     assert said.actor == "executor/n1"
+    refused = await cluster.recorder.wait(JobCheckpointed, "big", lambda e: e.refused)
+    assert refused.size_bytes == int(size[1])  # the size refused, not the one stored before
     bucket = await checkpoint_bucket(cluster.log.js)
     kept = await bucket.get(object_name("big", 0))  # checks the digest
     assert kept.info.size == stored.size_bytes

@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from events import (
+    JobCheckpointed,
     JobCompleted,
     JobFailed,
     JobPreempted,
@@ -16,6 +17,7 @@ from events import (
     JobSpec,
     NodeRegistered,
     Replica,
+    WorkRelayed,
 )
 from events.catalogue import JobWork
 from services.executor.facts import AttemptFacts, Here, ReplicaFacts
@@ -125,20 +127,32 @@ def test_a_stop_signals_then_kills_then_stores_then_reports_its_own_replicas() -
     assert isinstance(mine, JobPreempted) and mine.id == "g/ask/done"  # as a single reporter's
 
 
-def test_a_replica_that_ends_by_itself_is_reported_failed_lost_or_completed() -> None:
+def test_a_replica_that_ends_by_itself_is_reported_failed_or_completed() -> None:
     w = work("n0", job(held=(PAIR[0],)))
     failed = dataclasses.replace(running(), ended=True, exit_code=3, detail="boom")
     [event] = reports(plan(w, here("n0", failed), 1.0))
     assert isinstance(event, JobFailed)
     assert (event.id, event.reason) == ("g/1/failed", "replica 0 on n0 exited with code 3: boom")
-    lost = dataclasses.replace(running(), ended=True, exit_code=None)
-    [event] = reports(plan(w, here("n0", lost), 1.0))
-    assert isinstance(event, JobPreempted) and (event.id, event.reason) == ("g/1/lost", "node_lost")
     ok = dataclasses.replace(running(), ended=True, exit_code=0)
     [event] = reports(plan(w, here("n0", ok), 1.0))
     assert isinstance(event, JobCompleted) and event.id == "g/1/completed"
     # reported already (or being reported): nothing more
     assert plan(w, here("n0", ok, reported=frozenset({"g/1/completed"})), 1.0) == []
+
+
+def test_a_save_over_the_bound_is_reported_with_the_size_refused() -> None:
+    """The store refused the folder: `JobCheckpointed` gives the refused size and says so,
+    not the size of the object stored before it."""
+    w = work("n0", job(held=(PAIR[0],)))
+    r = running(size=90_000, refused=True)
+    h = here("n0", r)
+    h = dataclasses.replace(h, attempts={r.attempt_key: AttemptFacts("g", 1, mark=5.0)})
+    [event] = reports(plan(w, h, 6.0))
+    assert isinstance(event, JobCheckpointed)
+    assert (event.size_bytes, event.refused, event.time) == (90_000, True, 5.0)
+    kept = dataclasses.replace(h, replicas={r.key: dataclasses.replace(r, refused=False)})
+    [event] = reports(plan(w, kept, 6.0))
+    assert isinstance(event, JobCheckpointed) and not event.refused
 
 
 def test_what_the_log_no_longer_wants_is_stopped_without_a_report_then_forgotten() -> None:
@@ -246,27 +260,71 @@ def exit_if_due(
     return f
 
 
-def test_stops_of_some_replicas_are_each_reported_once_by_their_first_node() -> None:
-    """An elastic job's extras taken by two requests in turn: each stops its own newest replica
-    and is answered once (as before: not node by node), so each counts as a preemption."""
-    three = (Replica("n0", (0,)), Replica("n0", (1,)), Replica("n0", (2,)))
-    w = work("n0", job(held=three))
-    for n, ask in enumerate(("g/a1", "g/a2"), start=1):
+def test_stops_of_some_replicas_are_reported_by_each_node_for_its_own_in_turn() -> None:
+    """An elastic job's extras over two nodes, taken by two requests in turn (each the newest
+    not taken yet): each node reports its own replicas of each, a node its requests one after
+    the other (the fold gives back a node's newest first), the request's first node under the
+    request's answer (which counts the preemption), the other under that and its name."""
+    four = (Replica("n0", (0,)), Replica("n1", (0,)), Replica("n0", (1,)), Replica("n1", (1,)))
+    w1, w0 = work("n1", job(held=four)), work("n0", job(held=four))
+    stopping = 0
+    for ask, n in (("g/a1", 2), ("g/a2", 1)):
         request = JobPreemptionRequested(
-            id=ask, time=0.0, actor="p", job_id="g", attempt=1, reason="reclaim", replicas=1
+            id=ask, time=0.0, actor="p", job_id="g", attempt=1, reason="reclaim", replicas=n
         )
-        before = w.jobs["g"].stop_replicas
-        w.jobs["g"] = msgspec.structs.replace(w.jobs["g"], stop_replicas=n)
-        w.stops.setdefault("g", []).append(requested(request, w.jobs["g"], before))
-    assert [o.targets for o in w.stops["g"]] == [(three[2],), (three[1],)]
-    done = [
-        dataclasses.replace(
-            ReplicaFacts("g", 1, i, three[i]), launched=True, ended=True, stop_at=0.0
-        )
-        for i in (1, 2)
+        for w in (w1, w0):
+            w.jobs["g"] = msgspec.structs.replace(w.jobs["g"], stop_replicas=stopping + n)
+            w.stops.setdefault("g", []).append(requested(request, w.jobs["g"], stopping))
+        stopping += n
+    assert [o.targets for o in w1.stops["g"]] == [(four[2], four[3]), (four[1],)]
+
+    def done(node: str, *indexes: int) -> Here:
+        facts = [
+            ReplicaFacts("g", 1, i, four[i], launched=True, ended=True, stop_at=0.0)
+            for i in indexes
+        ]
+        return dataclasses.replace(here(node, *facts), objects=False)
+
+    def own(events: list[object]) -> list[tuple[str, int, bool]]:
+        return [(e.id, e.replicas, e.own_replicas) for e in events if isinstance(e, JobPreempted)]
+
+    assert own(reports(plan(w0, done("n0", 2), 1.0))) == [("g/a1/done", 1, True)]
+    n1 = done("n1", 1, 3)
+    assert own(reports(plan(w1, n1, 1.0))) == [("g/a1/done/n1", 1, True)]  # a2's waits
+    in_flight = dataclasses.replace(n1, reported=frozenset({"g/a1/done/n1"}))
+    assert own(reports(plan(w1, in_flight, 1.0))) == []
+    logged = dataclasses.replace(in_flight, published=in_flight.reported)
+    assert own(reports(plan(w1, logged, 1.0))) == [("g/a2/done", 1, True)]
+
+
+def test_a_replica_lost_stops_the_attempt_as_a_preemption_does_node_by_node() -> None:
+    """A replica that ended unobserved (no exit status): the node stops its other replicas,
+    stores and reports its own under `lost` and its name; the others, told by the relay of
+    that report, do the same, so the next attempt resumes from what each stored."""
+    held = (Replica("n0", (0,)), Replica("n0", (1,)), Replica("n1", (0,)))
+    w0 = work("n0", job(held=held))
+    gone = ReplicaFacts("g", 1, 0, held[0], launched=True, has_workload=True, ended=True)
+    alive = ReplicaFacts("g", 1, 1, held[1], launched=True, has_workload=True)
+    assert plan(w0, here("n0", gone, alive), 1.0) == [Terminate(alive.key, GRACE)]
+    ended = dataclasses.replace(alive, stop_at=1.0, ended=True, exit_code=143)
+    assert plan(w0, here("n0", gone, ended), 2.0) == [
+        Store(gone.key, after_stop=True),  # what either saved goes to the store first
+        Store(ended.key, after_stop=True),
     ]
-    events = reports(plan(w, dataclasses.replace(here("n0", *done), objects=False), 1.0))
-    assert {(e.id, e.replicas, e.own_replicas) for e in events if isinstance(e, JobPreempted)} == {
-        ("g/a1/done", 1, False),
-        ("g/a2/done", 1, False),
-    }
+    stopped = [dataclasses.replace(f, stored_after_stop=True) for f in (gone, ended)]
+    [event] = reports(plan(w0, here("n0", *stopped), 2.0))
+    assert isinstance(event, JobPreempted)
+    assert (event.id, event.reason, event.own_replicas) == ("g/1/lost/n0", "node_lost", True)
+    w1 = work("n1", job(held=held))
+    left = job("stopping", held=held[2:], stop=1)
+    relay = WorkRelayed(
+        id="work/n1/9", time=2.0, actor="w", node="n1", source_seq=9, event=event, jobs=(left,)
+    )
+    assert w1.note(relay)
+    r = running("n1", 0)
+    r = dataclasses.replace(r, replica=held[2], index=2)
+    assert plan(w1, here("n1", r), 2.0) == [Terminate(r.key, GRACE)]
+    over = dataclasses.replace(r, stop_at=2.0, ended=True, exit_code=143, stored_after_stop=True)
+    [mine] = reports(plan(w1, here("n1", over), 3.0))
+    assert isinstance(mine, JobPreempted)
+    assert (mine.id, mine.reason, mine.own_replicas) == ("g/1/lost/n1", "node_lost", True)

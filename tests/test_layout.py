@@ -175,6 +175,59 @@ def test_the_source_tree_keeps_the_import_direction() -> None:
     assert violations(ROOT) == []
 
 
+#: The packages whose modules may not import one another in a circle, not even for types
+#: alone (`if TYPE_CHECKING:`): a module that needs to name its caller names a Protocol of
+#: what it needs instead.
+ACYCLIC: Final = ("services",)
+
+
+def import_cycles(root: Path, package: str) -> list[list[str]]:
+    """The circles of imports among `package`'s modules, each as the modules around it."""
+    files = {".".join(module_of(p)): p for p in python_files(root) if p.parts[0] == package}
+    graph: dict[str, set[str]] = {m: set() for m in files}
+    for module, path in files.items():
+        for imp in imports_of(root, path):
+            target = imp.module
+            while target and target not in files:
+                target = target.rpartition(".")[0]
+            if target and target != module:
+                graph[module].add(target)
+    cycles: list[list[str]] = []
+    state: dict[str, str] = {}  # "open" while on the path walked, then "done"
+
+    def walk(module: str, path: list[str]) -> None:
+        state[module] = "open"
+        for target in sorted(graph[module]):
+            if state.get(target) == "open":
+                cycles.append([*path[path.index(target) :], module, target])
+            elif target not in state:
+                walk(target, [*path, module])
+        state[module] = "done"
+
+    for module in sorted(graph):
+        if module not in state:
+            walk(module, [])
+    return cycles
+
+
+def test_no_service_module_imports_in_a_circle() -> None:
+    for package in ACYCLIC:
+        assert import_cycles(ROOT, package) == []
+
+
+def test_an_import_circle_is_found_even_for_types_alone(tmp_path: Path) -> None:
+    _write(
+        tmp_path,
+        {
+            "services/__init__.py": "",
+            "services/a.py": "from services.b import B\n",
+            "services/b.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+            "    from services.a import A\n",
+        },
+    )
+    assert import_cycles(tmp_path, "services") == [["services.a", "services.b", "services.a"]]
+
+
 def test_the_packages_it_checks_are_the_real_ones() -> None:
     """A check over no files would pass: make sure the layers and services are there."""
     assert {*MAY_IMPORT, "simulation"} <= ours(ROOT)

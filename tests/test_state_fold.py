@@ -272,8 +272,8 @@ def gang_over_two_nodes() -> VirtualCluster:
 
 
 def own(node: str, reason: str = "priority", **kw: Any) -> JobPreempted:
+    kw.setdefault("id", f"g/stop/{node}")
     return JobPreempted(
-        id=f"g/stop/{node}",
         time=5.0,
         actor=f"executor/{node}",
         job_id="g",
@@ -314,6 +314,55 @@ def test_a_shut_down_report_of_one_node_stops_the_whole_gang() -> None:
     assert (job.phase, job.held, job.stop_replicas) == ("stopping", [Replica("n0", (0,))], 1)
     assert vc.record(own("n0", reason="shutdown")).applied
     assert (job.phase, job.held, job.preemptions) == ("pending", [], 0)
+
+
+def test_a_stop_of_some_replicas_over_two_nodes_ends_as_each_node_reports_its_own() -> None:
+    """An elastic job's extras on two nodes, taken by two requests: each node gives back its
+    own replicas of a request as it reports them (the other node's stay held while it stores),
+    and each request counts one preemption, by its first node's report."""
+    vc = VirtualCluster()
+    vc.add_pool("default")
+    for node in ("n0", "n1"):
+        vc.add_node(node, "default", 2)
+    vc.set_project("a", {"default": ProjectTerms(quota=4)})
+    vc.submit("g", JobSpec(project="a", gpus=1, replicas=4, min_replicas=1))
+    four = [Replica("n0", (0,)), Replica("n1", (0,)), Replica("n0", (1,)), Replica("n1", (1,))]
+    placed = JobScheduled(
+        id="g/p", time=0.0, actor="t", job_id="g", attempt=1, pool="default", replicas=tuple(four)
+    )
+    assert vc.record(placed).applied
+    for ask, n in (("g/a1", 2), ("g/a2", 1)):
+        request = JobPreemptionRequested(
+            id=ask, time=2.0, actor="p", job_id="g", attempt=1, reason="reclaim", replicas=n
+        )
+        assert vc.record(request).applied
+    job = vc.state.jobs["g"]
+    a1_n0 = own("n0", id="g/a1/done", causation="g/a1", replicas=1, reason="reclaim")
+    assert vc.record(a1_n0).applied
+    assert (job.held, job.stop_replicas, job.preemptions) == (four[:2] + four[3:], 2, 1)
+    assert vc.state.owners["n1"] == {0: "g", 1: "g"}  # n1 still stores its replica of a1
+    a1_n1 = own("n1", id="g/a1/done/n1", causation="g/a1", replicas=1, reason="reclaim")
+    assert vc.record(a1_n1).applied
+    assert (job.held, job.stop_replicas, job.preemptions) == (four[:2], 1, 1)
+    a2 = own("n1", id="g/a2/done", causation="g/a2", replicas=1, reason="reclaim")
+    assert vc.record(a2).applied
+    assert (job.phase, job.held, job.stop_replicas, job.preemptions) == (
+        "starting",
+        four[:1],
+        0,
+        2,
+    )
+
+
+def test_a_replica_lost_stops_the_whole_gang_node_by_node() -> None:
+    """A node's report of its replica lost (no request precedes it) turns the job to stopping,
+    as a shut down's does: the other node reports its own once stored, then it is queued."""
+    vc = gang_over_two_nodes()
+    assert vc.record(own("n1", id="g/1/lost/n1", reason="node_lost")).applied
+    job = vc.state.jobs["g"]
+    assert (job.phase, job.held, job.stop_replicas) == ("stopping", [Replica("n0", (0,))], 1)
+    assert vc.record(own("n0", id="g/1/lost/n0", reason="node_lost", checkpointed=True)).applied
+    assert (job.phase, job.held, job.preemptions, job.last_checkpoint_at) == ("pending", [], 0, 5.0)
 
 
 def test_a_report_of_the_whole_stop_still_ends_it_at_once() -> None:

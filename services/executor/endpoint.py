@@ -18,16 +18,13 @@ import hashlib
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 from aiohttp import web
 
-from services.executor.nodework import desired
+from services.executor.actuator import Actuator
+from services.executor.nodework import NodeWork, desired
 from services.executor.workload_events import MAX_BODY, Refused, job_event, parse
-
-if TYPE_CHECKING:
-    from services.executor.actuator import Actuator
-    from services.executor.nodework import NodeWork
 
 SOCKET_ENV: Final = "FAIRLANE_EVENTS"
 SOCKET_NAME: Final = "events.sock"

@@ -19,12 +19,13 @@ from typing import Final
 import structlog
 
 from events import Event, NodeLost, NodeRegistered, ids
-from services.executor.actuator import Actuator, Handle, checkpoints_root
+from services.executor.actuator import Actuator
 from services.executor.config import ExecutorConfig
 from services.executor.docker import DockerRuntime
 from services.executor.endpoint import Endpoint, endpoint_dir
 from services.executor.facts import AttemptFacts, AttemptKey
 from services.executor.group import ExecutorGroup
+from services.executor.inventory import Handle, checkpoints_root
 from services.executor.nodework import NodeWork
 from services.executor.plan import KILL_WAIT_S, SHUTDOWN_REPORT_WITHIN_S, plan
 from services.executor.runtime import HollowRuntime, ProcessRuntime, Runtime
@@ -149,6 +150,10 @@ class Executor:
         self.logger.info(
             "node registered", pool=self.config.pool, gpus=self.config.gpus, id=event.id
         )
+
+    def relays(self) -> EventLog:
+        """Where this node's work is relayed: the relay stream its host gives."""
+        return self.host.relays()
 
     async def heartbeat(self) -> None:
         """Put this node's heartbeat every `heartbeat_s`, until cancelled."""

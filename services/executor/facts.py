@@ -48,7 +48,10 @@ class ReplicaFacts:
     #: After its stop: whether its folder was stored (or the store tried), and the bytes.
     stored_after_stop: bool = False
     stored_bytes: int = 0
-    size: int | None = None  # the size of the object last stored from here
+    #: The size of the folder last put in the store from here, and whether the store refused
+    #: it (over the bound: the object before it stays)
+    size: int | None = None
+    refused: bool = False
     over_bound: OverBound | None = None
     fetch_error: str = ""
 

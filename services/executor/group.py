@@ -10,30 +10,52 @@ then each live relay is noted and handed to its node's executor only.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import Protocol
 
 import structlog
 
-from events import WorkRelayed, work_subject
+from events import Event, WorkRelayed, work_subject
 from services.executor.nodework import NodeWork
 from services.runtime.eventlog import EventLog, Stored
 from services.runtime.tasks import cancel_and_wait
 
-if TYPE_CHECKING:
-    from services.executor.executor import Executor  # it runs the group: named only
-
 logger = structlog.get_logger("fairlane.executor")
+
+
+class Member(Protocol):
+    """What the group needs of an executor (`executor.Executor`), so neither module imports
+    the other both ways."""
+
+    @property
+    def node(self) -> str: ...
+
+    def relays(self) -> EventLog:
+        """The relay stream its host gives, where each node's work is."""
+        ...
+
+    def on_event(self, event: Event) -> None: ...
+
+    async def reconcile(self, work: NodeWork) -> None: ...
+
+    async def register(self) -> None: ...
+
+    async def heartbeat(self) -> None: ...
+
+    async def sample(self) -> None: ...
+
+    async def close(self) -> None: ...
 
 
 class ExecutorGroup:
     """Runs executors on one log connection, each on its own node's work."""
 
-    def __init__(self, log: EventLog, executors: list[Executor]) -> None:
+    def __init__(self, log: EventLog, executors: Sequence[Member]) -> None:
         self.log = log
-        self.executors = executors
+        self.executors = list(executors)
         # where its work is (the relay stream beside the log, on a cluster or in one process):
         # it reads nothing of the log itself
-        self.relays = executors[0].host.relays()
+        self.relays = self.executors[0].relays()
         self.by_node = {ex.node: ex for ex in executors}
         if len(self.by_node) != len(executors):
             raise ValueError("two executors for the same node")

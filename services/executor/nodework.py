@@ -32,11 +32,12 @@ DEFAULT_GRACE_S = 30.0
 
 @dataclass(frozen=True, slots=True)
 class StopOrder:
-    """A stop in progress: asked for (a preemption request), or begun by a node's shut down.
-    A whole attempt's stop is reported by each node holding replicas of it, for its own, once
-    they are stopped and stored: the stop's first node (of its first replica, as the stop
-    began) under the stop's own id, every other under that id and its name. A stop of some
-    replicas (an elastic job's extras) is reported once, by its first node, as before."""
+    """A stop in progress: asked for (a preemption request), or begun by a node (its shut
+    down, a replica of it lost). Each node holding replicas the stop covers reports its own,
+    once they are stopped and stored: the stop's first node (of its first replica, as the
+    stop began) under the stop's own id, every other under that id and its name. A lost
+    replica's stop has no first node: every node reports under its name, since two nodes may
+    each find one of the attempt's replicas lost before either hears of the other."""
 
     job_id: str
     attempt: int
@@ -49,7 +50,7 @@ class StopOrder:
     causation: str | None = None
 
     def report_on(self, node: str) -> str:
-        if not self.whole or node == self.first:
+        if node == self.first:
             return self.report_id
         return ids.on_node(self.report_id, node)
 
@@ -86,6 +87,30 @@ def shutdown_order(job: JobWork, first: str) -> StopOrder:
         first=first,
         targets=job.held,
     )
+
+
+def lost_order(job: JobWork) -> StopOrder:
+    """The stop of an attempt one of whose replicas ended unobserved, with no exit status (a
+    reboot, its process group killed from outside): the other replicas stop as a preemption
+    stops them, so the next attempt resumes from what each stored."""
+    return StopOrder(
+        job_id=job.job_id,
+        attempt=job.attempt,
+        reason="node_lost",
+        report_id=ids.lost(job.job_id, job.attempt),
+        first="",
+        targets=job.held,
+    )
+
+
+def reported_order(job: JobWork, report: JobPreempted, first: str) -> StopOrder | None:
+    """The stop another node's report of its own replicas began, where no request did: the
+    whole attempt stops and this node reports its own too."""
+    if job.stop_replicas < len(job.held):
+        return None  # not the whole attempt (a stop of some replicas: requested)
+    if report.reason == "node_lost":
+        return lost_order(job)
+    return shutdown_order(job, first)
 
 
 class NodeWork:
@@ -135,9 +160,10 @@ class NodeWork:
             case JobPreempted(own_replicas=True) as e if (
                 e.job_id not in self.stops and e.job_id in self.jobs
             ):
-                # another node's shut down stops the whole attempt: this node reports its own
                 first = self.firsts.get(e.job_id, e.node or "")
-                self.stops[e.job_id] = [shutdown_order(self.jobs[e.job_id], first)]
+                begun = reported_order(self.jobs[e.job_id], e, first)
+                if begun is not None:
+                    self.stops[e.job_id] = [begun]
             case JobCheckpointed() as e:
                 attempt, n, last = self.checkpoints.get(e.job_id, (e.attempt, 0, 0.0))
                 if attempt != e.attempt:

@@ -37,7 +37,13 @@ from events import (
 from events.catalogue import JobWork
 from events.model import Replica
 from services.executor.facts import AttemptFacts, AttemptKey, Here, ReplicaFacts, ReplicaKey
-from services.executor.nodework import NodeWork, StopOrder, desired, shutdown_order
+from services.executor.nodework import (
+    NodeWork,
+    StopOrder,
+    desired,
+    lost_order,
+    shutdown_order,
+)
 
 #: After SIGKILL, how long to wait before reporting the stop anyway.
 KILL_WAIT_S: Final = 30.0
@@ -161,12 +167,27 @@ def starts(work: NodeWork, here: Here) -> list[Action]:
 
 
 def orders_of(work: NodeWork, here: Here, job: JobWork) -> list[StopOrder]:
-    """The stops of the job's attempt in progress: the log's, and this node's shut down."""
+    """The stops of the job's attempt in progress: the log's, and this node's own (its shut
+    down, or a replica here lost), where the log stops no whole attempt."""
     orders = work.stops_of(job.job_id)
-    if (job.job_id, job.attempt) in here.shut and not any(o.whole for o in orders):
+    if any(o.whole for o in orders):
+        return orders
+    if (job.job_id, job.attempt) in here.shut:
         first = work.firsts.get(job.job_id) or job.held[0].node
-        orders = [*orders, shutdown_order(job, first)]
+        return [*orders, shutdown_order(job, first)]
+    if any(lost_here(r, orders) for r in replicas_of(here, (job.job_id, job.attempt))):
+        return [*orders, lost_order(job)]
     return orders
+
+
+def lost_here(r: ReplicaFacts, orders: list[StopOrder]) -> bool:
+    """It ended unobserved, with no exit status, while no stop was asked of it."""
+    return (
+        r.ended
+        and r.exit_code is None
+        and r.stop_at is None
+        and not any(r.replica in o.targets for o in orders)
+    )
 
 
 def mine(order: StopOrder, job: JobWork, node: str) -> list[Replica]:
@@ -212,18 +233,32 @@ def stopped(r: ReplicaFacts, grace_s: float, now: float) -> bool:
 def stop_reports(work: NodeWork, here: Here, now: float) -> list[Action]:
     actions: list[Action] = []
     for job in sorted(work.jobs.values(), key=lambda j: j.job_id):
-        for order in orders_of(work, here, job):
+        for order in in_turn(here, job, orders_of(work, here, job)):
             actions += stop_report(work, here, job, order, now)
     return actions
+
+
+def in_turn(here: Here, job: JobWork, orders: list[StopOrder]) -> list[StopOrder]:
+    """The stops this node may report now: of the stops of some replicas, the first with
+    replicas here not yet reported in the log, as the fold gives back a node's newest first
+    (each request takes the newest not taken yet)."""
+    ready: list[StopOrder] = []
+    waiting = False  # an earlier stop of some replicas here is not in the log yet
+    for order in orders:
+        if order.whole or not waiting:
+            ready.append(order)
+        if not order.whole and mine(order, job, here.node):
+            waiting = waiting or order.report_on(here.node) not in here.published
+    return ready
 
 
 def stop_report(
     work: NodeWork, here: Here, job: JobWork, order: StopOrder, now: float
 ) -> list[Action]:
-    """Once every replica a stop covers here is stopped and stored: this node's report (of a
-    whole attempt's stop, each node's own; of some replicas, the stop's first node's)."""
+    """Once every replica a stop covers here is stopped and stored: this node's report of its
+    own replicas of it."""
     targets = mine(order, job, here.node)
-    if not targets or (not order.whole and order.first != here.node):
+    if not targets:
         return []
     report_id = order.report_on(here.node)
     if report_id in here.reported:
@@ -249,13 +284,13 @@ def stop_report(
         job_id=job.job_id,
         attempt=job.attempt,
         reason=order.reason,
-        replicas=order.replicas,
+        replicas=order.replicas if order.whole else len(targets),
         checkpointed=att is not None and checkpointed(here, att),
         killed=any(f.killed for f in local),
         stored_bytes=stored or None,
         gpu_utilization=att.utilization if att is not None else None,
         node=here.node,
-        own_replicas=order.whole,
+        own_replicas=True,
     )
     within = SHUTDOWN_REPORT_WITHIN_S if order.reason == "shutdown" else REPORT_WITHIN_S
     return [Report(event, within)]
@@ -338,10 +373,8 @@ def ends(
     natural = [
         r for r in mine if r.ended and r.stop_at is None and not covered(work, here, job, r.replica)
     ]
-    for r in natural:
-        if r.exit_code is None:
-            return report(here, lost(here, att, now))
-        if r.exit_code != 0:
+    for r in natural:  # a replica lost is not one: covered by its stop (`lost_order`)
+        if r.exit_code is not None and r.exit_code != 0:
             return report(here, failed(here, att, r, r.exit_code, now))
     if natural and job.held[0].node == here.node and len(natural) == len(mine):
         if all(r.exit_code == 0 for r in natural):
@@ -351,22 +384,6 @@ def ends(
 
 def report(here: Here, event: Event) -> list[Action]:
     return [] if event.id in here.reported else [Report(event)]
-
-
-def lost(here: Here, att: AttemptFacts, now: float) -> JobPreempted:
-    # It ended while nobody watched and left no exit status (a reboot, or its group was
-    # killed from outside): the attempt is lost, the job goes back to the queue.
-    return JobPreempted(
-        id=ids.lost(att.job_id, att.attempt),
-        time=now,
-        actor=here.actor,
-        job_id=att.job_id,
-        attempt=att.attempt,
-        reason="node_lost",
-        checkpointed=checkpointed(here, att),
-        gpu_utilization=att.utilization,
-        node=here.node,
-    )
 
 
 def failed(here: Here, att: AttemptFacts, r: ReplicaFacts, code: int, now: float) -> JobFailed:
@@ -442,6 +459,7 @@ def checkpoint(work: NodeWork, here: Here, att: AttemptFacts) -> list[Action]:
         attempt=att.attempt,
         size_bytes=replicas[0].size if replicas else None,
         node=here.node,
+        refused=bool(replicas) and replicas[0].refused,
     )
     return [Counted(key, n, att.mark), *report(here, event)]
 

@@ -48,7 +48,8 @@ In-process use (the live scenario engine, benchmarks):
 
 The parts, one idea each: `config`, `nodework` (its node's work, folded), `facts` (what runs
 here, as plain data), `plan` (the decisions, pure: work and facts in, actions out),
-`actuator` (the actions carried out, and what happened made facts), `launch` (a replica's
+`actuator` (the actions carried out, and what happened made facts; its parts `inventory`,
+`starting`, `watching`, `checkpointing`, `takeup`), `launch` (a replica's
 launch and environment, pure), `gang` (the rendezvous), `shutdown` (the shut down's file),
 `executor` (one node: fold, plan, act; its heartbeat), `group` (the reading and the dispatch,
 for one or many executors), `runtime` (the seam; processes, hollow), `docker` (containers),

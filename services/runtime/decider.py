@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from events import Event, JobScheduled
 from policy.cycle import decide, next_wakeup
@@ -48,6 +48,7 @@ class Decider:
         clock: Clock = WALL_CLOCK,
         settle_s: float = SETTLE_S,
         host: Host | None = None,
+        pace: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self.log = event_log
         self.kind = kind
@@ -60,6 +61,9 @@ class Decider:
         # a restart (or a standby's start) replays from the newest snapshot the ledger took
         self.follower = Follower(event_log, snapshots=host.snapshots(), service=kind)
         self.settle_s = settle_s
+        #: how it waits between cycles: real time here; in one process, until the process is
+        #: quiet (simulation/scenario/quiet.py), which is what the pause stands for
+        self.pace = pace
         self.last_cycle_s = 0.0
         self.decisions = 0
 
@@ -79,7 +83,7 @@ class Decider:
             published = await self._cycle(term.fence)
             if published:
                 await self.follower.wait_for(published)
-                await asyncio.sleep(min(self.last_cycle_s, MAX_PACE_S))
+                await self.pace(min(self.last_cycle_s, MAX_PACE_S))
                 continue
             await self._wait_for_change(term.lost)
 
@@ -137,4 +141,4 @@ class Decider:
         finally:
             for waiting in waits:
                 waiting.cancel()
-        await asyncio.sleep(max(self.settle_s, min(self.last_cycle_s, MAX_PACE_S)))
+        await self.pace(max(self.settle_s, min(self.last_cycle_s, MAX_PACE_S)))

@@ -12,6 +12,11 @@ simulated work on the virtual clock and end when a step says.
 A node is lost as a real one is: its executor stops (its heartbeats with it), and the node
 watcher declares it lost once its heartbeat lapsed. Heartbeats lapse on a clock of their own,
 moved only then, so losing a node takes none of the scenario's time.
+
+A moment is settled when nothing in the process can run any more (`simulation/scenario/
+quiet.py`): no real time is waited for, and the deciders pace themselves the same way, deciding
+once the burst that woke them has landed, all of it, where on a cluster they wait a few
+milliseconds for it.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ from services.runtime.follower import Follower, OnEvent
 from services.runtime.host import Host, InProcessHost
 from services.runtime.memory_log import MemoryLog
 from services.runtime.tasks import cancel_and_wait
+from simulation.scenario.quiet import DRIVER, InlineExecutor, Quiet
 from simulation.scenario.workloads import ScenarioRuntime, ScenarioWork
 from simulation.spec import NodeEntry
 
@@ -50,9 +56,10 @@ LAPSE_STEP_S: Final = 1.0
 BEAT_S: Final = 0.02
 #: Real seconds a node may take to register, beat or be declared lost.
 NODE_LIMIT_S: Final = 10.0
-#: How long the log must stay quiet (real seconds) for a moment to count as settled: longer
-#: than a decider paces itself between cycles under load (MAX_PACE_S).
-QUIET_S: Final = 0.05
+#: How long a settle waits (real seconds) before it looks again, where the process is quiet
+#: but something is still to happen at this moment: what only a timer on the loop's clock
+#: brings (a decider's safety tick).
+RETRY_S: Final = 0.005
 
 
 def _places(e: Event) -> bool:
@@ -81,18 +88,21 @@ class InProcessCluster:
         self.host = InProcessHost(self.log)
         self.observer = Follower(self.log)
         self.work = ScenarioWork(self.clock)
+        self.quiet = Quiet()
         self.nodes: dict[str, Node] = {}
         self.tasks: list[asyncio.Task[None]] = []
         self._dir = tempfile.TemporaryDirectory(prefix="fairlane-in-process-")
 
     async def start(self, on_event: OnEvent | None = None) -> None:
         """Start the services; `on_event` sees every event as the observer applies it."""
-        log, clock, host = self.log, self.clock, self.host
+        log, clock, host, pace = self.log, self.clock, self.host, self.quiet.pace
+        asyncio.get_running_loop().set_default_executor(InlineExecutor())
+        self._spawn(self.quiet.run())
         self._spawn(self.observer.run(on_event))
         self._spawn(Admission(log, clock, host).run())
         self._spawn(Ledger(log, clock=clock, host=host).run())
-        self._spawn(Decider(log, "scheduler", _places, clock, host=host).run())
-        self._spawn(Decider(log, "preemptor", _preempts, clock, host=host).run())
+        self._spawn(Decider(log, "scheduler", _places, clock, host=host, pace=pace).run())
+        self._spawn(Decider(log, "preemptor", _preempts, clock, host=host, pace=pace).run())
         watch = NodeWatch(log, LAPSE_TIMEOUT_S, clock=clock, host=host, lapse_clock=self.lapse)
         self._spawn(watch.run())
         await self.host.until_served(ADMISSION_SUBJECT, LEDGER_SUBJECT)
@@ -115,8 +125,9 @@ class InProcessCluster:
         self.nodes[name] = Node(executor, asyncio.create_task(executor.run(ready)))
         async with asyncio.timeout(NODE_LIMIT_S):
             await ready.wait()
-            while name not in self.observer.state.nodes:  # noqa: ASYNC110 (the fold's, polled)
-                await asyncio.sleep(0.005)
+        await self.settle()
+        if name not in self.observer.state.nodes:
+            raise RuntimeError(f"{name} did not register")
 
     async def lose(self, name: str) -> None:
         """The node goes away: its executor stops, its heartbeat lapses, the node watcher
@@ -148,24 +159,21 @@ class InProcessCluster:
         return reply
 
     async def settle(self, limit_s: float = 30.0) -> None:
-        """Until the observer has read the whole log, no start or stop is outstanding, the
-        policy has nothing more to decide at this moment, and the log has stayed quiet for a
-        moment (the services pace themselves on the event loop's clock, so this takes real
-        milliseconds, not virtual time). A service that stopped is an error, not a wait."""
+        """Until nothing in the process can run, no start or stop is outstanding and the
+        policy has nothing more to decide at this moment. A service that stopped is an error,
+        not a wait."""
         async with asyncio.timeout(limit_s):
             while True:
-                await asyncio.sleep(0.01)
+                await self.quiet.until_quiet(DRIVER)
                 self._raise_if_one_stopped()
                 due = self.clock.next_due()
                 if due is not None and due <= self.clock.now():
                     self.clock.move_to(self.clock.now())  # wake who slept until now
                     continue
-                last = await self.log.last_seq()
-                if self.observer.applied_seq < last or self._outstanding():
+                if self.observer.applied_seq < await self.log.last_seq() or self._outstanding():
+                    await asyncio.sleep(RETRY_S)
                     continue
-                await asyncio.sleep(QUIET_S)  # a pause for a service that is about to write
-                if await self.log.last_seq() == last:
-                    return
+                return
 
     def _raise_if_one_stopped(self) -> None:
         for task in self.tasks:

@@ -22,8 +22,10 @@ lint: $(VENV)/.synced
 typecheck: $(VENV)/.synced
 	$(RUN)mypy
 
+# Two workers or more (one a core, at most four): most of a test's time is servers starting and
+# clusters settling, which another test can use. A file stays on one worker (its module fixtures).
 unit: $(VENV)/.synced
-	$(RUN)pytest -q
+	$(RUN)pytest -q -n auto --maxprocesses 4 --dist loadfile
 
 test: lint typecheck unit
 

@@ -38,7 +38,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Final, Literal
+from typing import Final
 
 import cyclopts
 import msgspec
@@ -47,6 +47,7 @@ from rich.table import Table
 
 from bench import revision
 from bench.audit_child import Request, Run, read_file
+from bench.options import Output
 from events import Event, JobSubmitted, NodeRegistered
 from events.export import export_line
 from policy.audit import DECISIONS
@@ -180,9 +181,7 @@ def main(
     save: Path | None = None,
     log: Path | None = None,
     baseline: str = "HEAD",
-    output: Annotated[Literal["text", "json"], cyclopts.Parameter(name=["--output", "-o"])] = (
-        "text"
-    ),
+    output: Output = "text",
 ) -> None:
     """Audit a busy cluster's log and report decisions/s.
 

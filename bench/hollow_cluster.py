@@ -36,7 +36,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Annotated, Final, Literal
+from typing import Annotated, Final
 
 import cyclopts
 import msgspec
@@ -44,6 +44,7 @@ from nats.js.errors import APIError, NoStreamResponseError, ServiceUnavailableEr
 from rich.console import Console
 from rich.table import Table
 
+from bench.options import Output
 from bench.pipeline import SERVICES, Starts, closed_loop, cpu_seconds, until_ok
 from bench.rss import peak_mib
 from cluster.provision import provision
@@ -321,9 +322,7 @@ def main(
     jobs: int = 3000,
     clients: int = 8,
     runtime_s: Annotated[float, cyclopts.Parameter(name="--runtime")] = 1.0,
-    output: Annotated[
-        Literal["text", "json"], cyclopts.Parameter(name=["--output", "-o"])
-    ] = "text",
+    output: Output = "text",
 ) -> None:
     """Submit short jobs to hollow executors through a replicated three-server cluster.
 

@@ -23,13 +23,14 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Literal
 
 import cyclopts
 import msgspec
 from rich.console import Console
 from rich.table import Table
 
+from bench.options import Output
 from bench.replay import workload
 from cluster.servers import NatsServer
 from events import encode_event, subject_for
@@ -109,7 +110,7 @@ def main(
     events: int = 1_000_000,
     variant: list[Variant] | None = None,
     settle_s: float = 2.0,
-    output: Annotated[Literal["text", "json"], cyclopts.Parameter(name=["-o"])] = "text",
+    output: Output = "text",
 ) -> None:
     configure_logging("warning")
     figures = [asyncio.run(measure(v, events, settle_s)) for v in (variant or VARIANTS)]

@@ -46,7 +46,6 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Annotated, Literal
 
 import cyclopts
 import msgspec
@@ -54,6 +53,7 @@ from nats.aio.client import Client
 from rich.console import Console
 from rich.table import Table
 
+from bench.options import Output
 from bench.revision import ROOT, check_out, child_output
 from cluster.servers import NatsServer
 from events import JobCancelled, JobSpec, JobStarted
@@ -472,9 +472,7 @@ def main(
     open_s: float = 5.0,
     baseline: str | None = None,
     profile: Path | None = None,
-    output: Annotated[
-        Literal["text", "json"], cyclopts.Parameter(name=["--output", "-o"])
-    ] = "text",
+    output: Output = "text",
 ) -> None:
     """Measure submit-to-running throughput and latency through the services.
 

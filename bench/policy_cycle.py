@@ -65,6 +65,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from bench.options import Output
 from bench.revision import ROOT, check_out, child_output
 from bench.rss import peak_mib
 from events import (
@@ -681,9 +682,7 @@ def main(
     memory: bool = True,
     profile_top: Annotated[int, cyclopts.Parameter(name="--profile")] = 0,
     baseline: str | None = None,
-    output: Annotated[
-        Literal["text", "json"], cyclopts.Parameter(name=["--output", "-o"])
-    ] = "text",
+    output: Output = "text",
 ) -> None:
     """Time one scheduling cycle at several cluster sizes.
 

@@ -21,7 +21,6 @@ import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Annotated, Literal
 
 import cyclopts
 import httpx
@@ -29,6 +28,7 @@ import msgspec
 from rich.console import Console
 from rich.table import Table
 
+from bench.options import Output
 from cluster.servers import NatsServer, Postgres, free_port
 from events import (
     Event,
@@ -282,9 +282,7 @@ def main(
     *,
     events: int = 1_000_000,
     samples: int = 500,
-    output: Annotated[
-        Literal["text", "json"], cyclopts.Parameter(name=["--output", "-o"])
-    ] = "text",
+    output: Output = "text",
 ) -> None:
     """Project a log of EVENTS events and time the API's reads.
 

@@ -21,7 +21,6 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Annotated, Literal
 
 import cyclopts
 import msgspec
@@ -29,6 +28,7 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
+from bench.options import Output
 from cluster.servers import NatsServer
 from events import (
     Event,
@@ -205,9 +205,7 @@ def main(
     *,
     events: int = 1_000_000,
     tail: int = 50_000,
-    output: Annotated[
-        Literal["text", "json"], cyclopts.Parameter(name=["--output", "-o"])
-    ] = "text",
+    output: Output = "text",
 ) -> None:
     """Replay a log of EVENTS events into a service's state and report events per second.
 

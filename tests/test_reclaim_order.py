@@ -23,7 +23,7 @@ from events import JobSpec, ProjectTerms
 from policy.candidates import Candidate
 from policy.cycle import decide
 from policy.pool_cycle import PoolCycle
-from policy.schedulers import reclaim
+from policy.schedulers import reclaim, reclaim_order
 from policy.victim_search import Taken, take_until_fits
 from simulation.virtual_cluster import VirtualCluster
 
@@ -82,3 +82,36 @@ def test_the_kept_order_decides_as_walking_victim_by_victim(vc: VirtualCluster) 
         if not plan:
             return
         vc.cycle()
+
+
+def _listed_afresh(offers: reclaim_order.Offers) -> reclaim_order.Offers:
+    """The project's list worked out from scratch, listed as far as `offers` is."""
+    fresh = reclaim_order.Offers(offers._cycle, offers.victim.project)
+    if offers.units:
+        fresh.offer(len(offers.units) - 1, -1)
+    return fresh
+
+
+@settings(max_examples=200, deadline=None)
+@given(borrowed_by_many())
+def test_a_patched_list_is_the_list_worked_out_afresh(vc: VirtualCluster) -> None:
+    patched = 0
+    real_patch = reclaim_order.Offers.patch
+
+    def checked(offers: reclaim_order.Offers) -> bool:
+        nonlocal patched
+        if not real_patch(offers):
+            return False
+        patched += 1
+        fresh = _listed_afresh(offers)
+        assert [id(u) for u in offers.units] == [id(u) for u in fresh.units]
+        assert (offers.freed, offers.held, offers.keys) == (fresh.freed, fresh.held, fresh.keys)
+        assert (offers._left, offers._at, offers._surplus) == (
+            fresh._left,
+            fresh._at,
+            fresh._surplus,
+        )
+        return True
+
+    with patch.object(reclaim_order.Offers, "patch", checked):
+        decide(vc.state, vc.now)

@@ -5,7 +5,7 @@ victim. How late a project would be served depends only on what it holds, so eac
 project's own victims come in an order (and with keys) that no other project's victims change:
 the taking order is a merge of each project's own list, by key. Each list (`Offers`) is worked
 out once and kept while what it depends on stands (the project's usage, and its victims: none
-taken for good since, `VictimIndex.changes`), so the claimants of one cycle read most projects'
+taken for good since, `VictimIndex.passed`), so the claimants of one cycle read most projects'
 lists again instead of working them out victim by victim.
 
 `first_fit` merges the lists until the claimant fits, counting only the GPUs each victim frees
@@ -74,8 +74,9 @@ class Offers:
     """One project's victims in the order a reclaim takes them, each with what it frees, what
     the project holds before it is taken and how early it is taken (`first_taken`): listed as
     far as a walk has asked, and valid while the project's usage and victims stay as they were
-    (`current`). A list depends on no other project, and on no claimant: whoever claims, the
-    project's victims come in this order, for as long as it may give (`may_give`)."""
+    (`current`), or patched once victims listed in it are taken (`patch`). A list depends on
+    no other project, and on no claimant: whoever claims, the project's victims come in this
+    order, for as long as it may give (`may_give`)."""
 
     __slots__ = (
         "_at",
@@ -88,6 +89,7 @@ class Offers:
         "freed",
         "held",
         "keys",
+        "places",
         "units",
         "victim",
     )
@@ -96,7 +98,7 @@ class Offers:
         self._cycle = cycle
         self.victim = cycle.accounts.account(project)
         self._usage = self._left = self.victim.usage  # what it holds after the last listed
-        self._changes = cycle.victims.changes.get(project, 0)
+        self._changes = len(cycle.victims.passed.get(project, ()))
         self._lineup = cycle.victims.lineup(project)
         self._at = 0  # where the lineup is read up to
         self._surplus: dict[str, int] = {}  # surplus replicas listed, per job
@@ -104,6 +106,7 @@ class Offers:
         self.freed: list[list[Replica]] = []
         self.held: list[int] = []  # what the project holds before each is taken
         self.keys: list[FirstTaken] = []
+        self.places: list[int] = []  # where each is in the lineup
 
     def current(self) -> bool:
         """Is the list still what the project's victims are? It changes only when the
@@ -111,24 +114,79 @@ class Offers:
         project = self.victim.project
         return (
             self.victim.usage == self._usage
-            and self._cycle.victims.changes.get(project, 0) == self._changes
+            and len(self._cycle.victims.passed.get(project, ())) == self._changes
         )
 
     def offer(self, i: int, below: int) -> bool:
         """Is there an i-th victim, taken while the project holds more than `below`?"""
         while len(self.units) <= i:
-            if not self._list_next():
+            if not self._list_next(len(self._lineup.units)):
                 return False
         return self.held[i] > below
 
-    def _list_next(self) -> bool:
-        """List the next victim unit that frees GPUs (as `next_unit` and `Taken.replicas_freed`
-        find it, with none of the project's victims taken but those before it)."""
+    def patch(self) -> bool:
+        """Bring the list up to date after victims listed in it were taken, if that is all
+        that changed; False if it must be listed afresh.
+
+        Rebuilding threw away what was listed at every preemption, and the project that just
+        gave is often the next to give. Taking victims up to the list's l-th entry changes
+        nothing after it: the project holds what those victims freed less, and each entry
+        after them had it counted before it (the same held, the same key); a surplus replica
+        after them frees the same replica of its job (its job's replicas given up are those
+        listed before it). Only the entries up to the l-th are listed again."""
+        news = self._cycle.victims.passed.get(self.victim.project, [])[self._changes :]
+        spent = {id(x) for x in news if isinstance(x, Unit)}
+        jobs = {x for x in news if isinstance(x, str)}  # taken whole, or nominated or grown
+        if not spent or not jobs <= {x.job.id for x in news if isinstance(x, Unit)}:
+            return False  # a job of it nominated or grown: its usage grew
+        units, taken, found, last = self.units, 0, 0, -1
+        while found < len(spent):  # a job taken whole lists its extras before its whole unit
+            last += 1
+            if last == len(units):
+                return False  # a victim not listed was taken
+            unit = units[last]
+            if id(unit) in spent:
+                found += 1
+            elif unit.job.id not in jobs:
+                continue
+            taken += len(self.freed[last]) * unit.job.gpus
+        if self.victim.usage != self._usage - taken:
+            return False
+        self._relist(last)
+        self._usage, self._changes = self.victim.usage, len(news) + self._changes
+        return True
+
+    def _relist(self, last: int) -> None:
+        """List again the entries up to the `last`-th, keeping those after it."""
+        tail = (self.units, self.freed, self.held, self.keys, self.places)
+        left, at, surplus = self._left, self._at, self._surplus
+        for unit in self.units[: last + 1]:
+            if unit.surplus:
+                surplus[unit.job.id] -= 1
+                if not surplus[unit.job.id]:
+                    del surplus[unit.job.id]
+        self.units, self.freed, self.held, self.keys, self.places = [], [], [], [], []
+        self._left, self._at, self._surplus = self.victim.usage, 0, {}
+        while self._list_next(tail[4][last] + 1):
+            pass
+        for job_id, count in self._surplus.items():
+            surplus[job_id] = surplus.get(job_id, 0) + count
+        self.units.extend(tail[0][last + 1 :])
+        self.freed.extend(tail[1][last + 1 :])
+        self.held.extend(tail[2][last + 1 :])
+        self.keys.extend(tail[3][last + 1 :])
+        self.places.extend(tail[4][last + 1 :])
+        self._left, self._at, self._surplus = left, at, surplus
+
+    def _list_next(self, end: int) -> bool:
+        """List the next victim unit before lineup position `end` that frees GPUs (as
+        `next_unit` and `Taken.replicas_freed` find it, with none of the project's victims
+        taken but those before it)."""
         cycle, lineup = self._cycle, self._lineup
         units, gone = lineup.units, cycle.victims.gone
         used, stopped, surplus = cycle.used_units, cycle.surplus_stopped, self._surplus
         i = lineup.live_from(self._at)
-        while i < len(units):
+        while i < end:
             unit = units[i]
             job = unit.job
             if job.id not in gone and id(unit) not in used:
@@ -142,25 +200,26 @@ class Offers:
                     freed = []
                 if freed:
                     self._at = i + 1
-                    self._add(unit, freed)
+                    self._add(unit, freed, i)
                     return True
             i = lineup.live_from(i + 1)
         self._at = i
         return False
 
-    def _add(self, unit: Unit, freed: list[Replica]) -> None:
+    def _add(self, unit: Unit, freed: list[Replica], place: int) -> None:
         now_held = self._left
         self._left = now_held - len(freed) * unit.job.gpus
         self.units.append(unit)
         self.freed.append(freed)
         self.held.append(now_held)
         self.keys.append(first_taken(served_last_key(self.victim, now_held, self._left)))
+        self.places.append(place)
 
 
 def offers_of(cycle: PoolCycle, project: str) -> Offers:
-    """The project's list, kept in the cycle while it is current."""
+    """The project's list, kept in the cycle while it is current, patched where it can be."""
     found = cycle.reclaim_offers.get(project)
-    if found is None or not found.current():
+    if found is None or not (found.current() or found.patch()):
         found = cycle.reclaim_offers[project] = Offers(cycle, project)
     return found
 

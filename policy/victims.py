@@ -277,6 +277,18 @@ class Lineup:
             i += 1
         self._pass(self._whole.get(job_id, i))
 
+    def positions(self, job_id: str) -> list[int]:
+        """Where the job's units are: its extras (listed together), then its whole unit."""
+        i = self._firsts().get(job_id)
+        if i is None:
+            return []
+        units, found = self.units, []
+        while i < len(units) and units[i].surplus and units[i].job.id == job_id:
+            found.append(i)
+            i += 1
+        found.append(self._whole.get(job_id, i))
+        return found
+
     def pass_unit(self, unit: Unit) -> None:
         i = self._firsts().get(unit.job.id)
         if i is None:

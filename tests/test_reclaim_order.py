@@ -24,6 +24,7 @@ from policy.candidates import Candidate
 from policy.cycle import decide
 from policy.pool_cycle import PoolCycle
 from policy.schedulers import reclaim, reclaim_order
+from policy.schedulers.reclaim_reach import Reach
 from policy.victim_search import Taken, take_until_fits
 from simulation.virtual_cluster import VirtualCluster
 
@@ -37,7 +38,11 @@ def _plain(cycle: PoolCycle, cand: Candidate, givers: list[str], within: bool) -
 
 @contextmanager
 def walking_victim_by_victim() -> Iterator[None]:
-    with patch.object(reclaim, "first_fit", _plain):
+    """Every claimant walks, victim by victim: no list, no bound on what victims could free."""
+    with (
+        patch.object(reclaim, "first_fit", _plain),
+        patch.object(reclaim, "could_fit", lambda cycle, cand, within: True),
+    ):
         yield
 
 
@@ -76,7 +81,10 @@ def borrowed_by_many(draw: st.DrawFn) -> VirtualCluster:
 @given(borrowed_by_many())
 def test_the_kept_order_decides_as_walking_victim_by_victim(vc: VirtualCluster) -> None:
     for _ in range(4):  # this cycle and those after it, as their decisions land
-        plan = decide(vc.state, vc.now)
+        # every walk of a single replica of several GPUs passes over the jobs on no hopeful
+        # node (on so few nodes, few are hopeful only where none is)
+        with patch.object(Reach, "few", lambda reach, floor, gpus: gpus > 1):
+            plan = decide(vc.state, vc.now)
         with walking_victim_by_victim():
             assert decide(vc.state, vc.now) == plan
         if not plan:
@@ -84,34 +92,53 @@ def test_the_kept_order_decides_as_walking_victim_by_victim(vc: VirtualCluster) 
         vc.cycle()
 
 
-def _listed_afresh(offers: reclaim_order.Offers) -> reclaim_order.Offers:
-    """The project's list worked out from scratch, listed as far as `offers` is."""
-    fresh = reclaim_order.Offers(offers._cycle, offers.victim.project)
+def _as_listed_afresh(offers: reclaim_order.Offers) -> None:
+    """The list is what it would be worked out from scratch (listed as far)."""
+    cycle = offers._cycle
+    kept, cycle.reach = cycle.reach, Reach(cycle)  # the fresh list reports to a reach of its own
+    fresh = reclaim_order.Offers(cycle, offers.victim.project)
     if offers.units:
         fresh.offer(len(offers.units) - 1, -1)
-    return fresh
+    cycle.reach = kept
+    assert [id(u) for u in offers.units] == [id(u) for u in fresh.units]
+    assert offers.freed == fresh.freed
+    listed = range(len(offers.units))
+    assert [offers.held(i) for i in listed] == [fresh.held(i) for i in listed]
+    assert [offers.key(i) for i in listed] == [fresh.key(i) for i in listed]
+    assert (offers._at, offers._surplus, offers.ends) == (fresh._at, fresh._surplus, fresh.ends)
 
 
-@settings(max_examples=200, deadline=None)
+def _as_worked_out_afresh(cycle: PoolCycle) -> None:
+    """The cycle's reach is what every project's list worked out from scratch gives."""
+    kept, cycle.reach = cycle.reach, Reach(cycle)
+    for project in cycle.victims.jobs():
+        reclaim_order.Offers(cycle, project)  # reports to the fresh reach
+    fresh, cycle.reach = cycle.reach, kept
+    assert kept is not None
+    assert (kept.total, kept.sizes, kept.nodes) == (fresh.total, fresh.sizes, fresh.nodes)
+
+
+@settings(max_examples=400, deadline=None)
 @given(borrowed_by_many())
-def test_a_patched_list_is_the_list_worked_out_afresh(vc: VirtualCluster) -> None:
-    patched = 0
-    real_patch = reclaim_order.Offers.patch
+def test_kept_lists_and_reach_are_those_worked_out_afresh(vc: VirtualCluster) -> None:
+    real_update, real_reach_of = reclaim_order.Offers.update, reclaim_order.reach_of
 
-    def checked(offers: reclaim_order.Offers) -> bool:
-        nonlocal patched
-        if not real_patch(offers):
+    def update(offers: reclaim_order.Offers) -> bool:
+        if not real_update(offers):
             return False
-        patched += 1
-        fresh = _listed_afresh(offers)
-        assert [id(u) for u in offers.units] == [id(u) for u in fresh.units]
-        assert (offers.freed, offers.held, offers.keys) == (fresh.freed, fresh.held, fresh.keys)
-        assert (offers._left, offers._at, offers._surplus) == (
-            fresh._left,
-            fresh._at,
-            fresh._surplus,
-        )
+        _as_listed_afresh(offers)
         return True
 
-    with patch.object(reclaim_order.Offers, "patch", checked):
-        decide(vc.state, vc.now)
+    def reach_of(cycle: PoolCycle) -> Reach:
+        reach = real_reach_of(cycle)
+        _as_worked_out_afresh(cycle)
+        return reach
+
+    with (
+        patch.object(reclaim_order.Offers, "update", update),
+        patch.object(reclaim_order, "reach_of", reach_of),
+    ):
+        for _ in range(3):  # this cycle and those after it, as their decisions land
+            if not decide(vc.state, vc.now):
+                return
+            vc.cycle()

@@ -93,19 +93,19 @@ def test_the_kept_order_decides_as_walking_victim_by_victim(vc: VirtualCluster) 
 
 
 def _as_listed_afresh(offers: reclaim_order.Offers) -> None:
-    """The list is what it would be worked out from scratch (listed as far)."""
+    """The list is what it would be worked out from scratch."""
     cycle = offers._cycle
     kept, cycle.reach = cycle.reach, Reach(cycle)  # the fresh list reports to a reach of its own
     fresh = reclaim_order.Offers(cycle, offers.victim.project)
-    if offers.units:
-        fresh.offer(len(offers.units) - 1, -1)
+    fresh.offer(1 << 30, -1)  # both listed to the end: where each read to is theirs
+    offers.offer(1 << 30, -1)
     cycle.reach = kept
     assert [id(u) for u in offers.units] == [id(u) for u in fresh.units]
     assert offers.freed == fresh.freed
     listed = range(len(offers.units))
     assert [offers.held(i) for i in listed] == [fresh.held(i) for i in listed]
     assert [offers.key(i) for i in listed] == [fresh.key(i) for i in listed]
-    assert (offers._at, offers._surplus, offers.ends) == (fresh._at, fresh._surplus, fresh.ends)
+    assert (offers._surplus, offers.ends) == (fresh._surplus, fresh.ends)
 
 
 def _as_worked_out_afresh(cycle: PoolCycle) -> None:

@@ -20,7 +20,6 @@ from policy.schedulers.reclaim_order import (
     first_fit,
     first_taken,
     may_give,
-    reach_lists,
     served_last_key,
     threshold,
 )
@@ -42,11 +41,10 @@ def try_reclaim(cycle: PoolCycle, cand: Candidate) -> bool:  # noqa: PLR0911 (on
         return False
     within_quota = after <= claimant.quota
     held = _givers(cycle, job.project, within_quota)
-    if not held:
+    # a quick bound first: most claimants it turns away never make the cycle build its reach
+    if not held or not _could_free_enough(cycle, cand, held, within_quota):
         return False
     if job.node is not None:  # its walk skips victims that free nothing on its node
-        if not _could_free_enough(cycle, cand, held, within_quota):
-            return False
         taken = take_until_fits(cycle, cand, _ServedLast(cycle, held, within_quota, job.node))
     elif not could_fit(cycle, cand, within_quota):
         return False
@@ -66,14 +64,15 @@ def try_reclaim(cycle: PoolCycle, cand: Candidate) -> bool:  # noqa: PLR0911 (on
 
 def _givers(cycle: PoolCycle, claimant: str, within_quota: bool) -> dict[str, int]:
     """The other projects that may give GPUs now, with what each holds. Only a project above
-    its floor gives GPUs, and what it holds only falls as victims are taken: the projects at
-    or below theirs can be left out from the start. (Each project's list knows its floors.)"""
-    f = int(within_quota)
-    return {
-        project: offers.victim.usage
-        for project, offers in reach_lists(cycle).items()
-        if project != claimant and offers.victim.usage > offers.floors[f]
-    }
+    its threshold gives GPUs, and what it holds only falls as victims are taken: the projects
+    at or below theirs can be left out from the start."""
+    held: dict[str, int] = {}
+    for project in cycle.victims.jobs():
+        if project != claimant:
+            victim = cycle.accounts.account(project)
+            if may_give(victim, victim.usage, within_quota):
+                held[project] = victim.usage
+    return held
 
 
 #: A project's next victim: how early it would be taken (`first_taken`), the project's place

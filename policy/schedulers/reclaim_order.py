@@ -27,7 +27,7 @@ from policy.accounts import Account
 from policy.candidates import Candidate
 from policy.schedulers.reclaim_reach import PerNode, Reach
 from policy.victim_search import Taken, new_taken, overlay_fit, spare_unneeded, taken_of
-from policy.victims import Unit
+from policy.victims import Lineup, Unit
 
 if TYPE_CHECKING:
     from policy.pool_cycle import PoolCycle
@@ -83,7 +83,8 @@ class Offers:
     victims change (`update`).
 
     What the project holds before each entry is kept as it was at one usage (`stock`, at
-    `_base`): a change of usage alone moves every entry by the same amount, and changes none.
+    `_base`): a change of its usage alone moves what it holds before every entry by as much,
+    and changes nothing kept.
     The entries above each floor (the first `ends[f]`) are kept up to date, and what they
     free per node reported to the cycle's `Reach` as it changes."""
 
@@ -113,7 +114,7 @@ class Offers:
         self._usage = self._base = self.victim.usage
         self._left = self._base  # what it holds after the last listed (at the usage `_base`)
         self._changes = len(cycle.victims.passed.get(project, ()))
-        self._lineup = cycle.victims.lineup(project)
+        self._lineup: Lineup | None = None  # the project's victims, once a list is asked for
         self._at = 0  # where the lineup is read up to
         self._surplus: dict[str, int] = {}  # surplus replicas listed, per job
         self.units: list[Unit] = []
@@ -143,10 +144,19 @@ class Offers:
 
     def offer(self, i: int, below: int) -> bool:
         """Is there an i-th victim, taken while the project holds more than `below`?"""
+        shift = self.victim.usage - self._base
         while len(self.units) <= i:
-            if not self._list_next(len(self._lineup.units)):
+            # what it holds only falls down the list: a project at or below `below` after the
+            # last listed gives no more, and its victims need not be sorted or listed
+            if self._left + shift <= below or not self._list_next(len(self.lineup().units)):
                 return False
-        return self.stock[i] + self.victim.usage - self._base > below
+        return self.stock[i] + shift > below
+
+    def lineup(self) -> Lineup:
+        """The project's victim units in taking order (`VictimIndex.lineup`)."""
+        if self._lineup is None:
+            self._lineup = self._cycle.victims.lineup(self.victim.project)
+        return self._lineup
 
     def key(self, i: int) -> FirstTaken:
         """How early the i-th entry (listed already) is taken (`first_taken`)."""
@@ -204,6 +214,8 @@ class Offers:
         """The listed entries these changes took (ascending), or None if a unit spent was
         not listed (what its job's entries free changed)."""
         gone: set[int] = set()
+        if not self.units:
+            return []  # nothing listed that a change could touch
         for change in news:
             if isinstance(change, Unit):
                 i = self._entry(change)
@@ -211,7 +223,7 @@ class Offers:
                     return None
                 gone.add(i)
             else:  # a job taken for good: all its units that are listed
-                for place in self._lineup.positions(change):
+                for place in self.lineup().positions(change):
                     i = bisect.bisect_left(self.places, place)
                     if i < len(self.places) and self.places[i] == place:
                         gone.add(i)
@@ -219,7 +231,7 @@ class Offers:
 
     def _entry(self, unit: Unit) -> int | None:
         """Which entry lists this unit (None if none does)."""
-        lineup, places = self._lineup, self.places
+        lineup, places = self.lineup(), self.places
         for place in lineup.positions(unit.job.id):
             if lineup.units[place] is unit:
                 i = bisect.bisect_left(places, place)
@@ -293,7 +305,7 @@ class Offers:
         """List the next victim unit before lineup position `end` that frees GPUs (as
         `next_unit` and `Taken.replicas_freed` find it, with none of the project's victims
         taken but those before it)."""
-        cycle, lineup = self._cycle, self._lineup
+        cycle, lineup = self._cycle, self.lineup()
         units, gone = lineup.units, cycle.victims.gone
         used, stopped, surplus = cycle.used_units, cycle.surplus_stopped, self._surplus
         i = lineup.live_from(self._at)
@@ -336,12 +348,6 @@ def reach_of(cycle: PoolCycle) -> Reach:
             offers_of(cycle, project)
     cycle.moved.clear()
     return reach
-
-
-def reach_lists(cycle: PoolCycle) -> dict[str, Offers]:
-    """Every project's list, up to date, in the order of the pool's victims (`reach_of`)."""
-    reach_of(cycle)
-    return cycle.reclaim_offers
 
 
 def offers_of(cycle: PoolCycle, project: str) -> Offers:

@@ -32,8 +32,8 @@ PerNode = dict[str, int]
 
 class Reach:
     """Per node of the pool and per floor: idle and releasing GPUs plus what the listed
-    victims above their projects' floors free (`total`), and the nodes counted by that
-    total, at most the node's GPUs (`sizes`)."""
+    victims above their projects' floors free (`total`; a node missing holds none), and the
+    nodes counted by that total, at most the node's GPUs (`sizes`, and `nodes` by size)."""
 
     __slots__ = ("_cycle", "_room", "nodes", "sizes", "total")
 
@@ -41,9 +41,12 @@ class Reach:
         self._cycle = cycle
         releasing = cycle.releasing
         capacity = cycle.capacity
-        self._room: PerNode = {
-            node.name: len(node.free) + len(releasing.get(node.name, ())) for node in capacity.nodes
-        }
+        # only nodes with room or victims are kept: a full node without either adds nothing
+        self._room: PerNode = {}
+        for node in capacity.nodes:
+            room = len(node.free) + len(releasing.get(node.name, ()))
+            if room:
+                self._room[node.name] = room
         self.total: tuple[PerNode, PerNode] = (dict(self._room), dict(self._room))
         self.sizes: tuple[list[int], list[int]] = (
             [0] * (capacity.max_gpus + 1),
@@ -54,12 +57,12 @@ class Reach:
             [set() for _ in range(capacity.max_gpus + 1)],
             [set() for _ in range(capacity.max_gpus + 1)],
         )
-        for node in capacity.nodes:
-            size = min(self._room[node.name], node.gpus)
+        by_name = capacity.by_name
+        for name, room in self._room.items():
+            size = min(room, by_name[name].gpus)
             for f in (0, 1):
                 self.sizes[f][size] += 1
-                if size:
-                    self.nodes[f][size].add(node.name)
+                self.nodes[f][size].add(name)
 
     def shift(self, floor: int, node: str, gpus: int) -> None:
         """Listed victims above the floor free `gpus` more GPUs on `node` (fewer if < 0)."""
@@ -67,16 +70,19 @@ class Reach:
         if slot is None:
             return  # a node of no pool's capacity here: it holds no replica of the claimant
         total = self.total[floor]
-        before = total[node]
-        total[node] = before + gpus
+        before = total.get(node, 0)
+        if before + gpus:
+            total[node] = before + gpus
+        else:
+            del total[node]
         old, new = min(before, slot.gpus), min(before + gpus, slot.gpus)
-        if old != new:
+        if old != new:  # sizes of 0 are not counted: they hold no replica
             sizes, nodes = self.sizes[floor], self.nodes[floor]
-            sizes[old] -= 1
-            sizes[new] += 1
             if old:
+                sizes[old] -= 1
                 nodes[old].discard(node)
             if new:
+                sizes[new] += 1
                 nodes[new].add(node)
 
     def touch(self, nodes: set[str]) -> None:
@@ -87,9 +93,12 @@ class Reach:
             if slot is None:
                 continue
             room = len(slot.free) + len(releasing.get(node, ()))
-            change = room - self._room[node]
+            change = room - self._room.get(node, 0)
             if change:
-                self._room[node] = room
+                if room:
+                    self._room[node] = room
+                else:
+                    del self._room[node]
                 self.shift(0, node, change)
                 self.shift(1, node, change)
 
@@ -102,7 +111,7 @@ class Reach:
             return bool(capacity.nodes)
         total = self.total[floor]
         if cand.ports:  # the slow path, as `Capacity.fits` takes it
-            extra = {node.name: total[node.name] - len(node.free) for node in capacity.nodes}
+            extra = {node.name: total.get(node.name, 0) - len(node.free) for node in capacity.nodes}
             return len(capacity.port_nodes(gpus, cand.ports, None, extra)) >= replicas
         sizes = self.sizes[floor]
         return sum(sizes[size] * (size // gpus) for size in range(gpus, len(sizes))) >= replicas
@@ -111,7 +120,7 @@ class Reach:
         """Could victims make room for a replica of `gpus` GPUs on few nodes (an eighth of
         them at most)? A walk that passes over the entries of jobs on no such node passes
         over little otherwise, and looking costs more than it saves."""
-        return gpus > 1 and 8 * sum(self.sizes[floor][gpus:]) <= len(self._room)
+        return gpus > 1 and 8 * sum(self.sizes[floor][gpus:]) <= len(self._cycle.capacity.nodes)
 
     def hopeful(self, floor: int, gpus: int) -> set[str]:
         """The nodes where victims could make room for a replica of `gpus` GPUs."""

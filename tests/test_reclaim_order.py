@@ -96,6 +96,8 @@ def _as_listed_afresh(offers: reclaim_order.Offers) -> None:
     """The list is what it would be worked out from scratch."""
     cycle = offers._cycle
     kept, cycle.reach = cycle.reach, Reach(cycle)  # the fresh list reports to a reach of its own
+    assert kept is not None
+    cycle.reach.kept = kept.kept
     fresh = reclaim_order.Offers(cycle, offers.victim.project)
     fresh.offer(1 << 30, -1)  # both listed to the end: where each read to is theirs
     offers.offer(1 << 30, -1)
@@ -111,10 +113,11 @@ def _as_listed_afresh(offers: reclaim_order.Offers) -> None:
 def _as_worked_out_afresh(cycle: PoolCycle) -> None:
     """The cycle's reach is what every project's list worked out from scratch gives."""
     kept, cycle.reach = cycle.reach, Reach(cycle)
+    assert kept is not None
+    cycle.reach.kept = kept.kept
     for project in cycle.victims.jobs():
         reclaim_order.Offers(cycle, project)  # reports to the fresh reach
     fresh, cycle.reach = cycle.reach, kept
-    assert kept is not None
     assert (kept.total, kept.sizes, kept.nodes) == (fresh.total, fresh.sizes, fresh.nodes)
 
 
@@ -129,8 +132,8 @@ def test_kept_lists_and_reach_are_those_worked_out_afresh(vc: VirtualCluster) ->
         _as_listed_afresh(offers)
         return True
 
-    def reach_of(cycle: PoolCycle) -> Reach:
-        reach = real_reach_of(cycle)
+    def reach_of(cycle: PoolCycle, floor: int | None = None) -> Reach:
+        reach = real_reach_of(cycle, floor)
         _as_worked_out_afresh(cycle)
         return reach
 

@@ -127,7 +127,7 @@ class Offers:
         self._keyed_at = 0
         self.floors = (floor(self.victim, False), floor(self.victim, True))
         self.ends = [0, 0]
-        self._to_floors()
+        self.to_floors()
 
     def current(self) -> bool:
         """Is the list still what the project's victims are? It changes only when the
@@ -203,11 +203,11 @@ class Offers:
                     self.key(i)
                 self.keys.extend(keys[last + 1 :])
             after = self._per_node(0, listed)
-            for f in (0, 1):  # the new entries come in, and `_to_floors` sends back any below
+            for f in self._kept():  # the new entries come in; `to_floors` sends back any below
                 self.ends[f] = listed + tails[f]
                 for node in before[f].keys() | after.keys():
                     self._shift(f, node, after.get(node, 0) - before[f].get(node, 0))
-        self._to_floors()
+        self.to_floors()
         return True
 
     def _gone(self, news: list[str | Unit]) -> list[int] | None:
@@ -262,10 +262,10 @@ class Offers:
         self._left, self._at, self._surplus = left, at, surplus
         return listed
 
-    def _to_floors(self) -> None:
+    def to_floors(self) -> None:
         """Move each floor's end to the first entry taken at or below it, reporting what
         comes in and goes out."""
-        for f in (0, 1):
+        for f in self._kept():
             below, end = self.floors[f], self.ends[f]
             while end and self.held(end - 1) <= below:
                 end -= 1
@@ -295,9 +295,15 @@ class Offers:
             assert reach is not None, "a list is made once the cycle has its reach"
             reach.shift(f, node, gpus)
 
+    def _kept(self) -> tuple[int, ...]:
+        """The floors the cycle's reach keeps (`Reach.kept`)."""
+        reach = self._cycle.reach
+        assert reach is not None, "a list is made once the cycle has its reach"
+        return reach.kept
+
     def drop(self) -> None:
         """The list is replaced: what it reported goes."""
-        for f in (0, 1):
+        for f in self._kept():
             self._report(f, 0, self.ends[f], -1)
             self.ends[f] = 0
 
@@ -334,9 +340,13 @@ class Offers:
         return False
 
 
-def reach_of(cycle: PoolCycle) -> Reach:
+def reach_of(cycle: PoolCycle, floor: int | None = None) -> Reach:
     """The cycle's reach, with every project's list up to date (made at the first ask, with
-    a list for every project that has victims)."""
+    a list for every project that has victims), keeping `floor` from now on if given.
+
+    A floor is kept from the first claimant that needs it: the lower floor lists every
+    project down to its quota, most of its victims in a settled cluster, where a claimant
+    above its quota (the higher floor) is the common one."""
     reach = cycle.reach
     if reach is None:
         reach = cycle.reach = Reach(cycle)
@@ -347,6 +357,10 @@ def reach_of(cycle: PoolCycle) -> Reach:
         if project in cycle.reclaim_offers:
             offers_of(cycle, project)
     cycle.moved.clear()
+    if floor is not None and floor not in reach.kept:
+        reach.kept += (floor,)
+        for offers in cycle.reclaim_offers.values():
+            offers.to_floors()
     return reach
 
 
@@ -362,7 +376,8 @@ def offers_of(cycle: PoolCycle, project: str) -> Offers:
 def could_fit(cycle: PoolCycle, cand: Candidate, within_quota: bool) -> bool:
     """Could a claimant on no node in particular fit if every other project gave every
     victim it may? If not, no walk makes it fit (`Reach`)."""
-    return reach_of(cycle).could_fit(cand, int(within_quota))
+    f = int(within_quota)
+    return reach_of(cycle, f).could_fit(cand, f)
 
 
 def first_fit(
@@ -379,16 +394,17 @@ def first_fit(
     others come in the same order without it. A claimant waiting for a whole node took
     hundreds of victims of such jobs at 4x the bench's size before one freed a node, each
     counted GPU by GPU."""
-    reach = reach_of(cycle)
-    lists = [cycle.reclaim_offers[project] for project in givers]  # up to date: reach_of
     f = int(within_quota)
+    gpus = cand.job.gpus
+    narrow = cand.replicas == 1 and gpus > 1
+    reach = reach_of(cycle, f if narrow else None)
+    lists = [cycle.reclaim_offers[project] for project in givers]  # up to date: reach_of
     below = [offers.floors[f] for offers in lists]
     releasing = new_taken(cycle).overlay
     fit = overlay_fit(cycle, cand, releasing)
     if fit.fits():
         return new_taken(cycle)
-    gpus = cand.job.gpus
-    hopeful = reach.hopeful(f, gpus) if cand.replicas == 1 and reach.few(f, gpus) else None
+    hopeful = reach.hopeful(f, gpus) if narrow and reach.few(f, gpus) else None
     heap = [
         (offers.key(0), place, 0)
         for place, offers in enumerate(lists)

@@ -35,10 +35,13 @@ class Reach:
     victims above their projects' floors free (`total`; a node missing holds none), and the
     nodes counted by that total, at most the node's GPUs (`sizes`, and `nodes` by size)."""
 
-    __slots__ = ("_cycle", "_room", "nodes", "sizes", "total")
+    __slots__ = ("_cycle", "_room", "kept", "nodes", "sizes", "total")
 
     def __init__(self, cycle: PoolCycle) -> None:
         self._cycle = cycle
+        #: the floors whose victims are counted (`reclaim_order.reach_of`): without, a
+        #: floor's totals are the idle and releasing GPUs only
+        self.kept: tuple[int, ...] = ()
         releasing = cycle.releasing
         capacity = cycle.capacity
         # only nodes with room or victims are kept: a full node without either adds nothing

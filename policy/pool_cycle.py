@@ -15,7 +15,7 @@ from events import JobNominated, PreemptionFacts, Replica, SchedulerSettings
 from events.catalogue import PreemptionReason
 from policy.accounts import Accounts
 from policy.candidates import Candidate, Shape, WaitReason, gate_ok
-from policy.capacity import Capacity, Overlay
+from policy.capacity import Capacity
 from policy.decisions import Decisions
 from policy.state import ClusterState, Job
 from policy.victim_search import Taken, fits_with, new_taken
@@ -23,6 +23,7 @@ from policy.victims import VictimIndex, lost_work_gpu_s
 
 if TYPE_CHECKING:
     from policy.schedulers.reclaim_order import Offers
+    from policy.schedulers.reclaim_reach import Reach
 
 
 class PoolCycle:
@@ -61,11 +62,11 @@ class PoolCycle:
         # Decisions of this cycle, kept here rather than written into the state (which is input)
         self.stopping: set[str] = set()
         self.nominated: set[str] = set()
-        #: a scheduler's bound on what preempting could free (the reclaim's
-        #: _reclaim_could_fit), and the generation it was worked out in
-        self.most_freed: dict[bool, Overlay] = {}
-        self.most_freed_generation = -1
-        #: the reclaim's taking order per giving project, kept while it stands
+        #: the reclaim's bound on what victims could ever free per node (made when first
+        #: asked), and the projects whose usage or victims changed since it last looked
+        self.reach: Reach | None = None
+        self.moved: set[str] = set()
+        #: the reclaim's taking order per project that has victims, kept up to date
         #: (`reclaim_order.offers_of`)
         self.reclaim_offers: dict[str, Offers] = {}
 
@@ -107,6 +108,9 @@ class PoolCycle:
     def schedule(self, cand: Candidate, replicas: list[Replica]) -> None:
         job = cand.job
         self.accounts.account(job.project).add(cand.gpus, job.preemptible)
+        self.moved.add(job.project)
+        if self.reach is not None:
+            self.reach.touch({r.node for r in replicas})
         history = self.accounts.history_of((job.project,))
         if cand.extra:
             holds = cand.before + len(replicas)
@@ -137,6 +141,7 @@ class PoolCycle:
             count = replicas or victim.active_replicas - self.surplus_stopped.get(victim.id, 0)
             gpus = count * victim.gpus
             self.accounts.account(victim.project).remove(gpus, victim.preemptible)
+            self.moved.add(victim.project)
             if replicas:
                 self.surplus_stopped[victim.id] = self.surplus_stopped.get(victim.id, 0) + count
             else:
@@ -176,8 +181,11 @@ class PoolCycle:
             job.gpus, cand.replicas, self.settings.fitting, job.node, cand.ports, overlay
         )
         assert placed is not None, "the caller made sure it fits"
-        self.releasing = _left_over(overlay, placed)
+        before, self.releasing = self.releasing, _left_over(overlay, placed)
         self.accounts.account(job.project).add(cand.gpus, job.preemptible)
+        self.moved.add(job.project)
+        if self.reach is not None:
+            self.reach.touch({r.node for r in placed} | set(before) | set(self.releasing))
         history = self.accounts.history_of(self._involved(job, victims))
         nomination = self.decisions.nominate(job, self.pool, placed, victims, reason, history)
         self.nominated.add(job.id)

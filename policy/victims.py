@@ -101,9 +101,10 @@ class VictimIndex:
         self._owners = owners
         self.running: list[Job] = []  # filled by the cycle: jobs holding GPUs in this pool
         self.gone: set[str] = set()  # stopping, nominated or grown this cycle: no victim
-        #: per project: how many times its victims changed (one taken for good), so that
-        #: what was worked out from them knows when to work it out again
-        self.changes: dict[str, int] = {}
+        #: per project: each change to its victims, in order (a job taken for good, by its
+        #: id, or a unit spent), so that what was worked out from them knows when to work it
+        #: out again, and what to patch
+        self.passed: dict[str, list[str | Unit]] = {}
         self._jobs: dict[str, list[Job]] | None = None
         self._in_order: list[Job] = []  # the same, in submission order
         self._units: dict[str, Lineup] = {}
@@ -176,7 +177,7 @@ class VictimIndex:
             if job.id in self.gone:
                 continue
             self.gone.add(job.id)
-            self.changes[job.project] = self.changes.get(job.project, 0) + 1
+            self.passed.setdefault(job.project, []).append(job.id)
             for lineup in self._lineups_of(job.project):
                 lineup.pass_job(job.id)
             sizes = self._sizes.get(job.project)
@@ -188,7 +189,7 @@ class VictimIndex:
     def spend(self, units: Iterable[Unit]) -> None:
         """These units were taken by a preemption of this cycle: no walk takes them again."""
         for unit in units:
-            self.changes[unit.project] = self.changes.get(unit.project, 0) + 1
+            self.passed.setdefault(unit.project, []).append(unit)
             for lineup in self._lineups_of(unit.project):
                 lineup.pass_unit(unit)
 
@@ -275,6 +276,18 @@ class Lineup:
             self._pass(i)
             i += 1
         self._pass(self._whole.get(job_id, i))
+
+    def positions(self, job_id: str) -> list[int]:
+        """Where the job's units are: its extras (listed together), then its whole unit."""
+        i = self._firsts().get(job_id)
+        if i is None:
+            return []
+        units, found = self.units, []
+        while i < len(units) and units[i].surplus and units[i].job.id == job_id:
+            found.append(i)
+            i += 1
+        found.append(self._whole.get(job_id, i))
+        return found
 
     def pass_unit(self, unit: Unit) -> None:
         i = self._firsts().get(unit.job.id)

@@ -1,6 +1,6 @@
 """The policy without its bounds: for tests that check the bounds decide nothing themselves.
 
-`fair_share._could_end_within_fair_share` and `reclaim._reclaim_could_fit` spare the policy
+`fair_share._could_end_within_fair_share` and `reclaim_order.could_fit` spare the policy
 walks through victims that cannot end in a preemption; with them off, every walk is made.
 """
 
@@ -19,6 +19,6 @@ def walking_every_victim() -> Iterator[None]:
     preemption: it must decide the same."""
     with (
         patch.object(fair_share, "_could_end_within_fair_share", lambda *_: True),
-        patch.object(reclaim, "_reclaim_could_fit", lambda *_: True),
+        patch.object(reclaim, "could_fit", lambda *_: True),
     ):
         yield

@@ -1,7 +1,7 @@
 """The bounds that spare the policy walks through victims decide nothing themselves.
 
 `fair_share._could_end_within_fair_share` skips an in-project walk when the victims it could
-keep cannot bring the project down to its fair share (rule 4), and `_reclaim_could_fit` a
+keep cannot bring the project down to its fair share (rule 4), and `reclaim_order.could_fit` a
 reclaim walk that could never make room (rule 5). Both must give up only on walks that would
 end in no preemption: over random clusters where a project borrowed GPUs, another project
 claimed its share back, and the borrower's urgent work arrives, the policy decides the same

@@ -23,7 +23,8 @@ from events import JobSpec, ProjectTerms
 from policy.candidates import Candidate
 from policy.cycle import decide
 from policy.pool_cycle import PoolCycle
-from policy.schedulers import reclaim
+from policy.schedulers import reclaim, reclaim_order
+from policy.schedulers.reclaim_reach import Reach
 from policy.victim_search import Taken, take_until_fits
 from simulation.virtual_cluster import VirtualCluster
 
@@ -37,7 +38,11 @@ def _plain(cycle: PoolCycle, cand: Candidate, givers: list[str], within: bool) -
 
 @contextmanager
 def walking_victim_by_victim() -> Iterator[None]:
-    with patch.object(reclaim, "first_fit", _plain):
+    """Every claimant walks, victim by victim: no list, no bound on what victims could free."""
+    with (
+        patch.object(reclaim, "first_fit", _plain),
+        patch.object(reclaim, "could_fit", lambda cycle, cand, within: True),
+    ):
         yield
 
 
@@ -76,9 +81,67 @@ def borrowed_by_many(draw: st.DrawFn) -> VirtualCluster:
 @given(borrowed_by_many())
 def test_the_kept_order_decides_as_walking_victim_by_victim(vc: VirtualCluster) -> None:
     for _ in range(4):  # this cycle and those after it, as their decisions land
-        plan = decide(vc.state, vc.now)
+        # every walk of a single replica of several GPUs passes over the jobs on no hopeful
+        # node (on so few nodes, few are hopeful only where none is)
+        with patch.object(Reach, "few", lambda reach, floor, gpus: gpus > 1):
+            plan = decide(vc.state, vc.now)
         with walking_victim_by_victim():
             assert decide(vc.state, vc.now) == plan
         if not plan:
             return
         vc.cycle()
+
+
+def _as_listed_afresh(offers: reclaim_order.Offers) -> None:
+    """The list is what it would be worked out from scratch."""
+    cycle = offers._cycle
+    kept, cycle.reach = cycle.reach, Reach(cycle)  # the fresh list reports to a reach of its own
+    assert kept is not None
+    cycle.reach.kept = kept.kept
+    fresh = reclaim_order.Offers(cycle, offers.victim.project)
+    fresh.offer(1 << 30, -1)  # both listed to the end: where each read to is theirs
+    offers.offer(1 << 30, -1)
+    cycle.reach = kept
+    assert [id(u) for u in offers.units] == [id(u) for u in fresh.units]
+    assert offers.freed == fresh.freed
+    listed = range(len(offers.units))
+    assert [offers.held(i) for i in listed] == [fresh.held(i) for i in listed]
+    assert [offers.key(i) for i in listed] == [fresh.key(i) for i in listed]
+    assert (offers._surplus, offers.ends) == (fresh._surplus, fresh.ends)
+
+
+def _as_worked_out_afresh(cycle: PoolCycle) -> None:
+    """The cycle's reach is what every project's list worked out from scratch gives."""
+    kept, cycle.reach = cycle.reach, Reach(cycle)
+    assert kept is not None
+    cycle.reach.kept = kept.kept
+    for project in cycle.victims.jobs():
+        reclaim_order.Offers(cycle, project)  # reports to the fresh reach
+    fresh, cycle.reach = cycle.reach, kept
+    assert (kept.total, kept.sizes, kept.nodes) == (fresh.total, fresh.sizes, fresh.nodes)
+
+
+@settings(max_examples=400, deadline=None)
+@given(borrowed_by_many())
+def test_kept_lists_and_reach_are_those_worked_out_afresh(vc: VirtualCluster) -> None:
+    real_update, real_reach_of = reclaim_order.Offers.update, reclaim_order.reach_of
+
+    def update(offers: reclaim_order.Offers) -> bool:
+        if not real_update(offers):
+            return False
+        _as_listed_afresh(offers)
+        return True
+
+    def reach_of(cycle: PoolCycle, floor: int | None = None) -> Reach:
+        reach = real_reach_of(cycle, floor)
+        _as_worked_out_afresh(cycle)
+        return reach
+
+    with (
+        patch.object(reclaim_order.Offers, "update", update),
+        patch.object(reclaim_order, "reach_of", reach_of),
+    ):
+        for _ in range(3):  # this cycle and those after it, as their decisions land
+            if not decide(vc.state, vc.now):
+                return
+            vc.cycle()

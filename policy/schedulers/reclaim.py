@@ -13,10 +13,10 @@ from dataclasses import replace
 from events import Replica
 from policy.accounts import Accounts
 from policy.candidates import Candidate, gate_ok
-from policy.capacity import Overlay
 from policy.pool_cycle import PoolCycle
 from policy.schedulers.reclaim_order import (
     FirstTaken,
+    could_fit,
     first_fit,
     first_taken,
     may_give,
@@ -24,7 +24,7 @@ from policy.schedulers.reclaim_order import (
     threshold,
 )
 from policy.turns import job_key, project_key
-from policy.victim_search import Taken, fits_with, new_taken, next_unit, take_until_fits
+from policy.victim_search import Taken, fits_with, next_unit, take_until_fits
 from policy.victims import Unit
 
 
@@ -41,18 +41,17 @@ def try_reclaim(cycle: PoolCycle, cand: Candidate) -> bool:  # noqa: PLR0911 (on
         return False
     within_quota = after <= claimant.quota
     held = _givers(cycle, job.project, within_quota)
+    # a quick bound first: most claimants it turns away never make the cycle build its reach
     if not held or not _could_free_enough(cycle, cand, held, within_quota):
         return False
-    if not _reclaim_could_fit(cycle, cand, within_quota):
-        return False
-    if job.node is None and not cand.ports and job.gpus > 0:
-        taken = first_fit(cycle, cand, list(held), within_quota)
-    else:  # its walk skips victims that free nothing on its node, or the slow path of ports
+    if job.node is not None:  # its walk skips victims that free nothing on its node
         taken = take_until_fits(cycle, cand, _ServedLast(cycle, held, within_quota, job.node))
-    if taken is None and cycle.most_freed_generation != cycle.generation:
-        # a walk found no fit: others may follow in this generation, bound them from now on
-        cycle.most_freed.clear()
-        cycle.most_freed_generation = cycle.generation
+    elif not could_fit(cycle, cand, within_quota):
+        return False
+    elif cand.ports or job.gpus <= 0:  # the slow path of ports
+        taken = take_until_fits(cycle, cand, _ServedLast(cycle, held, within_quota, None))
+    else:
+        taken = first_fit(cycle, cand, list(held), within_quota)
     if taken is None or not taken.units:
         return False
     if not within_quota and _a_victim_comes_back(cycle, taken):
@@ -180,47 +179,6 @@ def _could_free_enough(
         if room >= cand.gpus:
             return True
     return room >= cand.gpus
-
-
-def _reclaim_could_fit(cycle: PoolCycle, cand: Candidate, within_quota: bool) -> bool:
-    """Would an unpinned candidate fit if every project gave every victim a reclaim could
-    take from it? If not, taking victims one by one (what `try_reclaim` does next) never
-    makes it fit. (A pinned candidate is not bounded: its walk skips victims elsewhere, so
-    it may go further down a project's victims than this walk does.)
-
-    A failed reclaim walks every victim it may take, and at 4x the size there are 4x the
-    claimants, each walking 4x the victims: that part of the settled cycle grew with the
-    square of the size. The bound is worked out once per generation (decisions change it) and
-    standing of the claimant (within its quota or not) for all claimants: each project gives
-    its victims in order while `may_give` lets it, so what any claimant's walk frees,
-    whatever its project, is a subset of it. It costs a walk of everything any project may
-    give, so it is worked out only once a walk has failed in this generation (`try_reclaim`
-    marks it): where reclaims succeed (a burst of arrivals, each success a new generation),
-    walks stop at the first fit and a bound per generation would cost more than it saves.
-    """
-    if cand.job.node is not None or cycle.most_freed_generation != cycle.generation:
-        return True
-    overlay = cycle.most_freed.get(within_quota)
-    if overlay is None:
-        overlay = cycle.most_freed[within_quota] = _most_reclaim_frees(cycle, within_quota)
-    return cycle.capacity.fits(cand.job.gpus, cand.replicas, None, cand.ports, overlay)
-
-
-def _most_reclaim_frees(cycle: PoolCycle, within_quota: bool) -> Overlay:
-    """What every project giving every victim `may_give` allows frees (with the GPUs being
-    given back already), as `try_reclaim`'s walk counts it."""
-    taken = new_taken(cycle)
-    for project in cycle.victims.jobs():
-        victim = cycle.accounts.account(project)
-        now_held = victim.usage
-        while may_give(victim, now_held, within_quota):
-            found = next_unit(cycle, project, taken, None, _any)
-            if found is None:
-                break
-            unit, freed = found
-            taken.add(unit, freed)
-            now_held -= len(freed) * unit.job.gpus
-    return taken.overlay
 
 
 def _any(unit: Unit) -> bool:

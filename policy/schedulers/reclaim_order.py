@@ -4,9 +4,10 @@ A reclaim takes victims one at a time from the project that would be served last
 victim. How late a project would be served depends only on what it holds, so each giving
 project's own victims come in an order (and with keys) that no other project's victims change:
 the taking order is a merge of each project's own list, by key. Each list (`Offers`) is worked
-out once and kept while what it depends on stands (the project's usage, and its victims: none
-taken for good since, `VictimIndex.changes`), so the claimants of one cycle read most projects'
-lists again instead of working them out victim by victim.
+out once per cycle, listed at least as far as the project may give to anyone, and patched as
+the project's usage and victims change (`VictimIndex.passed`), so the claimants of one cycle
+read most projects' lists again instead of working them out victim by victim. The lists report
+what they could ever free per node to the cycle's `Reach` (`reclaim_reach`).
 
 `first_fit` merges the lists until the claimant fits, counting only the GPUs each victim frees
 per node: the victims' other bookkeeping (`Taken`) is worked out for those that can matter,
@@ -17,14 +18,16 @@ spares it whatever else is kept, and it changes no other victim's fate.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 from typing import TYPE_CHECKING
 
 from events import Replica
 from policy.accounts import Account
 from policy.candidates import Candidate
+from policy.schedulers.reclaim_reach import PerNode, Reach
 from policy.victim_search import Taken, new_taken, overlay_fit, spare_unneeded, taken_of
-from policy.victims import Unit
+from policy.victims import Lineup, Unit
 
 if TYPE_CHECKING:
     from policy.pool_cycle import PoolCycle
@@ -72,22 +75,35 @@ def first_taken(key: ServedLastKey) -> FirstTaken:
 
 class Offers:
     """One project's victims in the order a reclaim takes them, each with what it frees, what
-    the project holds before it is taken and how early it is taken (`first_taken`): listed as
-    far as a walk has asked, and valid while the project's usage and victims stay as they were
-    (`current`). A list depends on no other project, and on no claimant: whoever claims, the
-    project's victims come in this order, for as long as it may give (`may_give`)."""
+    the project holds before it is taken (`held`) and how early it is taken (`key`): listed at
+    least while the project may give to any claimant (above its lower floor), further as far
+    as a walk has asked. A list depends on no other project, and on no claimant: whoever
+    claims, the project's victims come in this order, for as long as it may give
+    (`may_give`). It is kept for the cycle and brought up to date as the project's usage and
+    victims change (`update`).
+
+    What the project holds before each entry is kept as it was at one usage (`stock`, at
+    `_base`): a change of its usage alone moves what it holds before every entry by as much,
+    and changes nothing kept.
+    The entries above each floor (the first `ends[f]`) are kept up to date, and what they
+    free per node reported to the cycle's `Reach` as it changes."""
 
     __slots__ = (
         "_at",
+        "_base",
         "_changes",
         "_cycle",
+        "_keyed_at",
         "_left",
         "_lineup",
         "_surplus",
         "_usage",
+        "ends",
+        "floors",
         "freed",
-        "held",
         "keys",
+        "places",
+        "stock",
         "units",
         "victim",
     )
@@ -95,40 +111,211 @@ class Offers:
     def __init__(self, cycle: PoolCycle, project: str) -> None:
         self._cycle = cycle
         self.victim = cycle.accounts.account(project)
-        self._usage = self._left = self.victim.usage  # what it holds after the last listed
-        self._changes = cycle.victims.changes.get(project, 0)
-        self._lineup = cycle.victims.lineup(project)
+        self._usage = self._base = self.victim.usage
+        self._left = self._base  # what it holds after the last listed (at the usage `_base`)
+        self._changes = len(cycle.victims.passed.get(project, ()))
+        self._lineup: Lineup | None = None  # the project's victims, once a list is asked for
         self._at = 0  # where the lineup is read up to
         self._surplus: dict[str, int] = {}  # surplus replicas listed, per job
         self.units: list[Unit] = []
         self.freed: list[list[Replica]] = []
-        self.held: list[int] = []  # what the project holds before each is taken
+        self.stock: list[int] = []  # what the project holds before each, at the usage `_base`
+        self.places: list[int] = []  # where each is in the lineup
+        #: how early each of the first is taken, worked out when asked, at a usage `_keyed_at`
+        #: above `_base`
         self.keys: list[FirstTaken] = []
+        self._keyed_at = 0
+        self.floors = (floor(self.victim, False), floor(self.victim, True))
+        self.ends = [0, 0]
+        self.to_floors()
 
     def current(self) -> bool:
         """Is the list still what the project's victims are? It changes only when the
-        project's usage does (its keys) or a victim of it is taken for good this cycle."""
+        project's usage does or a victim of it is taken for good this cycle."""
         project = self.victim.project
         return (
             self.victim.usage == self._usage
-            and self._cycle.victims.changes.get(project, 0) == self._changes
+            and len(self._cycle.victims.passed.get(project, ())) == self._changes
         )
+
+    def held(self, i: int) -> int:
+        """What the project holds before its i-th entry is taken (listed already)."""
+        return self.stock[i] + self.victim.usage - self._base
 
     def offer(self, i: int, below: int) -> bool:
         """Is there an i-th victim, taken while the project holds more than `below`?"""
+        shift = self.victim.usage - self._base
         while len(self.units) <= i:
-            if not self._list_next():
+            # what it holds only falls down the list: a project at or below `below` after the
+            # last listed gives no more, and its victims need not be sorted or listed
+            if self._left + shift <= below or not self._list_next(len(self.lineup().units)):
                 return False
-        return self.held[i] > below
+        return self.stock[i] + shift > below
 
-    def _list_next(self) -> bool:
-        """List the next victim unit that frees GPUs (as `next_unit` and `Taken.replicas_freed`
-        find it, with none of the project's victims taken but those before it)."""
-        cycle, lineup = self._cycle, self._lineup
+    def lineup(self) -> Lineup:
+        """The project's victim units in taking order (`VictimIndex.lineup`)."""
+        if self._lineup is None:
+            self._lineup = self._cycle.victims.lineup(self.victim.project)
+        return self._lineup
+
+    def key(self, i: int) -> FirstTaken:
+        """How early the i-th entry (listed already) is taken (`first_taken`)."""
+        shift = self.victim.usage - self._base
+        keys = self.keys
+        if shift != self._keyed_at:
+            keys.clear()
+            self._keyed_at = shift
+        while len(keys) <= i:
+            k = len(keys)
+            held = self.stock[k] + shift
+            left = held - len(self.freed[k]) * self.units[k].job.gpus
+            keys.append(first_taken(served_last_key(self.victim, held, left)))
+        return keys[i]
+
+    def update(self) -> bool:
+        """Bring the list up to date with the project's usage and victims; False if it must
+        be listed afresh (a victim taken that was not listed).
+
+        Rebuilding threw away what was listed at every preemption, and the project that just
+        gave is often the next to give. Taking victims up to the list's l-th entry changes
+        nothing after it but what the project holds before each, by the same amount for all
+        (`_base` moves): each entry after them had them counted before it, and a surplus
+        replica after them frees the same replica of its job (its job's replicas given up are
+        those listed before it). Only the entries up to the l-th are listed again."""
+        news = self._cycle.victims.passed.get(self.victim.project, [])[self._changes :]
+        gone = self._gone(news)
+        if gone is None:
+            return False
+        self._changes += len(news)
+        self._usage = self.victim.usage
+        if gone:
+            last = gone[-1]
+            keys, keyed_at = self.keys, self._keyed_at
+            self._base -= sum(len(self.freed[i]) * self.units[i].job.gpus for i in gone)
+            tails = [max(0, end - last - 1) for end in self.ends]
+            # what the entries up to the last gone free above each floor, before and after:
+            # most are listed again as they were, so only the difference is reported
+            before = [self._per_node(0, min(end, last + 1)) for end in self.ends]
+            listed = self._relist(last)
+            self.keys = []
+            if self.victim.usage - self._base == keyed_at and len(keys) > last + 1:
+                for i in range(listed):  # those after keep theirs
+                    self.key(i)
+                self.keys.extend(keys[last + 1 :])
+            after = self._per_node(0, listed)
+            for f in self._kept():  # the new entries come in; `to_floors` sends back any below
+                self.ends[f] = listed + tails[f]
+                for node in before[f].keys() | after.keys():
+                    self._shift(f, node, after.get(node, 0) - before[f].get(node, 0))
+        self.to_floors()
+        return True
+
+    def _gone(self, news: list[str | Unit]) -> list[int] | None:
+        """The listed entries these changes took (ascending), or None if a unit spent was
+        not listed (what its job's entries free changed)."""
+        gone: set[int] = set()
+        if not self.units:
+            return []  # nothing listed that a change could touch
+        for change in news:
+            if isinstance(change, Unit):
+                i = self._entry(change)
+                if i is None:
+                    return None
+                gone.add(i)
+            else:  # a job taken for good: all its units that are listed
+                for place in self.lineup().positions(change):
+                    i = bisect.bisect_left(self.places, place)
+                    if i < len(self.places) and self.places[i] == place:
+                        gone.add(i)
+        return sorted(gone)
+
+    def _entry(self, unit: Unit) -> int | None:
+        """Which entry lists this unit (None if none does)."""
+        lineup, places = self.lineup(), self.places
+        for place in lineup.positions(unit.job.id):
+            if lineup.units[place] is unit:
+                i = bisect.bisect_left(places, place)
+                return i if i < len(places) and places[i] == place else None
+        return None
+
+    def _relist(self, last: int) -> int:
+        """List again the entries up to the `last`-th, keeping those after it; how many the
+        new ones are."""
+        kept = (self.units, self.freed, self.stock, self.places)
+        left, at, surplus = self._left, self._at, self._surplus
+        for unit in self.units[: last + 1]:
+            if unit.surplus:
+                surplus[unit.job.id] -= 1
+                if not surplus[unit.job.id]:
+                    del surplus[unit.job.id]
+        self.units, self.freed, self.stock, self.places = [], [], [], []
+        self._left, self._at, self._surplus = self._base, 0, {}
+        while self._list_next(kept[3][last] + 1):
+            pass
+        listed = len(self.units)
+        for job_id, count in self._surplus.items():
+            surplus[job_id] = surplus.get(job_id, 0) + count
+        self.units.extend(kept[0][last + 1 :])
+        self.freed.extend(kept[1][last + 1 :])
+        self.stock.extend(kept[2][last + 1 :])
+        self.places.extend(kept[3][last + 1 :])
+        self._left, self._at, self._surplus = left, at, surplus
+        return listed
+
+    def to_floors(self) -> None:
+        """Move each floor's end to the first entry taken at or below it, reporting what
+        comes in and goes out."""
+        for f in self._kept():
+            below, end = self.floors[f], self.ends[f]
+            while end and self.held(end - 1) <= below:
+                end -= 1
+                self._report(f, end, end + 1, -1)
+            while self.offer(end, below):
+                self._report(f, end, end + 1, 1)
+                end += 1
+            self.ends[f] = end
+
+    def _report(self, f: int, start: int, stop: int, sign: int) -> None:
+        """Entries start..stop-1 come above floor f (sign 1) or go (-1)."""
+        for node, gpus in self._per_node(start, stop).items():
+            self._shift(f, node, sign * gpus)
+
+    def _per_node(self, start: int, stop: int) -> PerNode:
+        """The GPUs entries start..stop-1 free, per node."""
+        found: PerNode = {}
+        for i in range(start, stop):
+            for r in self.freed[i]:
+                found[r.node] = found.get(r.node, 0) + len(r.gpus)
+        return found
+
+    def _shift(self, f: int, node: str, gpus: int) -> None:
+        """The entries above floor f free `gpus` more GPUs on `node` (fewer if < 0)."""
+        if gpus:
+            reach = self._cycle.reach
+            assert reach is not None, "a list is made once the cycle has its reach"
+            reach.shift(f, node, gpus)
+
+    def _kept(self) -> tuple[int, ...]:
+        """The floors the cycle's reach keeps (`Reach.kept`)."""
+        reach = self._cycle.reach
+        assert reach is not None, "a list is made once the cycle has its reach"
+        return reach.kept
+
+    def drop(self) -> None:
+        """The list is replaced: what it reported goes."""
+        for f in self._kept():
+            self._report(f, 0, self.ends[f], -1)
+            self.ends[f] = 0
+
+    def _list_next(self, end: int) -> bool:
+        """List the next victim unit before lineup position `end` that frees GPUs (as
+        `next_unit` and `Taken.replicas_freed` find it, with none of the project's victims
+        taken but those before it)."""
+        cycle, lineup = self._cycle, self.lineup()
         units, gone = lineup.units, cycle.victims.gone
         used, stopped, surplus = cycle.used_units, cycle.surplus_stopped, self._surplus
         i = lineup.live_from(self._at)
-        while i < len(units):
+        while i < end:
             unit = units[i]
             job = unit.job
             if job.id not in gone and id(unit) not in used:
@@ -142,27 +329,55 @@ class Offers:
                     freed = []
                 if freed:
                     self._at = i + 1
-                    self._add(unit, freed)
+                    self.units.append(unit)
+                    self.freed.append(freed)
+                    self.stock.append(self._left)
+                    self.places.append(i)
+                    self._left -= len(freed) * job.gpus
                     return True
             i = lineup.live_from(i + 1)
         self._at = i
         return False
 
-    def _add(self, unit: Unit, freed: list[Replica]) -> None:
-        now_held = self._left
-        self._left = now_held - len(freed) * unit.job.gpus
-        self.units.append(unit)
-        self.freed.append(freed)
-        self.held.append(now_held)
-        self.keys.append(first_taken(served_last_key(self.victim, now_held, self._left)))
+
+def reach_of(cycle: PoolCycle, floor: int | None = None) -> Reach:
+    """The cycle's reach, with every project's list up to date (made at the first ask, with
+    a list for every project that has victims), keeping `floor` from now on if given.
+
+    A floor is kept from the first claimant that needs it: the lower floor lists every
+    project down to its quota, most of its victims in a settled cluster, where a claimant
+    above its quota (the higher floor) is the common one."""
+    reach = cycle.reach
+    if reach is None:
+        reach = cycle.reach = Reach(cycle)
+        for project in cycle.victims.jobs():
+            cycle.reclaim_offers[project] = Offers(cycle, project)
+        cycle.moved.clear()
+    for project in cycle.moved:
+        if project in cycle.reclaim_offers:
+            offers_of(cycle, project)
+    cycle.moved.clear()
+    if floor is not None and floor not in reach.kept:
+        reach.kept += (floor,)
+        for offers in cycle.reclaim_offers.values():
+            offers.to_floors()
+    return reach
 
 
 def offers_of(cycle: PoolCycle, project: str) -> Offers:
-    """The project's list, kept in the cycle while it is current."""
-    found = cycle.reclaim_offers.get(project)
-    if found is None or not found.current():
+    """The project's list, kept in the cycle and brought up to date."""
+    found = cycle.reclaim_offers[project]
+    if not (found.current() or found.update()):
+        found.drop()
         found = cycle.reclaim_offers[project] = Offers(cycle, project)
     return found
+
+
+def could_fit(cycle: PoolCycle, cand: Candidate, within_quota: bool) -> bool:
+    """Could a claimant on no node in particular fit if every other project gave every
+    victim it may? If not, no walk makes it fit (`Reach`)."""
+    f = int(within_quota)
+    return reach_of(cycle, f).could_fit(cand, f)
 
 
 def first_fit(
@@ -170,42 +385,56 @@ def first_fit(
 ) -> Taken | None:
     """`take_until_fits` with the served-last pick, for a claimant on no node in particular
     that publishes no ports: the victims the givers' merged lists give until the claimant fits,
-    those it can do without spared. None if it never fits."""
-    lists = [offers_of(cycle, project) for project in givers]
-    below = [floor(offers.victim, within_quota) for offers in lists]
+    those it can do without spared. None if it never fits.
+
+    A single replica of several GPUs, where few nodes are hopeful (`Reach.few`), passes over
+    the entries of jobs with no replica on a node where victims could make room for it
+    (`Reach.hopeful`) without counting what they free: such a job frees GPUs only where the
+    claimant never fits, so it never makes the claimant fit nor is kept (`_gaining`), and the
+    others come in the same order without it. A claimant waiting for a whole node took
+    hundreds of victims of such jobs at 4x the bench's size before one freed a node, each
+    counted GPU by GPU."""
+    f = int(within_quota)
+    gpus = cand.job.gpus
+    narrow = cand.replicas == 1 and gpus > 1
+    reach = reach_of(cycle, f if narrow else None)
+    lists = [cycle.reclaim_offers[project] for project in givers]  # up to date: reach_of
+    below = [offers.floors[f] for offers in lists]
+    releasing = new_taken(cycle).overlay
+    fit = overlay_fit(cycle, cand, releasing)
+    if fit.fits():
+        return new_taken(cycle)
+    hopeful = reach.hopeful(f, gpus) if narrow and reach.few(f, gpus) else None
     heap = [
-        (offers.keys[0], place, 0)
+        (offers.key(0), place, 0)
         for place, offers in enumerate(lists)
         if offers.offer(0, below[place])
     ]
     heapq.heapify(heap)
-    releasing = new_taken(cycle).overlay
-    fit = overlay_fit(cycle, cand, releasing)
     # per node, the GPUs freed so far and how many (as `Taken.add` counts them: once each)
     seen: dict[str, set[int]] = {}
     sizes: dict[str, int] = {}
     order: list[tuple[int, int]] = []  # (place, i): the victims taken, in taking order
     while not fit.fits():
-        if not heap:
+        found = _next_near(heap, lists, below, hopeful)
+        if found is None:
             return None
-        _, place, i = heapq.heappop(heap)
-        order.append((place, i))
+        place, i = found
         offers = lists[place]
+        order.append((place, i))
         for r in offers.freed[i]:
             node = r.node
-            gpus = seen.get(node)
-            if gpus is None:
-                gpus = seen[node] = set(releasing.get(node, ()))
+            taken = seen.get(node)
+            if taken is None:
+                taken = seen[node] = set(releasing.get(node, ()))
                 sizes[node] = len(releasing.get(node, ()))
-            before = len(gpus)
-            gpus.update(r.gpus)
-            if len(gpus) != before:
-                sizes[node] += len(gpus) - before
+            before = len(taken)
+            taken.update(r.gpus)
+            if len(taken) != before:
+                sizes[node] += len(taken) - before
                 fit.resize(node, sizes[node])
         if offers.offer(i + 1, below[place]):
-            heapq.heappush(heap, (offers.keys[i + 1], place, i + 1))
-    if not order:
-        return new_taken(cycle)
+            heapq.heappush(heap, (offers.key(i + 1), place, i + 1))
     gaining = _gaining(cycle, cand, sizes)
     units = [lists[place].units[i] for place, i in order]
     matter = {
@@ -215,6 +444,47 @@ def first_fit(
     }
     kept = [unit for unit in units if unit.job.id in matter]
     return spare_unneeded(cycle, cand, taken_of(cycle, kept), None)
+
+
+def _next_near(
+    heap: list[tuple[FirstTaken, int, int]],
+    lists: list[Offers],
+    below: list[int],
+    hopeful: set[str] | None,
+) -> tuple[int, int] | None:
+    """The next entry in taking order (its list's place and index) of a job on a hopeful
+    node (on any, if None), passing over the others; None once the lists are through."""
+    while heap:
+        _, place, i = heapq.heappop(heap)
+        offers = lists[place]
+        if hopeful is None or _near(offers.units[i], hopeful):
+            return place, i
+        _pass_over(heap, offers, place, i + 1, below[place], hopeful)
+    return None
+
+
+def _near(unit: Unit, hopeful: set[str]) -> bool:
+    """Has the unit's job a replica on one of these nodes?"""
+    held = unit.job.held
+    return held[0].node in hopeful or any(r.node in hopeful for r in held)
+
+
+def _pass_over(  # noqa: PLR0913 (a walk's heap, and where it is in one list)
+    heap: list[tuple[FirstTaken, int, int]],
+    offers: Offers,
+    place: int,
+    i: int,
+    below: int,
+    hopeful: set[str],
+) -> None:
+    """Pass over the list's entries from i on that are of jobs on no hopeful node and come
+    before every other list's next, and queue the next one."""
+    while offers.offer(i, below):
+        item = (offers.key(i), place, i)
+        if (heap and heap[0] < item) or _near(offers.units[i], hopeful):
+            heapq.heappush(heap, item)
+            return
+        i += 1
 
 
 def _gaining(cycle: PoolCycle, cand: Candidate, sizes: dict[str, int]) -> set[str]:

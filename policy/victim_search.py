@@ -9,16 +9,34 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from events import Replica
 from policy.candidates import Candidate
-from policy.capacity import Overlay, OverlayFit
+from policy.capacity import Capacity, Overlay, OverlayFit
 from policy.state import Job
-from policy.victims import Unit
+from policy.victims import Unit, VictimIndex
 
-if TYPE_CHECKING:
-    from policy.pool_cycle import PoolCycle
+
+class SearchCycle(Protocol):
+    """What a victim search reads of the pool's cycle (`pool_cycle.PoolCycle`, which calls the
+    search): named here, so that the search imports nothing of the cycle."""
+
+    @property
+    def capacity(self) -> Capacity: ...
+
+    @property
+    def releasing(self) -> dict[str, list[int]]: ...
+
+    @property
+    def surplus_stopped(self) -> dict[str, int]: ...
+
+    @property
+    def used_units(self) -> set[int]: ...
+
+    @property
+    def victims(self) -> VictimIndex: ...
+
 
 #: A rule a set of victims must satisfy besides making room, given the GPUs they free per project
 Enough = Callable[[Mapping[str, int]], bool]
@@ -80,20 +98,20 @@ class Taken:
         return list(seen.values())
 
 
-def new_taken(cycle: PoolCycle) -> Taken:
+def new_taken(cycle: SearchCycle) -> Taken:
     """No victims yet: what is free besides the idle GPUs is what stopping jobs give back
     (rule 7)."""
     overlay = {node: list(gpus) for node, gpus in cycle.releasing.items() if gpus}
     return Taken(cycle.surplus_stopped, cycle.used_units, overlay)
 
 
-def fits_with(cycle: PoolCycle, cand: Candidate, taken: Taken) -> bool:
+def fits_with(cycle: SearchCycle, cand: Candidate, taken: Taken) -> bool:
     job = cand.job
     return cycle.capacity.fits(job.gpus, cand.replicas, job.node, cand.ports, taken.overlay)
 
 
 def take_until_fits(
-    cycle: PoolCycle,
+    cycle: SearchCycle,
     cand: Candidate,
     pick: Pick,
     enough: Enough | None = None,
@@ -113,12 +131,14 @@ def take_until_fits(
     return spare_unneeded(cycle, cand, taken, enough)
 
 
-def overlay_fit(cycle: PoolCycle, cand: Candidate, overlay: Overlay) -> OverlayFit:
+def overlay_fit(cycle: SearchCycle, cand: Candidate, overlay: Overlay) -> OverlayFit:
     job = cand.job
     return OverlayFit(cycle.capacity, job.gpus, cand.replicas, job.node, overlay, cand.ports)
 
 
-def spare_unneeded(cycle: PoolCycle, cand: Candidate, taken: Taken, enough: Enough | None) -> Taken:
+def spare_unneeded(
+    cycle: SearchCycle, cand: Candidate, taken: Taken, enough: Enough | None
+) -> Taken:
     """Go through the victims in the order they were taken and spare each one the candidate
     can do without: it still fits, and every rule (`enough`) still holds. (What the
     victims left free is worked out as if they had been taken afresh, in this order.)"""
@@ -135,7 +155,7 @@ def spare_unneeded(cycle: PoolCycle, cand: Candidate, taken: Taken, enough: Enou
 
 
 def _last_alone(
-    cycle: PoolCycle, cand: Candidate, taken: Taken, enough: Enough | None
+    cycle: SearchCycle, cand: Candidate, taken: Taken, enough: Enough | None
 ) -> Taken | None:
     """The last victim taken, alone, if it makes room by itself (and every rule holds) and
     no other victim is of its job: then sparing one by one spares every victim before it
@@ -154,12 +174,12 @@ def _last_alone(
     return alone
 
 
-def _fits_bare(cycle: PoolCycle, cand: Candidate, enough: Enough | None) -> bool:
+def _fits_bare(cycle: SearchCycle, cand: Candidate, enough: Enough | None) -> bool:
     bare = new_taken(cycle)
     return fits_with(cycle, cand, bare) and (enough is None or enough(bare.freed_by_project))
 
 
-def taken_of(cycle: PoolCycle, units: list[Unit]) -> Taken:
+def taken_of(cycle: SearchCycle, units: list[Unit]) -> Taken:
     """These victims taken afresh, in this order (what each frees is worked out again)."""
     taken = new_taken(cycle)
     for unit in units:
@@ -170,7 +190,7 @@ def taken_of(cycle: PoolCycle, units: list[Unit]) -> Taken:
 
 
 def next_unit(
-    cycle: PoolCycle, project: str, taken: Taken, pin: str | None, admit: Callable[[Unit], bool]
+    cycle: SearchCycle, project: str, taken: Taken, pin: str | None, admit: Callable[[Unit], bool]
 ) -> tuple[Unit, list[Replica]] | None:
     """The next unit of `project` that `admit` accepts and that frees GPUs the candidate
     could use, without taking it."""
@@ -201,7 +221,7 @@ class _KeptVictims:
     again, with `Taken`'s own rules, and the fit follows the nodes that changed.
     """
 
-    def __init__(self, cycle: PoolCycle, cand: Candidate, taken: Taken) -> None:
+    def __init__(self, cycle: SearchCycle, cand: Candidate, taken: Taken) -> None:
         self._order = taken.units
         self._base = (taken.base_surplus, taken.base_used)
         releasing = new_taken(cycle).overlay

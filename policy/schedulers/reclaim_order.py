@@ -20,17 +20,35 @@ from __future__ import annotations
 
 import bisect
 import heapq
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from events import Replica
-from policy.accounts import Account
+from policy.accounts import Account, Accounts
 from policy.candidates import Candidate
 from policy.schedulers.reclaim_reach import PerNode, Reach
-from policy.victim_search import Taken, new_taken, overlay_fit, spare_unneeded, taken_of
+from policy.victim_search import (
+    SearchCycle,
+    Taken,
+    new_taken,
+    overlay_fit,
+    spare_unneeded,
+    taken_of,
+)
 from policy.victims import Lineup, Unit
 
-if TYPE_CHECKING:
-    from policy.pool_cycle import PoolCycle
+
+class ReclaimCycle(SearchCycle, Protocol):
+    """What the reclaim order reads and keeps in the pool's cycle (`pool_cycle.PoolCycle`,
+    which calls it): its accounts, and the lists and reach kept there for the cycle, with the
+    projects whose holdings moved since they were brought up to date."""
+
+    @property
+    def accounts(self) -> Accounts: ...
+
+    reach: Reach | None
+    moved: set[str]
+    reclaim_offers: dict[str, Offers]
+
 
 ServedLastKey = tuple[bool, bool, int, float, int]
 FirstTaken = tuple[bool, bool, int, float, int]
@@ -108,7 +126,7 @@ class Offers:
         "victim",
     )
 
-    def __init__(self, cycle: PoolCycle, project: str) -> None:
+    def __init__(self, cycle: ReclaimCycle, project: str) -> None:
         self._cycle = cycle
         self.victim = cycle.accounts.account(project)
         self._usage = self._base = self.victim.usage
@@ -340,7 +358,7 @@ class Offers:
         return False
 
 
-def reach_of(cycle: PoolCycle, floor: int | None = None) -> Reach:
+def reach_of(cycle: ReclaimCycle, floor: int | None = None) -> Reach:
     """The cycle's reach, with every project's list up to date (made at the first ask, with
     a list for every project that has victims), keeping `floor` from now on if given.
 
@@ -364,7 +382,7 @@ def reach_of(cycle: PoolCycle, floor: int | None = None) -> Reach:
     return reach
 
 
-def offers_of(cycle: PoolCycle, project: str) -> Offers:
+def offers_of(cycle: ReclaimCycle, project: str) -> Offers:
     """The project's list, kept in the cycle and brought up to date."""
     found = cycle.reclaim_offers[project]
     if not (found.current() or found.update()):
@@ -373,7 +391,7 @@ def offers_of(cycle: PoolCycle, project: str) -> Offers:
     return found
 
 
-def could_fit(cycle: PoolCycle, cand: Candidate, within_quota: bool) -> bool:
+def could_fit(cycle: ReclaimCycle, cand: Candidate, within_quota: bool) -> bool:
     """Could a claimant on no node in particular fit if every other project gave every
     victim it may? If not, no walk makes it fit (`Reach`)."""
     f = int(within_quota)
@@ -381,7 +399,7 @@ def could_fit(cycle: PoolCycle, cand: Candidate, within_quota: bool) -> bool:
 
 
 def first_fit(
-    cycle: PoolCycle, cand: Candidate, givers: list[str], within_quota: bool
+    cycle: ReclaimCycle, cand: Candidate, givers: list[str], within_quota: bool
 ) -> Taken | None:
     """`take_until_fits` with the served-last pick, for a claimant on no node in particular
     that publishes no ports: the victims the givers' merged lists give until the claimant fits,
@@ -487,7 +505,7 @@ def _pass_over(  # noqa: PLR0913 (a walk's heap, and where it is in one list)
         i += 1
 
 
-def _gaining(cycle: PoolCycle, cand: Candidate, sizes: dict[str, int]) -> set[str]:
+def _gaining(cycle: ReclaimCycle, cand: Candidate, sizes: dict[str, int]) -> set[str]:
     """The nodes where the GPUs freed (`sizes`: the overlay's, per node) add room for a
     replica of the claimant. On any other node no subset of the victims adds any."""
     gpus, by_name, releasing = cand.job.gpus, cycle.capacity.by_name, cycle.releasing

@@ -19,12 +19,21 @@ or releasing GPUs changed (`touch`), so it is never worked out again.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from policy.candidates import Candidate
+from policy.capacity import Capacity
 
-if TYPE_CHECKING:
-    from policy.pool_cycle import PoolCycle
+
+class ReachCycle(Protocol):
+    """What the reach reads of the pool's cycle (`pool_cycle.PoolCycle`, which holds it)."""
+
+    @property
+    def capacity(self) -> Capacity: ...
+
+    @property
+    def releasing(self) -> dict[str, list[int]]: ...
+
 
 #: Per node: GPUs, for one floor (index 0: the claimant above its quota; 1: within it)
 PerNode = dict[str, int]
@@ -37,7 +46,7 @@ class Reach:
 
     __slots__ = ("_cycle", "_room", "kept", "nodes", "sizes", "total")
 
-    def __init__(self, cycle: PoolCycle) -> None:
+    def __init__(self, cycle: ReachCycle) -> None:
         self._cycle = cycle
         #: the floors whose victims are counted (`reclaim_order.reach_of`): without, a
         #: floor's totals are the idle and releasing GPUs only

@@ -99,6 +99,15 @@ def test_every_service_connects_as_its_own_nats_user() -> None:
     assert ignored[1] == "*" and not any("secret" in line for line in ignored)
 
 
+def test_the_image_holds_every_package_the_project_installs() -> None:
+    """The build context lets in every package pyproject.toml installs: one left out is a
+    container that fails at its first import (as `cluster/` did when it was new)."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())
+    packages = project["tool"]["hatch"]["build"]["targets"]["wheel"]["packages"]
+    let_in = {line[1:] for line in (REPO / ".dockerignore").read_text().splitlines()}
+    assert [p for p in packages if p not in let_in] == []
+
+
 @dataclass
 class Stack:
     project: str

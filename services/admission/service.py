@@ -196,9 +196,14 @@ class Admission:
         return _reply(verdict)
 
     async def _verdict_for_stranded(self, job_id: str) -> AdmissionEvent | None:
-        job = self.follower.state.jobs.get(job_id)
         submitted = await self.log.last_on(f"fl.job.{job_id}.job_submitted")
-        if job is None or submitted is None:
+        if submitted is None:
+            return None
+        # recorded, but the fold may not have come to it yet (it catches up after the server
+        # came back): a retry must not be refused as a name taken for want of waiting
+        await self.follower.wait_for(submitted.seq)
+        job = self.follower.state.jobs.get(job_id)
+        if job is None:
             return None
         decided = admit_waiting(self.follower.state, job, self.clock.now())
         if decided is None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from services.executor.workload_events import Refused, parse
+from services.executor.workload_events import EventRefused, parse
 
 
 @pytest.mark.parametrize(
@@ -17,14 +17,14 @@ from services.executor.workload_events import Refused, parse
     ],
 )
 def test_text_the_read_models_cannot_hold_is_refused(body: dict[str, object], field: str) -> None:
-    with pytest.raises(Refused) as refused:
+    with pytest.raises(EventRefused) as refused:
         parse(msgspec.json.encode(body))
     assert refused.value.status == 400
     assert f"`{field}" in refused.value.reason, refused.value.reason
 
 
 def test_a_nul_is_named_in_words() -> None:
-    with pytest.raises(Refused, match="without the NUL character"):
+    with pytest.raises(EventRefused, match="without the NUL character"):
         parse(msgspec.json.encode({"id": "m1", "kind": "message", "text": "\u0000"}))
 
 

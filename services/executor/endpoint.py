@@ -24,7 +24,7 @@ from aiohttp import web
 
 from services.executor.actuator import Actuator
 from services.executor.nodework import NodeWork, desired
-from services.executor.workload_events import MAX_BODY, Refused, job_event, parse
+from services.executor.workload_events import MAX_BODY, EventRefused, job_event, parse
 
 SOCKET_ENV: Final = "FAIRLANE_EVENTS"
 SOCKET_NAME: Final = "events.sock"
@@ -104,7 +104,7 @@ class Endpoint:
     async def handle(self, request: web.Request) -> web.Response:
         try:
             event_id = await self._accept(request)
-        except Refused as e:
+        except EventRefused as e:
             self.refused += 1
             self.actuator.logger.warning("workload event refused", status=e.status, reason=e.reason)
             return web.json_response({"error": e.reason}, status=e.status)
@@ -119,15 +119,15 @@ class Endpoint:
             stale = self.actuator.stale.get(token)
             if stale is not None:
                 self.budget.forget(token)
-                raise Refused(409, f"attempt {stale[1]} of job {stale[0]} has ended")
-            raise Refused(401, "unknown token: not an attempt running on this node")
+                raise EventRefused(409, f"attempt {stale[1]} of job {stale[0]} has ended")
+            raise EventRefused(401, "unknown token: not an attempt running on this node")
         job_id, attempt = handle.job_id, handle.attempt
         if not self.budget.take(token, time.monotonic()):
-            raise Refused(429, f"too many events from job {job_id}: at most {RATE:g} a second")
+            raise EventRefused(429, f"too many events from job {job_id}: at most {RATE:g} a second")
         body = parse(await request.read())
         job = self.work.jobs.get(job_id)
         if handle.finished.is_set() or not desired(job, attempt, handle.replica):
-            raise Refused(409, f"attempt {attempt} of job {job_id} has ended")
+            raise EventRefused(409, f"attempt {attempt} of job {job_id} has ended")
         started = self.actuator.started.get((job_id, attempt))
         if started is not None and not started.is_set():
             # after the attempt's `JobStarted`, so the timeline reads in order
@@ -135,7 +135,7 @@ class Endpoint:
                 async with asyncio.timeout(STARTED_WAIT_S):
                     await started.wait()
             except TimeoutError:
-                raise Refused(503, f"attempt {attempt} of job {job_id} is starting") from None
+                raise EventRefused(503, f"attempt {attempt} of job {job_id} is starting") from None
         event = job_event(body, job_id, attempt, self.actuator.clock.now())
         await self.actuator.publish(event)
         if body.kind == "checkpoint":

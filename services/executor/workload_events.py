@@ -40,7 +40,7 @@ class WorkloadEvent(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 _decoder = msgspec.json.Decoder(WorkloadEvent)
 
 
-class Refused(Exception):
+class EventRefused(Exception):
     """The request is refused; `status` is the HTTP status to answer with."""
 
     def __init__(self, status: int, reason: str) -> None:
@@ -51,15 +51,15 @@ class Refused(Exception):
 
 def parse(body: bytes) -> WorkloadEvent:
     if len(body) > MAX_BODY:
-        raise Refused(413, f"an event is at most {MAX_BODY} bytes, this one {len(body)}")
+        raise EventRefused(413, f"an event is at most {MAX_BODY} bytes, this one {len(body)}")
     try:
         event = _decoder.decode(body)
     except msgspec.ValidationError as e:
-        raise Refused(400, f"not a workload event: {clearer(e)}") from None
+        raise EventRefused(400, f"not a workload event: {clearer(e)}") from None
     except msgspec.DecodeError as e:
-        raise Refused(400, f"not a workload event: {e}") from None
+        raise EventRefused(400, f"not a workload event: {e}") from None
     if event.kind == "message" and not event.text:
-        raise Refused(400, "a message needs its `text`")
+        raise EventRefused(400, "a message needs its `text`")
     return event
 
 

@@ -11,6 +11,7 @@ from simulation.scenario.observe import Observation, holdings, observe, what_cha
 from simulation.scenario.setup import (
     JOB_COMMANDS,
     Projects,
+    SetupRefused,
     node_command,
     pool_commands,
 )
@@ -30,10 +31,6 @@ def unsettled_on_a_copy(state: ClusterState, now: float) -> str:
     probe.settle()
     probe.advance(STABLE_HORIZON_S)
     return what_changed(before, holdings(probe.state), probe.log)
-
-
-class SetupRefused(RuntimeError):
-    """The scenario's configuration was refused, as the services would refuse it."""
 
 
 class CoreEngine:

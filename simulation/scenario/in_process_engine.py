@@ -16,12 +16,14 @@ from services.runtime.eventlog import Stored
 from simulation.scenario.core_engine import unsettled_on_a_copy
 from simulation.scenario.in_process import InProcessCluster
 from simulation.scenario.observe import Observation, observe
-from simulation.scenario.setup import JOB_COMMANDS, Projects, node_command, pool_commands
+from simulation.scenario.setup import (
+    JOB_COMMANDS,
+    Projects,
+    SetupRefused,
+    node_command,
+    pool_commands,
+)
 from simulation.spec import ProjectEntry, Scenario, Step, compute_pool_of
-
-
-class SetupRefused(RuntimeError):
-    """The scenario's configuration was refused by the services."""
 
 
 class InProcessEngine:

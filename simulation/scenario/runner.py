@@ -8,9 +8,10 @@ from pathlib import Path
 from typing import Literal
 
 from simulation.scenario.core_engine import CoreEngine
-from simulation.scenario.in_process_engine import InProcessEngine, SetupRefused
+from simulation.scenario.in_process_engine import InProcessEngine
 from simulation.scenario.live_engine import LiveEngine, LiveError
 from simulation.scenario.observe import check
+from simulation.scenario.setup import SetupRefused
 from simulation.spec import Scenario, ScenarioError, load_scenario
 from simulation.virtual_cluster import NotSettled
 

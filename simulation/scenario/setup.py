@@ -16,6 +16,11 @@ from events.commands import (
 )
 from simulation.spec import ProjectEntry, Scenario, project_terms
 
+
+class SetupRefused(RuntimeError):
+    """The scenario's configuration was refused, as the services refuse it (either engine)."""
+
+
 #: The steps that are a user's command about a job, and the command each one sends.
 JOB_COMMANDS: Final[dict[str, type[CancelJob | PauseJob | ResumeJob]]] = {
     "cancel": CancelJob,

@@ -22,7 +22,8 @@ from rich.table import Table
 
 from events import Event, SchedulerSettings
 from policy.decay import settings_problem
-from simulation.scenario.core_engine import CoreEngine, SetupRefused
+from simulation.scenario.core_engine import CoreEngine
+from simulation.scenario.setup import SetupRefused
 from simulation.spec import (
     PoolEntry,
     Scenario,

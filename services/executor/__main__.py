@@ -65,77 +65,109 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m services.executor", description="Fairlane node executor"
     )
-    parser.add_argument("--nats", default="nats://127.0.0.1:4222", help="NATS server URL")
-    parser.add_argument("--node", default=socket.gethostname(), help="node name (the hostname)")
-    parser.add_argument("--pool", default="default", help="pool the node belongs to")
-    parser.add_argument(
+    _node_options(parser.add_argument_group("the node"))
+    _storage_options(parser.add_argument_group("checkpoints"))
+    _runtime_options(parser.add_argument_group("how replicas run"))
+    _timing_options(parser.add_argument_group("how often"))
+    _exit_options(parser.add_argument_group("on exit"))
+    _log_options(parser.add_argument_group("logs"))
+    args = parser.parse_args(argv)
+    _check(parser, args)
+    return args
+
+
+#: What `add_argument_group` gives (argparse names no public type for it).
+Group = argparse._ArgumentGroup
+
+
+def _node_options(group: Group) -> None:
+    group.add_argument("--nats", default="nats://127.0.0.1:4222", help="NATS server URL")
+    group.add_argument("--node", default=socket.gethostname(), help="node name (the hostname)")
+    group.add_argument("--pool", default="default", help="pool the node belongs to")
+    group.add_argument(
         "--gpus",
         type=int,
         default=None,
         help="GPUs this node offers; overrides NVML (needed where there is no NVIDIA driver)",
     )
-    parser.add_argument(
+    group.add_argument(
         "--data-dir",
         type=Path,
         default=None,
         help="checkpoints, logs and process records (default .fairlane/executor/NODE)",
     )
-    parser.add_argument(
+    group.add_argument(
         "--address",
         default=LOCAL_ADDRESS,
         help="where other nodes reach this node's replicas: a gang's MASTER_ADDR when its "
         f"replica 0 runs here (default {LOCAL_ADDRESS}: every node on this machine)",
     )
-    parser.add_argument(
+
+
+def _storage_options(group: Group) -> None:
+    group.add_argument(
         "--checkpoint-storage",
         default="object_store",
         metavar="object_store|shared_fs:PATH",
         help="where the jobs' checkpoints are kept: the cluster's object store (default), or "
         "a folder mounted at the same path on every node",
     )
-    parser.add_argument(
+    group.add_argument(
         "--checkpoint-max-bytes",
         type=int,
         default=DEFAULT_MAX_BYTES,
         help="the largest checkpoint of one replica that is stored in the object store",
     )
-    parser.add_argument(
+
+
+def _runtime_options(group: Group) -> None:
+    group.add_argument(
         "--hollow", action="store_true", help="start nothing: replicas run only in memory"
     )
-    parser.add_argument(
+    group.add_argument(
         "--runtime",
         choices=("process", "docker"),
         default="process",
         help="run replicas as local processes or as Docker containers of the job's image",
     )
-    parser.add_argument(
+    group.add_argument(
         "--docker-host", default=None, help="Docker engine address (default: DOCKER_HOST)"
     )
-    parser.add_argument(
+    group.add_argument(
         "--docker-network", default="host", help="network mode of the containers (host)"
     )
-    parser.add_argument(
+    group.add_argument(
         "--hollow-runtime",
         type=float,
         default=0.0,
         metavar="SECONDS",
         help="hollow replicas complete after this long (default 0: never)",
     )
-    parser.add_argument(
+    group.add_argument(
+        "--insecure-same-user",
+        action="store_true",
+        help="run workloads as the executor's own user, which lets every job read what the "
+        "executor reads (credentials, tokens, other jobs' files): only where every job is "
+        "the operator's own; by default each job runs as a uid of its own, which needs root",
+    )
+
+
+def _timing_options(group: Group) -> None:
+    group.add_argument(
         "--checkpoint-poll",
         type=float,
         default=1.0,
         metavar="SECONDS",
         help="how often to look for a touched .checkpoint",
     )
-    parser.add_argument(
+    group.add_argument(
         "--heartbeat",
         type=float,
         default=2.0,
         metavar="SECONDS",
         help="how often to put the node's heartbeat in the heartbeat bucket",
     )
-    parser.add_argument(
+    group.add_argument(
         "--gpu-sample",
         type=float,
         default=float(os.environ.get(SAMPLE_ENV, DEFAULT_EVERY_S)),
@@ -143,7 +175,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help=f"seconds between two samples of the GPUs through NVML, {MIN_EVERY_S:g} to "
         f"{MAX_EVERY_S:g}, or 0 for none (default {DEFAULT_EVERY_S:g}, or ${SAMPLE_ENV})",
     )
-    parser.add_argument(
+    group.add_argument(
         "--idle-after",
         type=duration,
         default=duration(os.environ.get(IDLE_ENV, str(DEFAULT_IDLE_AFTER_S))),
@@ -151,29 +183,31 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="flag a job idle once all its GPUs were at 0%% this long "
         f"(default 15m, or ${IDLE_ENV})",
     )
-    parser.add_argument(
+
+
+def _exit_options(group: Group) -> None:
+    group.add_argument(
         "--stop-workloads-on-exit",
         action="store_true",
         help="stop the workloads when the executor exits (default: leave them to be adopted)",
     )
-    parser.add_argument(
+    group.add_argument(
         "--shutdown-on-exit",
         action="store_true",
         help="on exit, stop the workloads as a preemption does (SIGTERM, grace, checkpoint) "
         "and report them stopped for a shut down: their jobs are queued again",
     )
-    parser.add_argument(
-        "--insecure-same-user",
-        action="store_true",
-        help="run workloads as the executor's own user, which lets every job read what the "
-        "executor reads (credentials, tokens, other jobs' files): only where every job is "
-        "the operator's own; by default each job runs as a uid of its own, which needs root",
-    )
-    parser.add_argument(
+
+
+def _log_options(group: Group) -> None:
+    group.add_argument(
         "--log-format", choices=("json", "console"), default="json", help="as the other services"
     )
-    parser.add_argument("--log-level", default="info")
-    args = parser.parse_args(argv)
+    group.add_argument("--log-level", default="info")
+
+
+def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """What argparse cannot check itself, refused naming the flag and the value."""
     try:
         args.storage = parse_storage(args.checkpoint_storage, args.checkpoint_max_bytes)
     except ValueError as e:
@@ -185,7 +219,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         )
     if args.checkpoint_max_bytes <= 0:
         parser.error(f"--checkpoint-max-bytes must be above 0, got {args.checkpoint_max_bytes}")
-    return args
 
 
 def configure_logging(fmt: str, level: str) -> None:

@@ -25,7 +25,7 @@ import msgspec
 from events import NODE_REPORTS, Event, ids
 from services.executor.checkpointing import Checkpointing
 from services.executor.config import ExecutorConfig
-from services.executor.facts import Closing, Here
+from services.executor.facts import AttemptFacts, AttemptKey, Closing, Here
 from services.executor.inventory import Inventory
 from services.executor.nodework import NodeWork, desired
 from services.executor.plan import (
@@ -111,10 +111,7 @@ class Actuator:
 
     def here(self, offer: Event | None = None) -> Here:
         """The facts, as the planner reads them."""
-        attempts = {
-            k: dataclasses.replace(a, utilization=self.usage.average(k))
-            for k, a in self.attempts.items()
-        }
+        attempts = {k: self._with_usage(k, a) for k, a in self.attempts.items()}
         return Here(
             node=self.node,
             actor=self.config.actor,
@@ -123,14 +120,22 @@ class Actuator:
             objects=self.objects is not None,
             attempts=attempts,
             replicas=dict(self.replicas),
-            reported=frozenset(self.reported),
-            published=frozenset(self.published),
+            reported=self.reported,
+            published=self.published,
             shut=dict(self.shut),
             closing=self.closing,
             lost=self.lost,
             registrations=self.registrations,
             offer=offer,  # type: ignore[arg-type]
         )
+
+    def _with_usage(self, key: AttemptKey, facts: AttemptFacts) -> AttemptFacts:
+        """The attempt's facts with its GPUs' mean use as sampled now (made anew only when that
+        changed: a plan runs after every change here, a sample comes every few seconds)."""
+        average = self.usage.average(key)
+        if average == facts.utilization:
+            return facts
+        return dataclasses.replace(facts, utilization=average)
 
     # -- acting ----------------------------------------------------------------------------------
 

@@ -7,7 +7,7 @@ handle, lock or task is in them, so a plan is a function of values.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Set
 from dataclasses import dataclass, field
 from typing import Literal, TypeAlias
 
@@ -87,11 +87,30 @@ class Here:
     objects: bool = False  # checkpoints go to the cluster's store
     attempts: Mapping[AttemptKey, AttemptFacts] = field(default_factory=dict)
     replicas: Mapping[ReplicaKey, ReplicaFacts] = field(default_factory=dict)
-    reported: frozenset[str] = frozenset()  # ids published, being published or given up
-    published: frozenset[str] = frozenset()  # ids in the log
+    #: ids published, being published or given up; and those in the log. The actuator's own
+    #: sets, not copies: they hold every report this node made (a copy per plan cost more than
+    #: the plan), and a plan only reads them, before anything acts on it
+    reported: Set[str] = frozenset()
+    published: Set[str] = frozenset()
     #: attempts this node stops for a shut down (this run's, or the last run's file), and when
     shut: Mapping[AttemptKey, float] = field(default_factory=dict)
     closing: Closing = ""
     lost: bool = False  # this node was declared lost: it registers again once emptied
     registrations: int = 0  # how often it registered again
     offer: NodeRegistered | None = None  # its registration as configured
+    #: each attempt's replicas here, in order (job, attempt, index): made once with the facts,
+    #: since a plan looks them up for every attempt and every stop (a scan of all replicas each
+    #: time made a plan quadratic in the replicas here)
+    by_attempt: Mapping[AttemptKey, tuple[ReplicaFacts, ...]] = field(
+        init=False, repr=False, compare=False
+    )
+
+    def __post_init__(self) -> None:
+        grouped: dict[AttemptKey, list[ReplicaFacts]] = {}
+        for r in sorted(self.replicas.values(), key=_in_order):
+            grouped.setdefault(r.attempt_key, []).append(r)
+        object.__setattr__(self, "by_attempt", {k: tuple(v) for k, v in grouped.items()})
+
+
+def _in_order(r: ReplicaFacts) -> tuple[str, int, int]:
+    return (r.job_id, r.attempt, r.index)

@@ -175,7 +175,7 @@ def orders_of(work: NodeWork, here: Here, job: JobWork) -> list[StopOrder]:
     if (job.job_id, job.attempt) in here.shut:
         first = work.firsts.get(job.job_id) or job.held[0].node
         return [*orders, shutdown_order(job, first)]
-    if any(lost_here(r, orders) for r in replicas_of(here, (job.job_id, job.attempt))):
+    if any(lost_here(r, orders) for r in here.by_attempt.get((job.job_id, job.attempt), ())):
         return [*orders, lost_order(job)]
     return orders
 
@@ -335,7 +335,7 @@ def checkpointed(here: Here, att: AttemptFacts) -> bool:
 
 
 def replicas_of(here: Here, key: AttemptKey) -> list[ReplicaFacts]:
-    return ordered(r for r in here.replicas.values() if r.attempt_key == key)
+    return list(here.by_attempt.get(key, ()))
 
 
 def announce(work: NodeWork, here: Here, att: AttemptFacts, now: float) -> list[Action]:

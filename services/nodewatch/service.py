@@ -29,7 +29,9 @@ too and fences each relay on it. Every watcher computes the relays as it folds, 
 stream back, and drops what was written there; the leader writes the rest, each node's in log
 order, so a new leader carries on node by node where the relay stream says relaying stopped
 (never from the start): it reads the relay stream up to its own term first, after which no
-earlier leader's relay can land.
+earlier leader's relay can land. From then until its term ends it stops reading the relay
+stream back and drops each relay as the server acks it (reading its own writes back was a
+third of what it read); a watcher whose term ended reads on from where it stopped.
 """
 
 from __future__ import annotations
@@ -102,6 +104,11 @@ class NodeWatch:
         self.relays = host.relays()
         self.relays_read = 0  # the relay stream's last sequence read back
         self._read_back = asyncio.Event()  # set whenever the relay stream was read further
+        #: set while this watcher leads and has read the relay stream up to its term: from then
+        #: on it knows what it wrote from the server's acks, and reading its own relays back
+        #: (a third of what it read) is left until the term ends
+        self._leading = asyncio.Event()
+        self._led = asyncio.Event()  # set when a term ends
         #: node -> the id of the registration the fold knows it by
         self.registrations: dict[str, str] = {}
         self.last_seen: dict[str, float] = {}
@@ -128,6 +135,22 @@ class NodeWatch:
         await asyncio.gather(self.follower.run(self._note), self._follow_relays())
 
     async def _follow_relays(self) -> None:
+        """The relay stream read back, except while this watcher leads (see `_leading`)."""
+        while True:
+            reading = asyncio.create_task(self._read_relays())
+            leading = asyncio.create_task(self._leading.wait())
+            try:
+                await asyncio.wait({reading, leading}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                await cancel_and_wait(leading)
+                await cancel_and_wait(reading)
+            if reading.done() and not reading.cancelled():
+                reading.result()  # it ended by failing: raise that
+            while self._leading.is_set():
+                await self._led.wait()
+                self._led.clear()
+
+    async def _read_relays(self) -> None:
         async for stored in self.relays.follow(self.relays_read + 1):
             self._written(stored)
 
@@ -167,6 +190,7 @@ class NodeWatch:
         relay_fence = await self._relay_term(term)
         # every relay an earlier leader wrote lands before this term's record or not at all
         await self._read_relays_to(relay_fence[1])
+        self._leading.set()
         heartbeats = self.host.heartbeats(self.timeout_s)
         started = self.lapse.now()
         self.last_seen = {node: started for node in self.follower.state.nodes}
@@ -189,6 +213,8 @@ class NodeWatch:
                 if duty.done():
                     duty.result()  # each only ends by failing
         finally:
+            self._leading.clear()
+            self._led.set()  # read back again from where reading stopped, own relays too
             for duty in duties:
                 await cancel_and_wait(duty)
 
@@ -253,6 +279,7 @@ class NodeWatch:
                     raise
                 await self._set_aside(relay, f"the stream refused the relay: {e!r}", fence)
                 continue
+            self.queue.seen(relay)  # stored: the ack says so (it is not read back while leading)
             self.relayed += 1
 
     async def _set_aside(self, relay: WorkRelayed, reason: str, fence: tuple[str, int]) -> None:

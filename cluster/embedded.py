@@ -53,6 +53,7 @@ from cluster.servers import (
     Postgres,
     ServerError,
     free_port,
+    go_threads,
     nats_server_binary,
 )
 from cluster.supervisor import (
@@ -135,7 +136,10 @@ async def up(  # noqa: PLR0913, PLR0915 (the `fairlane up` options, in the order
         files = write_auth(data_dir, auth, [node])
         server = NatsServer(store_dir=data_dir / "nats", port=port, config=_limits(auth, sizes))
         binary = str(nats_server_binary())
-        servers.append(Program(NATS_SERVER, server.arguments(), executable=binary, stop_last=True))
+        threads = go_threads(os.environ, os.cpu_count())
+        servers.append(
+            Program(NATS_SERVER, server.arguments(), executable=binary, stop_last=True, env=threads)
+        )
         nats_url = server.url
     url: str = nats_url  # (for the closure below)
     postgres = Postgres(data_dir / "postgres")

@@ -217,7 +217,9 @@ class Offers:
             tails = [max(0, end - last - 1) for end in self.ends]
             # what the entries up to the last gone free above each floor, before and after:
             # most are listed again as they were, so only the difference is reported
-            before = [self._per_node(0, min(end, last + 1)) for end in self.ends]
+            # (only the floors the reach keeps: most cycles keep one, and this reads every
+            # entry up to the last gone, each time the project gives)
+            before = {f: self._per_node(0, min(self.ends[f], last + 1)) for f in self._kept()}
             listed = self._relist(last)
             self.keys = []
             if self.victim.usage - self._base == keyed_at and len(keys) > last + 1:

@@ -20,7 +20,7 @@ from policy.state import Job
 WaitReason = Literal["no_fit", "limit", "quota", "preemption_delay", "held", "nominated", "no_pool"]
 #: What placing a request looks at: GPUs per replica, replicas, the pinned node, host ports.
 Shape = tuple[int, int, str | None, tuple[int, ...]]
-#: A candidate's place among its project's (`Candidate.job_key`)
+#: A candidate's place among its project's candidates (`policy.turns.job_key`)
 JobKey = tuple[int, int, int, int]
 
 
@@ -30,14 +30,8 @@ class Candidate:
     It keeps a copy of what the passes over every candidate read of its job (project,
     priority, size, node, preemption delay): made one after the other, candidates lie side by
     side in memory, while each job lies where it was made; at 40,000 candidates reading the
-    jobs again in every pass missed the processor's cache.
-
-    `job_key` is its place among its project's candidates (rules 2 and 6): higher job
-    priority first; among equal priority, jobs below their minimum, then extra replicas in
-    rounds (every job's first extra, then every job's second, ...: round robin), then
-    submission order. Worked out once, as the candidate is made: the turns sort every
-    candidate of the pool by it twice a cycle and find each project's first once, and each
-    time the key read the job (and its `seq`) again."""
+    jobs again in every pass missed the processor's cache. `ranked` is its job key once the
+    turns have worked it out (`policy.turns.ranked`)."""
 
     __slots__ = (
         "before",
@@ -46,11 +40,11 @@ class Candidate:
         "gpus",
         "job",
         "job_gpus",
-        "job_key",
         "node",
         "ports",
         "priority",
         "project",
+        "ranked",
         "replicas",
     )
 
@@ -67,11 +61,7 @@ class Candidate:
         self.delay = job.preemption_delay_s
         spec = job.spec
         self.ports = spec.host_ports() if spec.ports else ()  # (no call for most jobs)
-        self.job_key: JobKey = (
-            (-job.priority, 1, before - job.min_replicas, job.seq)
-            if extra
-            else (-job.priority, 0, 0, job.seq)
-        )
+        self.ranked: JobKey | None = None
 
     def __repr__(self) -> str:
         return f"Candidate({self.job.id!r}, {self.replicas}, extra={self.extra})"

@@ -1,16 +1,15 @@
 """Turn order: which project goes next, and which of its jobs.
 
-Rule 2 ranks projects (`project_key`) and each project's jobs (`Candidate.job_key`); `Turns`
-gives the candidates in that order, ranking a project again after each of its jobs is served.
-Round robin ranks projects by what they hold (`fewest_held_key`); the priority scheduler has
-one queue for the pool (`queue_key`).
+Rule 2 ranks projects (`project_key`) and each project's jobs (`job_key`); `Turns` gives the
+candidates in that order, ranking a project again after each of its jobs is served. Round robin
+ranks projects by what they hold (`fewest_held_key`); the priority scheduler has one queue for
+the pool (`queue_key`).
 """
 
 from __future__ import annotations
 
 import heapq
 from collections.abc import Iterator
-from operator import attrgetter
 
 from policy.accounts import Account, Accounts
 from policy.candidates import Candidate, JobKey
@@ -31,12 +30,33 @@ def project_key(acct: Account, cand: Candidate) -> ProjectKey:
     )
 
 
-#: A candidate queued after the start: its job_key, the order queued, the candidate
-LaterItem = tuple[JobKey, int, Candidate]
+def job_key(cand: Candidate) -> JobKey:
+    """Inside a project (rules 2 and 6): higher job priority first; among equal priority, jobs
+    below their minimum, then extra replicas in rounds (every job's first extra, then every
+    job's second, ...: round robin), then submission order."""
+    job = cand.job
+    if cand.extra:
+        return (-cand.priority, 1, cand.before - job.min_replicas, job.seq)
+    return (-cand.priority, 0, 0, job.seq)
+
+
+def ranked(cand: Candidate) -> JobKey:
+    """job_key(cand), worked out once per candidate and kept in it: both passes' turns sort
+    the pool's candidates by it, and each time it read every candidate's job (and its
+    `seq`) again, a pass that missed the processor's cache at scale. (The settled cycle
+    never sorts: its one look at each candidate's key keeps none.)"""
+    key = cand.ranked
+    if key is None:
+        key = cand.ranked = job_key(cand)
+    return key
+
+
+#: A candidate queued after the start: job_key(cand) flattened, the order queued, the candidate
+LaterItem = tuple[int, int, int, int, int, Candidate]
 
 
 class _Queue:
-    """One project's candidates in job order (`job_key`, then the order queued): a list sorted
+    """One project's candidates in job order (job_key, then the order queued): a list sorted
     once, plus a heap for candidates queued later (an elastic job's next replica), which come
     after every listed candidate of the same job_key."""
 
@@ -54,20 +74,20 @@ class _Queue:
 
     def _later_first(self) -> bool:
         """Does the first candidate queued later go before the next listed one?"""
-        return self.later[0][0] < self.items[self.at].job_key
+        return self.later[0][:4] < ranked(self.items[self.at])
 
     def front(self) -> Candidate | None:
         if self.at < len(self.items):
             if self.later and self._later_first():
-                return self.later[0][2]
+                return self.later[0][5]
             return self.items[self.at]
-        return self.later[0][2] if self.later else None
+        return self.later[0][5] if self.later else None
 
     def take(self) -> Candidate | None:
         if self.at < len(self.items) and not (self.later and self._later_first()):
             self.at += 1
             return self.items[self.at - 1]
-        return heapq.heappop(self.later)[2] if self.later else None
+        return heapq.heappop(self.later)[5] if self.later else None
 
     def rank(self, front: Candidate) -> ProjectKey:
         """project_key(acct, front), which changes only with the usage and the request size."""
@@ -78,7 +98,7 @@ class _Queue:
         return self.key
 
     def remaining(self) -> list[Candidate]:
-        return self.items[self.at :] + [item[2] for item in self.later]
+        return self.items[self.at :] + [item[5] for item in self.later]
 
 
 class Turns:
@@ -96,7 +116,7 @@ class Turns:
             grouped.setdefault(cand.project, []).append(cand)
         self.queues: dict[str, _Queue] = {}
         for project, items in grouped.items():
-            items.sort(key=by_job_key)  # stable: equal keys keep the order given
+            items.sort(key=ranked)  # stable: equal keys keep the order given
             self.queues[project] = _Queue(accounts.account(project), items)
         self.heap: list[tuple[ProjectKey, str]] = []
         for project, q in self.queues.items():
@@ -126,16 +146,12 @@ class Turns:
     def queue(self, cand: Candidate) -> None:
         """Queue a candidate in its project (an elastic job's next replica)."""
         self._tie += 1
-        item = (cand.job_key, self._tie, cand)
+        item = (*job_key(cand), self._tie, cand)
         heapq.heappush(self.queues[cand.project].later, item)
 
     def remaining(self) -> list[Candidate]:
         """Every candidate not yet popped."""
         return [c for q in self.queues.values() for c in q.remaining()]
-
-
-#: Sorts candidates by `Candidate.job_key` (in C: no call of ours per candidate)
-by_job_key = attrgetter("job_key")
 
 
 def fewest_held_key(acct: Account) -> tuple[int, int]:

@@ -13,7 +13,7 @@ from policy.accounts import Account
 from policy.candidates import Candidate, JobKey, Shape, gate, gate_ok
 from policy.pool_cycle import PoolCycle
 from policy.schedulers.reclaim import try_reclaim
-from policy.turns import ProjectKey, Turns, project_key
+from policy.turns import ProjectKey, Turns, job_key, project_key
 from policy.victim_search import next_unit, take_until_fits
 from policy.victims import Unit
 
@@ -29,7 +29,7 @@ def allocate(cycle: PoolCycle, cands: list[Candidate]) -> list[Candidate]:
     for queued in cands:  # one pass for both: every pass over the queue reads every job
         shape = queued.shape()
         left[shape] = left.get(shape, 0) + 1
-        key = queued.job_key
+        key = job_key(queued)
         front = fronts.get(queued.project)
         if front is None or key < front[0]:  # the first of equal keys, as a stable sort has it
             fronts[queued.project] = (key, queued)

@@ -23,7 +23,7 @@ from policy.schedulers.reclaim_order import (
     served_last_key,
     threshold,
 )
-from policy.turns import by_job_key, project_key
+from policy.turns import job_key, project_key
 from policy.victim_search import Taken, fits_with, next_unit, take_until_fits
 from policy.victims import Unit
 
@@ -205,7 +205,7 @@ def _claimant_goes_first(cycle: PoolCycle, cand: Candidate, taken: Taken) -> boo
     for c in requeued:
         queues.setdefault(c.job.project, []).append(c)
     for q in queues.values():
-        q.sort(key=by_job_key)
+        q.sort(key=job_key)
     while queues:
         project = min(
             queues,

@@ -10,7 +10,7 @@ import heapq
 
 from policy.candidates import Candidate, JobKey, gate
 from policy.pool_cycle import PoolCycle
-from policy.turns import fewest_held_key
+from policy.turns import fewest_held_key, job_key
 
 
 def allocate(cycle: PoolCycle, cands: list[Candidate]) -> list[Candidate]:
@@ -19,7 +19,7 @@ def allocate(cycle: PoolCycle, cands: list[Candidate]) -> list[Candidate]:
     maybe, waiting = cycle.split_by_room(cands)
     for cand in maybe:
         tie += 1
-        heapq.heappush(queues.setdefault(cand.project, []), (cand.job_key, tie, cand))
+        heapq.heappush(queues.setdefault(cand.job.project, []), (job_key(cand), tie, cand))
     turns: list[tuple[int, int, str]] = []
 
     def rank(project: str) -> None:
@@ -36,7 +36,7 @@ def allocate(cycle: PoolCycle, cands: list[Candidate]) -> list[Candidate]:
             follow = cand.follow_up()
             if follow is not None:
                 tie += 1
-                heapq.heappush(queues[project], (follow.job_key, tie, follow))
+                heapq.heappush(queues[project], (job_key(follow), tie, follow))
         else:
             cycle.waiting[cand.job.id] = closed or "no_fit"
             waiting.append(cand)

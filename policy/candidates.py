@@ -20,6 +20,8 @@ from policy.state import Job
 WaitReason = Literal["no_fit", "limit", "quota", "preemption_delay", "held", "nominated", "no_pool"]
 #: What placing a request looks at: GPUs per replica, replicas, the pinned node, host ports.
 Shape = tuple[int, int, str | None, tuple[int, ...]]
+#: A candidate's place among its project's candidates (`policy.turns.job_key`)
+JobKey = tuple[int, int, int, int]
 
 
 class Candidate:
@@ -28,7 +30,8 @@ class Candidate:
     It keeps a copy of what the passes over every candidate read of its job (project,
     priority, size, node, preemption delay): made one after the other, candidates lie side by
     side in memory, while each job lies where it was made; at 40,000 candidates reading the
-    jobs again in every pass missed the processor's cache."""
+    jobs again in every pass missed the processor's cache. `ranked` is its job key once the
+    turns have worked it out (`policy.turns.ranked`)."""
 
     __slots__ = (
         "before",
@@ -41,6 +44,7 @@ class Candidate:
         "ports",
         "priority",
         "project",
+        "ranked",
         "replicas",
     )
 
@@ -57,6 +61,7 @@ class Candidate:
         self.delay = job.preemption_delay_s
         spec = job.spec
         self.ports = spec.host_ports() if spec.ports else ()  # (no call for most jobs)
+        self.ranked: JobKey | None = None
 
     def __repr__(self) -> str:
         return f"Candidate({self.job.id!r}, {self.replicas}, extra={self.extra})"

@@ -12,7 +12,7 @@ import heapq
 from collections.abc import Iterator
 
 from policy.accounts import Account, Accounts
-from policy.candidates import Candidate
+from policy.candidates import Candidate, JobKey
 
 ProjectKey = tuple[bool, bool, int, float, float, int]
 
@@ -30,9 +30,6 @@ def project_key(acct: Account, cand: Candidate) -> ProjectKey:
     )
 
 
-JobKey = tuple[int, int, int, int]
-
-
 def job_key(cand: Candidate) -> JobKey:
     """Inside a project (rules 2 and 6): higher job priority first; among equal priority, jobs
     below their minimum, then extra replicas in rounds (every job's first extra, then every
@@ -41,6 +38,17 @@ def job_key(cand: Candidate) -> JobKey:
     if cand.extra:
         return (-cand.priority, 1, cand.before - job.min_replicas, job.seq)
     return (-cand.priority, 0, 0, job.seq)
+
+
+def ranked(cand: Candidate) -> JobKey:
+    """job_key(cand), worked out once per candidate and kept in it: both passes' turns sort
+    the pool's candidates by it, and each time it read every candidate's job (and its
+    `seq`) again, a pass that missed the processor's cache at scale. (The settled cycle
+    never sorts: its one look at each candidate's key keeps none.)"""
+    key = cand.ranked
+    if key is None:
+        key = cand.ranked = job_key(cand)
+    return key
 
 
 #: A candidate queued after the start: job_key(cand) flattened, the order queued, the candidate
@@ -66,7 +74,7 @@ class _Queue:
 
     def _later_first(self) -> bool:
         """Does the first candidate queued later go before the next listed one?"""
-        return self.later[0][:4] < job_key(self.items[self.at])
+        return self.later[0][:4] < ranked(self.items[self.at])
 
     def front(self) -> Candidate | None:
         if self.at < len(self.items):
@@ -105,10 +113,10 @@ class Turns:
         self._tie = len(cands)  # candidates queued later go after those of the same job_key
         grouped: dict[str, list[Candidate]] = {}
         for cand in cands:
-            grouped.setdefault(cand.job.project, []).append(cand)
+            grouped.setdefault(cand.project, []).append(cand)
         self.queues: dict[str, _Queue] = {}
         for project, items in grouped.items():
-            items.sort(key=job_key)  # stable: equal keys keep the order given
+            items.sort(key=ranked)  # stable: equal keys keep the order given
             self.queues[project] = _Queue(accounts.account(project), items)
         self.heap: list[tuple[ProjectKey, str]] = []
         for project, q in self.queues.items():
@@ -139,7 +147,7 @@ class Turns:
         """Queue a candidate in its project (an elastic job's next replica)."""
         self._tie += 1
         item = (*job_key(cand), self._tie, cand)
-        heapq.heappush(self.queues[cand.job.project].later, item)
+        heapq.heappush(self.queues[cand.project].later, item)
 
     def remaining(self) -> list[Candidate]:
         """Every candidate not yet popped."""

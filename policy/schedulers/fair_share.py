@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from policy.accounts import Account
-from policy.candidates import Candidate, Shape, gate, gate_ok
+from policy.candidates import Candidate, JobKey, Shape, gate, gate_ok
 from policy.pool_cycle import PoolCycle
 from policy.schedulers.reclaim import try_reclaim
-from policy.turns import JobKey, ProjectKey, Turns, job_key, project_key
+from policy.turns import ProjectKey, Turns, job_key, project_key
 from policy.victim_search import next_unit, take_until_fits
 from policy.victims import Unit
 

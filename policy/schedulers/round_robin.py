@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import heapq
 
-from policy.candidates import Candidate, gate
+from policy.candidates import Candidate, JobKey, gate
 from policy.pool_cycle import PoolCycle
-from policy.turns import JobKey, fewest_held_key, job_key
+from policy.turns import fewest_held_key, job_key
 
 
 def allocate(cycle: PoolCycle, cands: list[Candidate]) -> list[Candidate]:

@@ -221,9 +221,10 @@ class Offers:
             # entry up to the last gone, each time the project gives)
             before = {f: self._per_node(0, min(self.ends[f], last + 1)) for f in self._kept()}
             listed = self._relist(last)
-            self.keys = []
             if self.victim.usage - self._base == keyed_at and len(keys) > last + 1:
-                self.keys = [*_UNKEYED * listed, *keys[last + 1 :]]  # those after keep theirs
+                keys[: last + 1] = _UNKEYED * listed  # those after keep theirs
+            else:
+                keys.clear()
             after = self._per_node(0, listed)
             for f in self._kept():  # the new entries come in; `to_floors` sends back any below
                 self.ends[f] = listed + tails[f]
@@ -262,26 +263,42 @@ class Offers:
 
     def _relist(self, last: int) -> int:
         """List again the entries up to the `last`-th, keeping those after it; how many the
-        new ones are."""
-        kept = (self.units, self.freed, self.sizes, self.stock, self.places)
+        new ones are. The new entries replace the old in place: copying the entries after
+        them into new lists touched every one (its count of references), a read of each
+        entry's objects that missed the cache, and the lists grow with the pool."""
+        units, freed, sizes, stock, places = (
+            self.units,
+            self.freed,
+            self.sizes,
+            self.stock,
+            self.places,
+        )
         left, at, surplus = self._left, self._at, self._surplus
-        for unit in self.units[: last + 1]:
+        for unit in units[: last + 1]:
             if unit.surplus:
                 surplus[unit.job.id] -= 1
                 if not surplus[unit.job.id]:
                     del surplus[unit.job.id]
+        end = places[last] + 1
         self.units, self.freed, self.sizes, self.stock, self.places = [], [], [], [], []
         self._left, self._at, self._surplus = self._base, 0, {}
-        while self._list_next(kept[4][last] + 1):
+        while self._list_next(end):
             pass
         listed = len(self.units)
         for job_id, count in self._surplus.items():
             surplus[job_id] = surplus.get(job_id, 0) + count
-        self.units.extend(kept[0][last + 1 :])
-        self.freed.extend(kept[1][last + 1 :])
-        self.sizes.extend(kept[2][last + 1 :])
-        self.stock.extend(kept[3][last + 1 :])
-        self.places.extend(kept[4][last + 1 :])
+        units[: last + 1] = self.units
+        freed[: last + 1] = self.freed
+        sizes[: last + 1] = self.sizes
+        stock[: last + 1] = self.stock
+        places[: last + 1] = self.places
+        self.units, self.freed, self.sizes, self.stock, self.places = (
+            units,
+            freed,
+            sizes,
+            stock,
+            places,
+        )
         self._left, self._at, self._surplus = left, at, surplus
         return listed
 

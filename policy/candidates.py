@@ -28,10 +28,10 @@ class Candidate:
     """A request for GPUs: a pending job's minimum gang, or one more replica of an elastic job.
 
     It keeps a copy of what the passes over every candidate read of its job (project,
-    priority, size, node, preemption delay): made one after the other, candidates lie side by
-    side in memory, while each job lies where it was made; at 40,000 candidates reading the
-    jobs again in every pass missed the processor's cache. `ranked` is its job key once the
-    turns have worked it out (`policy.turns.ranked`)."""
+    priority, submission order, preemptibility, size, node, preemption delay): made one after
+    the other, candidates lie side by side in memory, while each job lies where it was made;
+    at 40,000 candidates reading the jobs again in every pass missed the processor's cache.
+    `ranked` is its job key once the turns have worked it out (`policy.turns.ranked`)."""
 
     __slots__ = (
         "before",
@@ -42,10 +42,12 @@ class Candidate:
         "job_gpus",
         "node",
         "ports",
+        "preemptible",
         "priority",
         "project",
         "ranked",
         "replicas",
+        "seq",
     )
 
     def __init__(self, job: Job, replicas: int, extra: bool = False, before: int = 0) -> None:
@@ -55,6 +57,8 @@ class Candidate:
         self.before = before  # replicas the job holds (or is given this cycle) before this
         self.project = job.project
         self.priority = job.priority
+        self.seq = job.seq
+        self.preemptible = job.preemptible
         self.job_gpus = job.gpus
         self.gpus = replicas * job.gpus
         self.node = job.node

@@ -34,10 +34,9 @@ def job_key(cand: Candidate) -> JobKey:
     """Inside a project (rules 2 and 6): higher job priority first; among equal priority, jobs
     below their minimum, then extra replicas in rounds (every job's first extra, then every
     job's second, ...: round robin), then submission order."""
-    job = cand.job
     if cand.extra:
-        return (-cand.priority, 1, cand.before - job.min_replicas, job.seq)
-    return (-cand.priority, 0, 0, job.seq)
+        return (-cand.priority, 1, cand.before - cand.job.min_replicas, cand.seq)
+    return (-cand.priority, 0, 0, cand.seq)
 
 
 def ranked(cand: Candidate) -> JobKey:
@@ -162,4 +161,4 @@ def fewest_held_key(acct: Account) -> tuple[int, int]:
 def queue_key(cand: Candidate) -> tuple[int, int, int]:
     """The priority scheduler's one queue: higher job priority first, a job's minimum before
     extra replicas, then submission order."""
-    return (-cand.job.priority, 1 if cand.extra else 0, cand.job.seq)
+    return (-cand.priority, 1 if cand.extra else 0, cand.seq)

@@ -113,24 +113,24 @@ def preempt(cycle: PoolCycle, waiting: list[Candidate]) -> None:
     turns = Turns(cycle.accounts, kept)
     failed: dict[tuple[object, ...], int] = {}
     for cand in turns:
-        if not cycle.may_ask(cand):
-            continue
-        job = cand.job
-        if job.id in delayed:
-            cycle.try_releasing(cand)
+        if cand in delayed:
+            if cycle.may_ask(cand):
+                cycle.try_releasing(cand)
             continue
         # what a failure says nothing has changed for: same project, priority, preemptibility,
-        # shape, kind of request (every candidate here is past its preemption_delay)
+        # shape, kind of request (every candidate here is past its preemption_delay). Read
+        # from the candidate, and asked first: most candidates end here, and their jobs
+        # (elsewhere in memory, read by `may_ask`) missed the cache at scale
         memo = (
-            job.project,
-            job.priority,
-            job.preemptible,
-            job.gpus,
+            cand.project,
+            cand.priority,
+            cand.preemptible,
+            cand.job_gpus,
             cand.replicas,
-            job.node,
+            cand.node,
             cand.extra,
         )
-        if failed.get(memo) == cycle.generation:
+        if failed.get(memo) == cycle.generation or not cycle.may_ask(cand):
             continue
         if cycle.try_releasing(cand):
             continue
@@ -138,7 +138,9 @@ def preempt(cycle: PoolCycle, waiting: list[Candidate]) -> None:
             failed[memo] = cycle.generation
 
 
-def _may_preempt(cycle: PoolCycle, waiting: list[Candidate]) -> tuple[list[Candidate], set[str]]:
+def _may_preempt(
+    cycle: PoolCycle, waiting: list[Candidate]
+) -> tuple[list[Candidate], set[Candidate]]:
     """The candidates that could reclaim (the project would stay within its fair share) or
     preempt in their project (lower-priority victims exist), and which of them are still in
     their preemption_delay (kept only while GPUs are being given back: all they may do is wait
@@ -147,7 +149,7 @@ def _may_preempt(cycle: PoolCycle, waiting: list[Candidate]) -> tuple[list[Candi
     room: dict[str, int] = {}  # fair share less usage, per project
     lowest: dict[str, float] = {}  # the lowest priority of a possible victim, per project
     kept: list[Candidate] = []
-    delayed: set[str] = set()
+    delayed: set[Candidate] = set()
     now = cycle.now
     releasing = bool(cycle.releasing)
     # every job became pending at an event's time, at the latest the state's last: unless the
@@ -160,7 +162,7 @@ def _may_preempt(cycle: PoolCycle, waiting: list[Candidate]) -> tuple[list[Candi
             cycle.waiting[cand.job.id] = "preemption_delay"
             if not releasing:
                 continue
-            delayed.add(cand.job.id)
+            delayed.add(cand)
         project = cand.project
         left = room.get(project)
         if left is None:

@@ -32,6 +32,7 @@ def gather(
     # per job shape: the account of each project in the accounts its demand counts in, and the
     # candidate lists it joins (None: no pool could hold it)
     routes: dict[tuple[tuple[str, ...], int, int, str | None], _Route | None] = {}
+    ported = state.ported()  # mostly empty: most jobs' `spec` is never read
     for job in state.live.values():
         phase = job.phase
         if phase == "pending" and not job.nomination:
@@ -48,7 +49,8 @@ def gather(
             if acct is None:
                 acct = known[job.project] = book.account(job.project)
             acct.demand += job.replicas * job.gpus  # accounts.count_waiting(job)
-            cand = Candidate(job, job.min_replicas)
+            ports = job.spec.host_ports() if ported and id(job) in ported else ()
+            cand = Candidate(job, job.min_replicas, ports=ports)
             for target in targets:
                 target.append(cand)
         elif phase in _PLACED:

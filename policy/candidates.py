@@ -50,7 +50,14 @@ class Candidate:
         "seq",
     )
 
-    def __init__(self, job: Job, replicas: int, extra: bool = False, before: int = 0) -> None:
+    def __init__(
+        self,
+        job: Job,
+        replicas: int,
+        extra: bool = False,
+        before: int = 0,
+        ports: tuple[int, ...] | None = None,
+    ) -> None:
         self.job = job
         self.replicas = replicas
         self.extra = extra
@@ -63,8 +70,10 @@ class Candidate:
         self.gpus = replicas * job.gpus
         self.node = job.node
         self.delay = job.preemption_delay_s
-        spec = job.spec
-        self.ports = spec.host_ports() if spec.ports else ()  # (no call for most jobs)
+        if ports is None:  # not known to the caller: the job's own (no call for most jobs)
+            spec = job.spec
+            ports = spec.host_ports() if spec.ports else ()
+        self.ports = ports
         self.ranked: JobKey | None = None
 
     def __repr__(self) -> str:

@@ -105,6 +105,12 @@ class ClusterData:
                     on_node.setdefault(port, job.id)
         return taken
 
+    def ported(self) -> set[int]:
+        """The live jobs whose replicas publish host ports, by identity (`id`): whether a job
+        is one is then asked without reading its `spec`, an object elsewhere in memory (a
+        cycle asks it of every pending job)."""
+        return {id(job) for job in self._ported.values()}
+
     def share_values(self, job: Job) -> None:
         """Make the job's names and numbers that many jobs have in common one object each.
 

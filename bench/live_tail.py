@@ -28,6 +28,7 @@ from pathlib import Path
 
 import cyclopts
 import msgspec
+from nats.js.errors import NotFoundError
 from rich.console import Console
 from rich.table import Table
 
@@ -36,7 +37,6 @@ from bench.replay import NODES, workload
 from bench.revision import ROOT, check_out, child_output
 from cluster.servers import NatsServer
 from events import Event, encode_event, subject_for
-from nats.js.errors import NotFoundError
 from services.runtime.eventlog import JetStreamLog, connect
 from services.runtime.follower import Follower
 from services.runtime.main import configure_logging

@@ -1,12 +1,16 @@
 """What only the JetStream log does (the rest is in test_eventlog_contract.py): batched
-replay, durable consumers acked as the reader goes."""
+replay, durable consumers acked as the reader goes, a live tail through what ends its pull
+requests (expiry, a deleted consumer, a server restart)."""
 
 from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from cluster.servers import NatsServer
-from events import JobSpec, JobSubmitted
+from events import JobSpec, JobSubmitted, encode_event, subject_for
+from services.runtime import eventlog
 from services.runtime.eventlog import JetStreamLog, connect
 
 
@@ -59,3 +63,99 @@ async def test_a_durable_follower_acks_what_it_has_handled(nats_server: NatsServ
     assert info.ack_floor is not None and info.ack_floor.stream_seq == 4
     await reader.nc.close()
     await writer.nc.close()
+
+
+class Seen(list[int]):
+    """The sequences a follower read, and a way to wait for one."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.moved = asyncio.Event()
+
+    async def follow(self, log: JetStreamLog) -> None:
+        async for stored in log.follow(1):
+            self.append(stored.seq)
+            self.moved.set()
+
+    async def until(self, seq: int, within: float) -> None:
+        async with asyncio.timeout(within):
+            while not self or self[-1] < seq:
+                self.moved.clear()
+                await self.moved.wait()
+
+
+async def test_a_deleted_consumer_is_made_again_from_the_next_event(
+    nats_server: NatsServer,
+) -> None:
+    writer = await open_log(nats_server)
+    reader = JetStreamLog(await connect(nats_server.url, "reader"), durable="svc-gone")
+    seen = Seen()
+    following = asyncio.create_task(seen.follow(reader))
+    try:
+        await writer.publish(submitted("j0"))
+        await seen.until(1, within=5)
+        await writer.js.delete_consumer(writer.stream, "svc-gone")  # its pull request ends
+        await writer.publish(submitted("j1"))
+        await seen.until(2, within=5)
+        assert seen == [1, 2]
+    finally:
+        following.cancel()
+        await reader.nc.close()
+        await writer.nc.close()
+
+
+async def test_a_reader_asks_again_when_its_pull_request_expires(
+    nats_server: NatsServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(eventlog, "PULL_EXPIRES_S", 0.3)
+    writer = await open_log(nats_server)
+    reader = JetStreamLog(await connect(nats_server.url, "reader"))
+    seen = Seen()
+    following = asyncio.create_task(seen.follow(reader))
+    try:
+        await writer.publish(submitted("j0"))
+        await seen.until(1, within=5)
+        await asyncio.sleep(1.0)  # several requests expired (408) and were made again
+        await writer.publish(submitted("j1"))
+        # sooner than the wait for a request that was lost (its expiry and 2 s)
+        await seen.until(2, within=1.0)
+    finally:
+        following.cancel()
+        await reader.nc.close()
+        await writer.nc.close()
+
+
+async def test_the_tail_goes_on_after_a_server_restart(
+    nats_server: NatsServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the reader's pull request died with the server: it asks again after the expiry and 2 s
+    monkeypatch.setattr(eventlog, "PULL_EXPIRES_S", 0.5)
+    writer = await open_log(nats_server)
+    reader = JetStreamLog(await connect(nats_server.url, "reader"), durable="svc-restart")
+    seen = Seen()
+    following = asyncio.create_task(seen.follow(reader))
+    try:
+        await writer.publish(submitted("j0"))
+        await seen.until(1, within=5)
+        await nats_server.stop()
+        await nats_server.start()
+        await writer.publish_durably(submitted("j1"), give_up_after=20)
+        await seen.until(2, within=20)
+        assert seen == [1, 2]
+    finally:
+        following.cancel()
+        await reader.nc.close()
+        await writer.nc.close()
+
+
+async def test_a_stored_message_with_a_status_header_is_read_as_what_it_holds(
+    nats_server: NatsServer,
+) -> None:
+    """Only the server's own status messages end a pull request: they come without a reply
+    subject; whatever headers a writer put on a stored message are not read as one."""
+    log = await open_log(nats_server)
+    event = submitted("j0")
+    headers = {"Status": "503", "Description": "Consumer Deleted"}
+    await log.js.publish(subject_for(event), encode_event(event), headers=headers)
+    assert [s.event async for s in log.read(1)] == [event]
+    await log.nc.close()

@@ -25,7 +25,9 @@ from tests.test_executor import eventually
 from tests.test_work_relay import cluster
 
 pytestmark = pytest.mark.nats
-JOBS = 200
+#: enough that the leader is still relaying when the standby has read its first relays back
+#: (200 were relayed whole in that time once the log was read faster)
+JOBS = 600
 
 
 async def expected_relays(log: JetStreamLog) -> list[str]:

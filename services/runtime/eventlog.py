@@ -26,8 +26,6 @@ import msgspec
 import nats
 import structlog
 from nats.aio.client import Client
-from nats.aio.msg import Msg
-from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StreamConfig
 from nats.js.errors import APIError, NotFoundError
@@ -43,6 +41,7 @@ from events import (
 )
 from events.catalogue import AnyEvent
 from services.runtime.connection import connect as connect  # noqa: PLC0414 (callers import it here)
+from services.runtime.deliveries import Deliveries
 from services.runtime.retry import TRANSIENT as TRANSIENT  # noqa: PLC0414 (likewise)
 from services.runtime.retry import RetryPolicy
 
@@ -331,36 +330,42 @@ class JetStreamLog:
         subject: str | None = None,
         durable: str | None = None,
     ) -> AsyncIterator[Stored]:
-        """Pull from a consumer with hand-made pull requests into a callback subscription:
-        nats-py's own `fetch` awaits every message through `wait_for` and two tasks, which
-        capped replay at about 34,000 events/s here; this reads 5x faster. `until`: up to that
-        stream sequence; MATCHED: up to the messages that matched when the consumer was made;
-        None: forever."""
+        """Pull from a consumer with hand-made pull requests whose deliveries go straight into
+        a queue (services/runtime/deliveries.py): nats-py's own `fetch` awaits every message
+        through `wait_for` and two tasks, which capped replay at about 34,000 events/s here.
+        `until`: up to that stream sequence; MATCHED: up to the messages that matched when the
+        consumer was made; None: forever."""
         pull = await _Pull.open(self, from_seq, batch, subject, durable)
         matched = until == MATCHED
         left = pull.matched
         try:
             while not matched or left > 0:
-                await pull.ask()
+                if pull.asked == 0 or pull.ack_due():
+                    await pull.ask()
                 if not pull.arrived:
                     await pull.wait()
                     continue
                 while pull.arrived:
-                    msg = pull.take()
-                    if msg is None:
+                    delivery = pull.take()
+                    if delivery is None:
                         continue
-                    seq = _stream_seq(msg.reply)
-                    stored = stored_or_skip(seq, msg.subject, msg.data)
+                    subject_bytes, reply, data = delivery
+                    seq = _stream_seq(reply)
+                    stored = stored_or_skip(seq, subject_bytes.decode(), data)
                     if stored is None:
                         self.skipped += 1
                     else:
                         yield stored
-                    pull.handled(msg)  # the reader came back for the next
+                    pull.handled(reply)  # the reader came back for the next
                     left -= 1
                     if (isinstance(until, int) and seq >= until) or (matched and left <= 0):
                         return
         finally:
             await pull.close()
+
+
+#: what the server delivers: subject, reply subject (b"" for a status), data, header block
+_Delivery = tuple[bytes, bytes, bytes, bytes | None]
 
 
 class _Pull:
@@ -371,15 +376,19 @@ class _Pull:
     ) -> None:
         self.nc, self.js, self.stream = log.nc, log.js, log.stream
         self.consumer, self.batch, self.durable = consumer, batch, durable
-        self.arrived: deque[Msg] = deque()
-        self.wake = asyncio.Event()
+        self.arrived: deque[_Delivery] = deque()
+        self.loop = asyncio.get_running_loop()
+        self.waiter: asyncio.Future[None] | None = None  # the reader's, while it waits
+        self.waiting_until = 0.0  # the loop's time the reader stops waiting at
+        self.timer: asyncio.TimerHandle | None = None
+        self.timed_out = False
         self.inbox = self.nc.new_inbox()
         self.next_subject = f"$JS.API.CONSUMER.MSG.NEXT.{self.stream}.{consumer}"
         self.request = msgspec.json.encode({"batch": batch, "expires": int(PULL_EXPIRES_S * 1e9)})
         self.asked = 0  # messages the open pull request may still deliver (0: none open)
-        self.to_ack: str | None = None  # reply subject of the last message handled, not acked
+        self.to_ack: bytes | None = None  # reply subject of the last message handled, not acked
         self.unacked = 0  # messages handled since the last ack
-        self.sub: Subscription | None = None
+        self.deliveries: Deliveries | None = None
         self.matched = matched  # messages matching the filter when the consumer was made
 
     @classmethod
@@ -408,68 +417,96 @@ class _Pull:
             ),
         )
         pull = cls(log, consumer.name, batch, durable is not None, consumer.num_pending or 0)
-        pull.sub = await pull.nc.subscribe(
-            pull.inbox, cb=pull.collect, pending_msgs_limit=4 * batch, pending_bytes_limit=256 << 20
-        )
+        pull.deliveries = await Deliveries.subscribe(pull.nc, pull.inbox, pull.deliver)
         return pull
 
-    async def collect(self, msg: Msg) -> None:
-        self.arrived.append(msg)
-        self.wake.set()
+    def deliver(self, subject: bytes, reply: bytes, data: bytes, headers: bytes | None) -> None:
+        """A message for this reader, as it is read off the socket."""
+        self.arrived.append((subject, reply, data, headers))
+        waiter = self.waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def ack_due(self) -> bool:
+        return self.unacked >= ACK_EVERY and not self.arrived
 
     async def ask(self) -> None:
         """A pull request if none is open; an ack if enough was handled and nothing waits."""
         if self.asked == 0:
             await self.nc.publish(self.next_subject, self.request, reply=self.inbox)
             self.asked = self.batch
-        if self.to_ack is not None and not self.arrived and self.unacked >= ACK_EVERY:
+        if self.ack_due():
             await self.ack()
 
     async def wait(self) -> None:
         """Until messages arrive. An ack waits for more to go with it, but not long once the
-        tail is quiet; a request that brings nothing for too long was lost (a server restart)."""
-        self.wake.clear()
+        tail is quiet; a request that brings nothing for too long was lost (a server restart).
+        One timer serves many waits: it is moved only when it would go off too late, and
+        when it goes off early it looks again (a timer per wait, made and cancelled for every
+        few events of a live tail, was a share of a service's CPU)."""
         quiet_ack = self.to_ack is not None
+        self.waiting_until = self.loop.time() + (ACK_QUIET_S if quiet_ack else PULL_EXPIRES_S + 2.0)
+        if self.timer is None or self.timer.when() > self.waiting_until:
+            self._set_timer()
+        self.timed_out = False
+        self.waiter = self.loop.create_future()
         try:
-            # asyncio.timeout, not wait_for: in Python 3.11 wait_for can swallow a
-            # cancellation that lands as the wait ends, and this loop never would
-            async with asyncio.timeout(ACK_QUIET_S if quiet_ack else PULL_EXPIRES_S + 2.0):
-                await self.wake.wait()
-        except TimeoutError:
+            await self.waiter
+        finally:
+            self.waiter = None
+        if self.timed_out:
             if quiet_ack:
                 await self.ack()
             else:
                 self.asked = 0  # ask again
 
-    def take(self) -> Msg | None:
-        """The next message; None for a status that ends a pull request."""
-        msg = self.arrived.popleft()
-        status = (msg.headers or {}).get("Status")
-        if status is None:
+    def _set_timer(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+        self.timer = self.loop.call_at(self.waiting_until, self._time_is_up)
+
+    def _time_is_up(self) -> None:
+        self.timer = None
+        waiter = self.waiter
+        if waiter is None or waiter.done():
+            return  # nobody waits: the next wait sets a timer of its own
+        if self.loop.time() < self.waiting_until:
+            self._set_timer()  # a later wait's: not yet
+            return
+        self.timed_out = True
+        waiter.set_result(None)
+
+    def take(self) -> tuple[bytes, bytes, bytes] | None:
+        """The next delivery (subject, reply, data); None for a status that ends a pull
+        request. Every stored message comes with its ack subject as reply, and a status
+        without one: a stored message's own headers are never read as a status."""
+        subject, reply, data, headers = self.arrived.popleft()
+        if reply:
             self.asked -= 1
-            return msg
+            return subject, reply, data
         self.asked = 0  # the request ended (expired, or refused)
-        description = (msg.headers or {}).get("Description", "")
+        status, description = _status(headers)
         if status in CONSUMER_GONE or description == "Consumer Deleted":
             raise ConsumerGone(f"{status} {description}")
         return None
 
-    def handled(self, msg: Msg) -> None:
+    def handled(self, reply: bytes) -> None:
         if self.durable:
-            self.to_ack = msg.reply
+            self.to_ack = reply
             self.unacked += 1
 
     async def ack(self) -> None:
         """Ack the last message handled, and with it all before it (AckPolicy.ALL)."""
         if self.to_ack is not None:
-            await self.nc.publish(self.to_ack, b"+ACK")
+            await self.nc.publish(self.to_ack.decode(), b"+ACK")
             self.to_ack, self.unacked = None, 0
 
     async def close(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
         # each step on its own: the connection may be gone already
-        if self.sub is not None:
-            with contextlib.suppress(Exception):
-                await self.sub.unsubscribe()
+        if self.deliveries is not None:
+            await self.deliveries.close()
         with contextlib.suppress(Exception):
             if self.durable:
                 await self.ack()
@@ -477,9 +514,16 @@ class _Pull:
                 await self.js.delete_consumer(self.stream, self.consumer)
 
 
-def _stream_seq(reply: str) -> int:
+def _status(headers: bytes | None) -> tuple[str, str]:
+    """A status message's code and description: `NATS/1.0 408 Request Timeout\r\n...`."""
+    line = (headers or b"").split(b"\r\n", 1)[0]
+    code, _, description = line[len(b"NATS/1.0 ") :].partition(b" ")
+    return code.decode(errors="replace"), description.strip().decode(errors="replace")
+
+
+def _stream_seq(reply: bytes) -> int:
     """The stream sequence from a JetStream delivery's reply subject:
     `$JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.<consumer seq>.<time>.<pending>`, or
     the newer form with `<domain>.<account hash>` after `$JS.ACK` and a token at the end."""
-    tokens = reply.split(".")
+    tokens = reply.split(b".")
     return int(tokens[5] if len(tokens) == 9 else tokens[7])

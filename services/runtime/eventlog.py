@@ -42,6 +42,7 @@ from events import (
 from events.catalogue import AnyEvent
 from services.runtime.connection import connect as connect  # noqa: PLC0414 (callers import it here)
 from services.runtime.deliveries import Deliveries
+from services.runtime.publisher import Publisher
 from services.runtime.retry import TRANSIENT as TRANSIENT  # noqa: PLC0414 (likewise)
 from services.runtime.retry import RetryPolicy
 
@@ -183,6 +184,7 @@ class JetStreamLog:
         self.subjects = subjects
         self.subject_of = subject_of
         self.skipped = 0  # malformed or unknown messages seen while reading
+        self.publisher = Publisher(nc)
         # A replicated stream takes one write fenced on a subject at a time: it refuses a
         # second while the first is in flight (10164), so this client sends its own one after
         # the other (a decider's window of placements would otherwise lose all but one).
@@ -237,15 +239,15 @@ class JetStreamLog:
         return await self._store(event, headers)
 
     async def _store(self, event: Event, headers: dict[str, Any]) -> int:
+        headers["Nats-Expected-Stream"] = self.stream
         try:
-            ack = await self.js.publish(
-                self.subject_of(event), encode_event(event), stream=self.stream, headers=headers
+            return await self.publisher.publish(
+                self.subject_of(event), encode_event(event), headers
             )
         except APIError as e:
             if e.err_code == WRONG_LAST_SEQUENCE:
                 raise Conflict(str(e)) from None
             raise
-        return int(ack.seq)
 
     async def publish_durably(
         self, event: Event, *, fence: tuple[str, int] | None = None, give_up_after: float = 300.0

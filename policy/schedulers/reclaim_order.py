@@ -173,6 +173,10 @@ class Offers:
                 return False
         return self.stock[i] + shift > below
 
+    def listed_to(self) -> int:
+        """Where in the lineup listing has read to: every entry is of a unit before it."""
+        return self._at
+
     def lineup(self) -> Lineup:
         """The project's victim units in taking order (`VictimIndex.lineup`)."""
         if self._lineup is None:
@@ -435,7 +439,9 @@ def first_fit(
     claimant never fits, so it never makes the claimant fit nor is kept (`_gaining`), and the
     others come in the same order without it. A claimant waiting for a whole node took
     hundreds of victims of such jobs at 4x the bench's size before one freed a node, each
-    counted GPU by GPU."""
+    counted GPU by GPU. Passing over those entries one by one still grew with the pool (the
+    gaps between near jobs do), so a list it has passed over for a while is looked up by
+    node instead (`_Hopeful`), which finds the same entries."""
     f = int(within_quota)
     gpus = cand.job.gpus
     narrow = cand.replicas == 1 and gpus > 1
@@ -446,7 +452,9 @@ def first_fit(
     fit = overlay_fit(cycle, cand, releasing)
     if fit.fits():
         return new_taken(cycle)
-    hopeful = reach.hopeful(f, gpus) if narrow and reach.few(f, gpus) else None
+    hopeful = (
+        _Hopeful(reach.hopeful(f, gpus), len(lists)) if narrow and reach.few(f, gpus) else None
+    )
     heap: list[tuple[FirstTaken, int, int]] = []
     for place, offers in enumerate(lists):
         _queue_next(heap, offers, place, 0, below[place], hopeful)
@@ -489,13 +497,73 @@ def _near(unit: Unit, hopeful: set[str]) -> bool:
     return held[0].node in hopeful or any(r.node in hopeful for r in held)
 
 
+def _look_up_after(hopeful: set[str]) -> int:
+    """How many entries of one list a walk passes over before it looks the list's entries
+    near the hopeful nodes up by node instead (about what looking them up costs)."""
+    return len(hopeful) // 8
+
+
+class _Hopeful:
+    """A walk's hopeful nodes, and per list (by its place among the givers) how many entries
+    of jobs on none of them it has passed over, or, once looked up by node
+    (`Lineup.on_nodes`), the list's entries of jobs on one, ascending, and how many entries
+    were listed then.
+
+    Passing over entries costs the gap to the next near one, which grows with the pool; a
+    look-up costs about one ask per hopeful node, however long the list. A list is looked up
+    once passing over it has cost about as much, so a walk spends at most about twice the
+    cheaper of the two on it, whichever that is."""
+
+    __slots__ = ("listed", "looked_up", "nodes", "passed")
+
+    def __init__(self, nodes: set[str], lists: int) -> None:
+        self.nodes = nodes
+        self.passed = [0] * lists
+        self.looked_up: list[list[int] | None] = [None] * lists
+        self.listed = [0] * lists
+
+    def look_up(self, offers: Offers, place: int) -> list[int]:
+        """The list's entries listed so far of jobs on a hopeful node, ascending."""
+        places, found = offers.places, []
+        for position in offers.lineup().on_nodes(self.nodes, offers.listed_to()):
+            i = bisect.bisect_left(places, position)
+            if i < len(places) and places[i] == position:
+                found.append(i)
+        self.looked_up[place], self.listed[place] = found, len(places)
+        return found
+
+
+def _pass_over(  # noqa: PLR0913 (as `_queue_next`)
+    heap: list[tuple[FirstTaken, int, int]],
+    offers: Offers,
+    place: int,
+    i: int,
+    below: int,
+    hopeful: _Hopeful,
+) -> int | None:
+    """`_queue_next` entry by entry, until passing over the list has cost as much as looking
+    it up by node would: then where it stopped (None if it queued an entry or the list
+    ended)."""
+    budget = _look_up_after(hopeful.nodes)
+    passed = hopeful.passed
+    while passed[place] < budget:
+        if not offers.offer(i, below):
+            return None
+        if _near(offers.units[i], hopeful.nodes):
+            heapq.heappush(heap, (offers.key(i), place, i))
+            return None
+        passed[place] += 1
+        i += 1
+    return i
+
+
 def _queue_next(  # noqa: PLR0913 (a walk's heap, and where it is in one list)
     heap: list[tuple[FirstTaken, int, int]],
     offers: Offers,
     place: int,
     i: int,
     below: int,
-    hopeful: set[str] | None,
+    hopeful: _Hopeful | None,
 ) -> None:
     """Queue the list's next entry from i on of a job on a hopeful node (on any, if None),
     passing over the others without working out how early they are taken: a list's keys
@@ -503,8 +571,27 @@ def _queue_next(  # noqa: PLR0913 (a walk's heap, and where it is in one list)
     heap in the order they would among all. Keying and queueing every entry passed over
     grew ten times for four times the cluster: a walk for a whole node passes more jobs
     on other nodes the more nodes there are."""
+    if hopeful is None:
+        if offers.offer(i, below):
+            heapq.heappush(heap, (offers.key(i), place, i))
+        return
+    near = hopeful.looked_up[place]
+    if near is None:
+        stopped = _pass_over(heap, offers, place, i, below, hopeful)
+        if stopped is None:
+            return
+        i, near = stopped, hopeful.look_up(offers, place)
+    k = bisect.bisect_left(near, i)
+    if k < len(near):
+        # the project may give an entry only while it may give every one before it
+        if offers.offer(near[k], below):
+            heapq.heappush(heap, (offers.key(near[k]), place, near[k]))
+        return
+    # past the entries looked up: any listed since (none, within one walk) are passed over
+    # one by one, as before the look-up
+    i = max(i, hopeful.listed[place])
     while offers.offer(i, below):
-        if hopeful is None or _near(offers.units[i], hopeful):
+        if _near(offers.units[i], hopeful.nodes):
             heapq.heappush(heap, (offers.key(i), place, i))
             return
         i += 1

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import itertools
+import operator
 from typing import Protocol
 
 from events import Replica
@@ -203,11 +205,11 @@ class Offers:
         be listed afresh (a victim taken that was not listed).
 
         Rebuilding threw away what was listed at every preemption, and the project that just
-        gave is often the next to give. Taking victims up to the list's l-th entry changes
-        nothing after it but what the project holds before each, by the same amount for all
-        (`_base` moves): each entry after them had them counted before it, and a surplus
-        replica after them frees the same replica of its job (its job's replicas given up are
-        those listed before it). Only the entries up to the l-th are listed again."""
+        gave is often the next to give. Taking listed victims changes no other entry but what
+        the project holds before those listed ahead of them, and which replica a surplus
+        replica ahead of them of the same job frees (`_take_out`): each entry after them had
+        them counted before it, and a surplus replica after them frees the same replica of
+        its job (its job's replicas given up are those listed before it)."""
         news = self._cycle.victims.passed.get(self.victim.project, [])[self._changes :]
         gone = self._gone(news)
         if gone is None:
@@ -215,27 +217,74 @@ class Offers:
         self._changes += len(news)
         self._usage = self.victim.usage
         if gone:
-            last = gone[-1]
-            keys, keyed_at = self.keys, self._keyed_at
-            self._base -= sum(self.sizes[i] for i in gone)
-            tails = [max(0, end - last - 1) for end in self.ends]
-            # what the entries up to the last gone free above each floor, before and after:
-            # most are listed again as they were, so only the difference is reported
-            # (only the floors the reach keeps: most cycles keep one, and this reads every
-            # entry up to the last gone, each time the project gives)
-            before = {f: self._per_node(0, min(self.ends[f], last + 1)) for f in self._kept()}
-            listed = self._relist(last)
-            if self.victim.usage - self._base == keyed_at and len(keys) > last + 1:
-                keys[: last + 1] = _UNKEYED * listed  # those after keep theirs
-            else:
-                keys.clear()
-            after = self._per_node(0, listed)
-            for f in self._kept():  # the new entries come in; `to_floors` sends back any below
-                self.ends[f] = listed + tails[f]
-                for node in before[f].keys() | after.keys():
-                    self._shift(f, node, after.get(node, 0) - before[f].get(node, 0))
+            self._take_out(gone)
         self.to_floors()
         return True
+
+    def _take_out(self, gone: list[int]) -> None:
+        """The entries `gone` (ascending) are taken: they leave the list and the reach, and
+        those ahead of each hold what it frees less (`to_floors` then moves the floors).
+
+        Listing the entries up to the last taken again read each one's job and replicas, and
+        victims are taken deeper down the lists the larger the pool: the entries ahead are
+        patched instead, their objects left unread."""
+        kept, ends, sizes, stock = self._kept(), self.ends, self.sizes, self.stock
+        for f in kept:
+            for i in gone:
+                if i < ends[f]:
+                    self._report(f, i, i + 1, -1)
+        for f in kept:
+            ends[f] -= bisect.bisect_left(gone, ends[f])
+        surplus, changed = self._surplus, set()
+        for i in gone:
+            # what the project holds before every entry ahead falls by what this one frees
+            stock[:i] = map(operator.sub, stock[:i], itertools.repeat(sizes[i], i))
+            unit = self.units[i]
+            if unit.surplus:
+                job_id = unit.job.id
+                surplus[job_id] -= 1
+                if not surplus[job_id]:
+                    del surplus[job_id]
+                changed.add(job_id)
+        last = gone[-1]
+        keys, keyed_at = self.keys, self._keyed_at
+        self._base -= sum(sizes[i] for i in gone)
+        for i in reversed(gone):
+            del self.units[i], self.freed[i], sizes[i], stock[i], self.places[i]
+            if i < len(keys):
+                del keys[i]
+        ahead = last + 1 - len(gone)  # the entries that were ahead of the last taken
+        if self.victim.usage - self._base == keyed_at:
+            keys[: min(ahead, len(keys))] = _UNKEYED * min(
+                ahead, len(keys)
+            )  # the others keep theirs
+        else:
+            keys.clear()
+        for job_id in changed - self._cycle.victims.gone:
+            self._free_again(job_id)
+
+    def _free_again(self, job_id: str) -> None:
+        """Work out again which replica each listed surplus replica of the job frees (as
+        `_list_next` does), reporting the changes: one of its surplus replicas was taken, so
+        those listed ahead of it free the next older one."""
+        lineup, places, units = self.lineup(), self.places, self.units
+        stopped = self._cycle.surplus_stopped.get(job_id, 0)
+        ahead = 0
+        for place in lineup.positions(job_id):
+            i = bisect.bisect_left(places, place)
+            if i == len(places) or places[i] != place or not units[i].surplus:
+                continue
+            job = units[i].job
+            freed = [job.held[job.active_replicas - stopped - ahead - 1]]
+            ahead += 1
+            if freed != self.freed[i]:
+                for f in self._kept():
+                    if i < self.ends[f]:
+                        self._report(f, i, i + 1, -1)
+                self.freed[i] = freed
+                for f in self._kept():
+                    if i < self.ends[f]:
+                        self._report(f, i, i + 1, 1)
 
     def _gone(self, news: list[str | Unit]) -> list[int] | None:
         """The listed entries these changes took (ascending), or None if a unit spent was
@@ -264,47 +313,6 @@ class Offers:
                 i = bisect.bisect_left(places, place)
                 return i if i < len(places) and places[i] == place else None
         return None
-
-    def _relist(self, last: int) -> int:
-        """List again the entries up to the `last`-th, keeping those after it; how many the
-        new ones are. The new entries replace the old in place: copying the entries after
-        them into new lists touched every one (its count of references), a read of each
-        entry's objects that missed the cache, and the lists grow with the pool."""
-        units, freed, sizes, stock, places = (
-            self.units,
-            self.freed,
-            self.sizes,
-            self.stock,
-            self.places,
-        )
-        left, at, surplus = self._left, self._at, self._surplus
-        for unit in units[: last + 1]:
-            if unit.surplus:
-                surplus[unit.job.id] -= 1
-                if not surplus[unit.job.id]:
-                    del surplus[unit.job.id]
-        end = places[last] + 1
-        self.units, self.freed, self.sizes, self.stock, self.places = [], [], [], [], []
-        self._left, self._at, self._surplus = self._base, 0, {}
-        while self._list_next(end):
-            pass
-        listed = len(self.units)
-        for job_id, count in self._surplus.items():
-            surplus[job_id] = surplus.get(job_id, 0) + count
-        units[: last + 1] = self.units
-        freed[: last + 1] = self.freed
-        sizes[: last + 1] = self.sizes
-        stock[: last + 1] = self.stock
-        places[: last + 1] = self.places
-        self.units, self.freed, self.sizes, self.stock, self.places = (
-            units,
-            freed,
-            sizes,
-            stock,
-            places,
-        )
-        self._left, self._at, self._surplus = left, at, surplus
-        return listed
 
     def to_floors(self) -> None:
         """Move each floor's end to the first entry taken at or below it, reporting what

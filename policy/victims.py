@@ -246,7 +246,7 @@ class Lineup:
     follows the pointers, shortening them as it goes (path halving), so a run of taken units
     is passed in a step or two."""
 
-    __slots__ = ("_first", "_next", "_whole", "units")
+    __slots__ = ("_by_node", "_first", "_indexed", "_next", "_whole", "units")
 
     def __init__(self, units: list[Unit]) -> None:
         self.units = units
@@ -257,6 +257,10 @@ class Lineup:
         # and one per victim made it sweep the whole cluster's state more often
         self._first: dict[str, int] | None = None
         self._whole: dict[str, int] = {}
+        # per node, where the units of jobs with a replica there are, for the units before
+        # `_indexed` (`on_nodes`: read only as far as a walk asks)
+        self._by_node: dict[str, list[int]] = {}
+        self._indexed = 0
 
     def live_from(self, i: int) -> int:
         """The first position from `i` on whose unit has not been passed (the length if none)."""
@@ -288,6 +292,23 @@ class Lineup:
             i += 1
         found.append(self._whole.get(job_id, i))
         return found
+
+    def on_nodes(self, nodes: set[str], upto: int) -> list[int]:
+        """The positions before `upto` of the units whose job holds a replica on one of these
+        nodes, ascending (passed units included)."""
+        by_node = self._by_node
+        for i in range(self._indexed, upto):
+            held = self.units[i].job.held
+            first = held[0].node
+            by_node.setdefault(first, []).append(i)
+            if len(held) > 1:  # a gang or an elastic job: once per node it holds a replica on
+                for node in {r.node for r in held[1:]} - {first}:
+                    by_node.setdefault(node, []).append(i)
+        self._indexed = max(self._indexed, upto)
+        found = [by_node[node] for node in nodes if node in by_node]
+        if len(found) == 1:
+            return [i for i in found[0] if i < upto]
+        return sorted({i for positions in found for i in positions if i < upto})
 
     def pass_unit(self, unit: Unit) -> None:
         i = self._firsts().get(unit.job.id)

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from unittest.mock import patch
 
-from hypothesis import given, settings
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from events import JobSpec, ProjectTerms
@@ -26,6 +26,7 @@ from policy.pool_cycle import PoolCycle
 from policy.schedulers import reclaim, reclaim_order
 from policy.schedulers.reclaim_reach import Reach
 from policy.victim_search import Taken, take_until_fits
+from policy.victims import Lineup, units_of
 from simulation.virtual_cluster import VirtualCluster
 
 PROJECTS = ("a", "b", "c", "d")
@@ -47,7 +48,8 @@ def walking_victim_by_victim() -> Iterator[None]:
 
 
 @st.composite
-def borrowed_by_many(draw: st.DrawFn) -> VirtualCluster:
+def borrowed_by_many(draw: st.DrawFn, narrow: bool = False) -> VirtualCluster:
+    """`narrow`: every claimant is a single replica of several GPUs."""
     vc = VirtualCluster()
     vc.add_pool("default")
     for n in range(draw(st.integers(2, 5))):
@@ -70,8 +72,8 @@ def borrowed_by_many(draw: st.DrawFn) -> VirtualCluster:
         spec = JobSpec(
             project=draw(st.sampled_from(PROJECTS)),
             priority_class=draw(st.sampled_from(["train", "build"])),
-            gpus=draw(st.sampled_from([1, 2, 4, 8])),
-            replicas=draw(st.sampled_from([1, 1, 2])),
+            gpus=draw(st.sampled_from([2, 4, 8] if narrow else [1, 2, 4, 8])),
+            replicas=1 if narrow else draw(st.sampled_from([1, 1, 2])),
         )
         vc.submit(f"claim{i}", spec)
     return vc
@@ -145,3 +147,67 @@ def test_kept_lists_and_reach_are_those_worked_out_afresh(vc: VirtualCluster) ->
             if not decide(vc.state, vc.now):
                 return
             vc.cycle()
+
+
+def _victims(taken: Taken | None) -> list[tuple[int, int]] | None:
+    """The victims taken, in order, with the GPUs each frees (None: the claimant never fits)."""
+    if taken is None:
+        return None
+    return [(id(unit), gpus) for unit, gpus in zip(taken.units, taken.gpus_freed, strict=True)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(borrowed_by_many(narrow=True), st.sampled_from([0, 0, 1, 3]))
+def test_a_walk_looking_lists_up_by_node_takes_the_plain_walks_victims(
+    vc: VirtualCluster, look_up_after: int
+) -> None:
+    """Every walk of a single replica of several GPUs passes over the jobs on no hopeful node;
+    each list is looked up by node once it has passed over `look_up_after` of them (0: at
+    once). Each walk takes the same victims, in the same order, as the plain walk."""
+    real_first_fit = reclaim_order.first_fit
+    looked_up = 0
+    real_look_up = reclaim_order._Hopeful.look_up
+
+    def look_up(
+        hopeful: reclaim_order._Hopeful, offers: reclaim_order.Offers, place: int
+    ) -> list[int]:
+        nonlocal looked_up
+        looked_up += 1
+        return real_look_up(hopeful, offers, place)
+
+    def checked(cycle: PoolCycle, cand: Candidate, givers: list[str], within: bool) -> Taken | None:
+        found = real_first_fit(cycle, cand, givers, within)
+        assert _victims(found) == _victims(_plain(cycle, cand, list(givers), within))
+        return found
+
+    with (
+        patch.object(Reach, "few", lambda reach, floor, gpus: gpus > 1),
+        patch.object(reclaim_order, "_look_up_after", lambda hopeful: look_up_after),
+        patch.object(reclaim_order._Hopeful, "look_up", look_up),
+        patch.object(reclaim, "first_fit", checked),
+    ):
+        for _ in range(3):  # this cycle and those after it, as their decisions land
+            if not decide(vc.state, vc.now):
+                break
+            vc.cycle()
+    event(f"lists looked up: {min(looked_up, 3)}")
+
+
+@settings(max_examples=200, deadline=None)
+@given(borrowed_by_many(), st.data())
+def test_a_lineup_finds_the_units_of_jobs_on_given_nodes(
+    vc: VirtualCluster, data: st.DataObject
+) -> None:
+    """`Lineup.on_nodes` finds exactly the units before the position asked whose job has a
+    replica on one of the nodes, however far it was read before."""
+    lineup = Lineup(units_of([j for j in vc.state.live.values() if j.held], "newest", vc.now))
+    names = sorted(vc.state.nodes)
+    for _ in range(3):
+        nodes = set(data.draw(st.lists(st.sampled_from(names), unique=True)))
+        upto = data.draw(st.integers(0, len(lineup.units)))
+        expected = [
+            i
+            for i, unit in enumerate(lineup.units[:upto])
+            if any(r.node in nodes for r in unit.job.held)
+        ]
+        assert lineup.on_nodes(nodes, upto) == expected

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import itertools
+import operator
 from typing import Protocol
 
 from events import Replica
@@ -173,6 +175,10 @@ class Offers:
                 return False
         return self.stock[i] + shift > below
 
+    def listed_to(self) -> int:
+        """Where in the lineup listing has read to: every entry is of a unit before it."""
+        return self._at
+
     def lineup(self) -> Lineup:
         """The project's victim units in taking order (`VictimIndex.lineup`)."""
         if self._lineup is None:
@@ -199,11 +205,11 @@ class Offers:
         be listed afresh (a victim taken that was not listed).
 
         Rebuilding threw away what was listed at every preemption, and the project that just
-        gave is often the next to give. Taking victims up to the list's l-th entry changes
-        nothing after it but what the project holds before each, by the same amount for all
-        (`_base` moves): each entry after them had them counted before it, and a surplus
-        replica after them frees the same replica of its job (its job's replicas given up are
-        those listed before it). Only the entries up to the l-th are listed again."""
+        gave is often the next to give. Taking listed victims changes no other entry but what
+        the project holds before those listed ahead of them, and which replica a surplus
+        replica ahead of them of the same job frees (`_take_out`): each entry after them had
+        them counted before it, and a surplus replica after them frees the same replica of
+        its job (its job's replicas given up are those listed before it)."""
         news = self._cycle.victims.passed.get(self.victim.project, [])[self._changes :]
         gone = self._gone(news)
         if gone is None:
@@ -211,27 +217,74 @@ class Offers:
         self._changes += len(news)
         self._usage = self.victim.usage
         if gone:
-            last = gone[-1]
-            keys, keyed_at = self.keys, self._keyed_at
-            self._base -= sum(self.sizes[i] for i in gone)
-            tails = [max(0, end - last - 1) for end in self.ends]
-            # what the entries up to the last gone free above each floor, before and after:
-            # most are listed again as they were, so only the difference is reported
-            # (only the floors the reach keeps: most cycles keep one, and this reads every
-            # entry up to the last gone, each time the project gives)
-            before = {f: self._per_node(0, min(self.ends[f], last + 1)) for f in self._kept()}
-            listed = self._relist(last)
-            if self.victim.usage - self._base == keyed_at and len(keys) > last + 1:
-                keys[: last + 1] = _UNKEYED * listed  # those after keep theirs
-            else:
-                keys.clear()
-            after = self._per_node(0, listed)
-            for f in self._kept():  # the new entries come in; `to_floors` sends back any below
-                self.ends[f] = listed + tails[f]
-                for node in before[f].keys() | after.keys():
-                    self._shift(f, node, after.get(node, 0) - before[f].get(node, 0))
+            self._take_out(gone)
         self.to_floors()
         return True
+
+    def _take_out(self, gone: list[int]) -> None:
+        """The entries `gone` (ascending) are taken: they leave the list and the reach, and
+        those ahead of each hold what it frees less (`to_floors` then moves the floors).
+
+        Listing the entries up to the last taken again read each one's job and replicas, and
+        victims are taken deeper down the lists the larger the pool: the entries ahead are
+        patched instead, their objects left unread."""
+        kept, ends, sizes, stock = self._kept(), self.ends, self.sizes, self.stock
+        for f in kept:
+            for i in gone:
+                if i < ends[f]:
+                    self._report(f, i, i + 1, -1)
+        for f in kept:
+            ends[f] -= bisect.bisect_left(gone, ends[f])
+        surplus, changed = self._surplus, set()
+        for i in gone:
+            # what the project holds before every entry ahead falls by what this one frees
+            stock[:i] = map(operator.sub, stock[:i], itertools.repeat(sizes[i], i))
+            unit = self.units[i]
+            if unit.surplus:
+                job_id = unit.job.id
+                surplus[job_id] -= 1
+                if not surplus[job_id]:
+                    del surplus[job_id]
+                changed.add(job_id)
+        last = gone[-1]
+        keys, keyed_at = self.keys, self._keyed_at
+        self._base -= sum(sizes[i] for i in gone)
+        for i in reversed(gone):
+            del self.units[i], self.freed[i], sizes[i], stock[i], self.places[i]
+            if i < len(keys):
+                del keys[i]
+        ahead = last + 1 - len(gone)  # the entries that were ahead of the last taken
+        if self.victim.usage - self._base == keyed_at:
+            keys[: min(ahead, len(keys))] = _UNKEYED * min(
+                ahead, len(keys)
+            )  # the others keep theirs
+        else:
+            keys.clear()
+        for job_id in changed - self._cycle.victims.gone:
+            self._free_again(job_id)
+
+    def _free_again(self, job_id: str) -> None:
+        """Work out again which replica each listed surplus replica of the job frees (as
+        `_list_next` does), reporting the changes: one of its surplus replicas was taken, so
+        those listed ahead of it free the next older one."""
+        lineup, places, units = self.lineup(), self.places, self.units
+        stopped = self._cycle.surplus_stopped.get(job_id, 0)
+        ahead = 0
+        for place in lineup.positions(job_id):
+            i = bisect.bisect_left(places, place)
+            if i == len(places) or places[i] != place or not units[i].surplus:
+                continue
+            job = units[i].job
+            freed = [job.held[job.active_replicas - stopped - ahead - 1]]
+            ahead += 1
+            if freed != self.freed[i]:
+                for f in self._kept():
+                    if i < self.ends[f]:
+                        self._report(f, i, i + 1, -1)
+                self.freed[i] = freed
+                for f in self._kept():
+                    if i < self.ends[f]:
+                        self._report(f, i, i + 1, 1)
 
     def _gone(self, news: list[str | Unit]) -> list[int] | None:
         """The listed entries these changes took (ascending), or None if a unit spent was
@@ -260,47 +313,6 @@ class Offers:
                 i = bisect.bisect_left(places, place)
                 return i if i < len(places) and places[i] == place else None
         return None
-
-    def _relist(self, last: int) -> int:
-        """List again the entries up to the `last`-th, keeping those after it; how many the
-        new ones are. The new entries replace the old in place: copying the entries after
-        them into new lists touched every one (its count of references), a read of each
-        entry's objects that missed the cache, and the lists grow with the pool."""
-        units, freed, sizes, stock, places = (
-            self.units,
-            self.freed,
-            self.sizes,
-            self.stock,
-            self.places,
-        )
-        left, at, surplus = self._left, self._at, self._surplus
-        for unit in units[: last + 1]:
-            if unit.surplus:
-                surplus[unit.job.id] -= 1
-                if not surplus[unit.job.id]:
-                    del surplus[unit.job.id]
-        end = places[last] + 1
-        self.units, self.freed, self.sizes, self.stock, self.places = [], [], [], [], []
-        self._left, self._at, self._surplus = self._base, 0, {}
-        while self._list_next(end):
-            pass
-        listed = len(self.units)
-        for job_id, count in self._surplus.items():
-            surplus[job_id] = surplus.get(job_id, 0) + count
-        units[: last + 1] = self.units
-        freed[: last + 1] = self.freed
-        sizes[: last + 1] = self.sizes
-        stock[: last + 1] = self.stock
-        places[: last + 1] = self.places
-        self.units, self.freed, self.sizes, self.stock, self.places = (
-            units,
-            freed,
-            sizes,
-            stock,
-            places,
-        )
-        self._left, self._at, self._surplus = left, at, surplus
-        return listed
 
     def to_floors(self) -> None:
         """Move each floor's end to the first entry taken at or below it, reporting what
@@ -435,7 +447,9 @@ def first_fit(
     claimant never fits, so it never makes the claimant fit nor is kept (`_gaining`), and the
     others come in the same order without it. A claimant waiting for a whole node took
     hundreds of victims of such jobs at 4x the bench's size before one freed a node, each
-    counted GPU by GPU."""
+    counted GPU by GPU. Passing over those entries one by one still grew with the pool (the
+    gaps between near jobs do), so a list it has passed over for a while is looked up by
+    node instead (`_Hopeful`), which finds the same entries."""
     f = int(within_quota)
     gpus = cand.job.gpus
     narrow = cand.replicas == 1 and gpus > 1
@@ -446,7 +460,9 @@ def first_fit(
     fit = overlay_fit(cycle, cand, releasing)
     if fit.fits():
         return new_taken(cycle)
-    hopeful = reach.hopeful(f, gpus) if narrow and reach.few(f, gpus) else None
+    hopeful = (
+        _Hopeful(reach.hopeful(f, gpus), len(lists)) if narrow and reach.few(f, gpus) else None
+    )
     heap: list[tuple[FirstTaken, int, int]] = []
     for place, offers in enumerate(lists):
         _queue_next(heap, offers, place, 0, below[place], hopeful)
@@ -489,13 +505,73 @@ def _near(unit: Unit, hopeful: set[str]) -> bool:
     return held[0].node in hopeful or any(r.node in hopeful for r in held)
 
 
+def _look_up_after(hopeful: set[str]) -> int:
+    """How many entries of one list a walk passes over before it looks the list's entries
+    near the hopeful nodes up by node instead (about what looking them up costs)."""
+    return len(hopeful) // 8
+
+
+class _Hopeful:
+    """A walk's hopeful nodes, and per list (by its place among the givers) how many entries
+    of jobs on none of them it has passed over, or, once looked up by node
+    (`Lineup.on_nodes`), the list's entries of jobs on one, ascending, and how many entries
+    were listed then.
+
+    Passing over entries costs the gap to the next near one, which grows with the pool; a
+    look-up costs about one ask per hopeful node, however long the list. A list is looked up
+    once passing over it has cost about as much, so a walk spends at most about twice the
+    cheaper of the two on it, whichever that is."""
+
+    __slots__ = ("listed", "looked_up", "nodes", "passed")
+
+    def __init__(self, nodes: set[str], lists: int) -> None:
+        self.nodes = nodes
+        self.passed = [0] * lists
+        self.looked_up: list[list[int] | None] = [None] * lists
+        self.listed = [0] * lists
+
+    def look_up(self, offers: Offers, place: int) -> list[int]:
+        """The list's entries listed so far of jobs on a hopeful node, ascending."""
+        places, found = offers.places, []
+        for position in offers.lineup().on_nodes(self.nodes, offers.listed_to()):
+            i = bisect.bisect_left(places, position)
+            if i < len(places) and places[i] == position:
+                found.append(i)
+        self.looked_up[place], self.listed[place] = found, len(places)
+        return found
+
+
+def _pass_over(  # noqa: PLR0913 (as `_queue_next`)
+    heap: list[tuple[FirstTaken, int, int]],
+    offers: Offers,
+    place: int,
+    i: int,
+    below: int,
+    hopeful: _Hopeful,
+) -> int | None:
+    """`_queue_next` entry by entry, until passing over the list has cost as much as looking
+    it up by node would: then where it stopped (None if it queued an entry or the list
+    ended)."""
+    budget = _look_up_after(hopeful.nodes)
+    passed = hopeful.passed
+    while passed[place] < budget:
+        if not offers.offer(i, below):
+            return None
+        if _near(offers.units[i], hopeful.nodes):
+            heapq.heappush(heap, (offers.key(i), place, i))
+            return None
+        passed[place] += 1
+        i += 1
+    return i
+
+
 def _queue_next(  # noqa: PLR0913 (a walk's heap, and where it is in one list)
     heap: list[tuple[FirstTaken, int, int]],
     offers: Offers,
     place: int,
     i: int,
     below: int,
-    hopeful: set[str] | None,
+    hopeful: _Hopeful | None,
 ) -> None:
     """Queue the list's next entry from i on of a job on a hopeful node (on any, if None),
     passing over the others without working out how early they are taken: a list's keys
@@ -503,8 +579,27 @@ def _queue_next(  # noqa: PLR0913 (a walk's heap, and where it is in one list)
     heap in the order they would among all. Keying and queueing every entry passed over
     grew ten times for four times the cluster: a walk for a whole node passes more jobs
     on other nodes the more nodes there are."""
+    if hopeful is None:
+        if offers.offer(i, below):
+            heapq.heappush(heap, (offers.key(i), place, i))
+        return
+    near = hopeful.looked_up[place]
+    if near is None:
+        stopped = _pass_over(heap, offers, place, i, below, hopeful)
+        if stopped is None:
+            return
+        i, near = stopped, hopeful.look_up(offers, place)
+    k = bisect.bisect_left(near, i)
+    if k < len(near):
+        # the project may give an entry only while it may give every one before it
+        if offers.offer(near[k], below):
+            heapq.heappush(heap, (offers.key(near[k]), place, near[k]))
+        return
+    # past the entries looked up: any listed since (none, within one walk) are passed over
+    # one by one, as before the look-up
+    i = max(i, hopeful.listed[place])
     while offers.offer(i, below):
-        if hopeful is None or _near(offers.units[i], hopeful):
+        if _near(offers.units[i], hopeful.nodes):
             heapq.heappush(heap, (offers.key(i), place, i))
             return
         i += 1

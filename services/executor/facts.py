@@ -104,12 +104,16 @@ class Here:
     by_attempt: Mapping[AttemptKey, tuple[ReplicaFacts, ...]] = field(
         init=False, repr=False, compare=False
     )
+    #: every replica here in that order
+    in_order: tuple[ReplicaFacts, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        in_order = tuple(sorted(self.replicas.values(), key=_in_order))
         grouped: dict[AttemptKey, list[ReplicaFacts]] = {}
-        for r in sorted(self.replicas.values(), key=_in_order):
+        for r in in_order:
             grouped.setdefault(r.attempt_key, []).append(r)
         object.__setattr__(self, "by_attempt", {k: tuple(v) for k, v in grouped.items()})
+        object.__setattr__(self, "in_order", in_order)
 
 
 def _in_order(r: ReplicaFacts) -> tuple[str, int, int]:

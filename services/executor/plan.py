@@ -17,7 +17,6 @@ stored what the last one saved.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final, TypeAlias
 
@@ -126,19 +125,15 @@ def plan(work: NodeWork, here: Here, now: float) -> list[Action]:
     """What to do next on this node."""
     actions: list[Action] = []
     actions += starts(work, here)
-    for facts in ordered(here.replicas.values()):
+    for facts in here.in_order:
         actions += replica_actions(work, here, facts, now)
     actions += stop_reports(work, here, now)
     for att in sorted(here.attempts.values(), key=lambda a: (a.job_id, a.attempt)):
         actions += announce(work, here, att, now) + checkpoint(work, here, att)
-    for facts in ordered(here.replicas.values()):
+    for facts in here.in_order:
         actions += messages(here, facts, now)
     actions += register(here, now) + shutdown_reported(work, here)
     return actions
-
-
-def ordered(replicas: Iterable[ReplicaFacts]) -> list[ReplicaFacts]:
-    return sorted(replicas, key=lambda r: (r.job_id, r.attempt, r.index))
 
 
 # -- starting --------------------------------------------------------------------------------
@@ -169,14 +164,18 @@ def starts(work: NodeWork, here: Here) -> list[Action]:
 def orders_of(work: NodeWork, here: Here, job: JobWork) -> list[StopOrder]:
     """The stops of the job's attempt in progress: the log's, and this node's own (its shut
     down, or a replica here lost), where the log stops no whole attempt."""
-    orders = work.stops_of(job.job_id)
-    if any(o.whole for o in orders):
-        return orders
-    if (job.job_id, job.attempt) in here.shut:
+    # (asked for every job and replica in every plan: most jobs have no stop and nothing ended)
+    orders = work.stops_of(job.job_id) if job.stop_replicas else []
+    for order in orders:
+        if order.whole:
+            return orders
+    key = (job.job_id, job.attempt)
+    if key in here.shut:
         first = work.firsts.get(job.job_id) or job.held[0].node
         return [*orders, shutdown_order(job, first)]
-    if any(lost_here(r, orders) for r in here.by_attempt.get((job.job_id, job.attempt), ())):
-        return [*orders, lost_order(job)]
+    for r in here.by_attempt.get(key, ()):
+        if r.ended and lost_here(r, orders):
+            return [*orders, lost_order(job)]
     return orders
 
 
@@ -369,10 +368,17 @@ def ends(
     job = work.jobs.get(att.job_id)
     if job is None or here.closing:
         return []
-    mine = [r for r in replicas if desired(job, r.attempt, r.replica)]
     natural = [
-        r for r in mine if r.ended and r.stop_at is None and not covered(work, here, job, r.replica)
+        r
+        for r in replicas
+        if r.ended
+        and r.stop_at is None
+        and desired(job, r.attempt, r.replica)
+        and not covered(work, here, job, r.replica)
     ]
+    if not natural:
+        return []
+    mine = [r for r in replicas if desired(job, r.attempt, r.replica)]
     for r in natural:  # a replica lost is not one: covered by its stop (`lost_order`)
         if r.exit_code is not None and r.exit_code != 0:
             return report(here, failed(here, att, r, r.exit_code, now))

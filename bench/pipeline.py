@@ -32,7 +32,8 @@ its own (bench/revision.py). Reported: both runs' figures and the ratios (`Again
 `--profile DIR` has each service write its cProfile to `DIR/<service>.prof`.
 
     uv run python -m bench.pipeline [--jobs 3000] [--nodes 100] [--clients 8]
-        [--rates 200,400,800] [--open-s 5] [--baseline main] [--profile DIR] [-o json]
+        [--gpus-per-node 16] [--rates 500,1000] [--open-s 5] [--baseline main] [--profile DIR]
+        [-o json]
 """
 
 from __future__ import annotations
@@ -467,8 +468,8 @@ def main(
     jobs: int = 3000,
     nodes: int = 100,
     clients: int = 8,
-    gpus_per_node: int = 8,
-    rates: str = "200,400,800",
+    gpus_per_node: int = 16,
+    rates: str = "500,1000",
     open_s: float = 5.0,
     baseline: str | None = None,
     profile: Path | None = None,
@@ -485,7 +486,8 @@ def main(
     clients
         Concurrent submitting clients (closed loop), and connections the open loop sends on.
     gpus_per_node
-        GPUs each hollow node declares.
+        GPUs each hollow node declares. 100 nodes of 16 leave room for 1,600 starts a second
+        of jobs that last 1 s, above the 1,000 aimed at (100 of 8 held the rate to 800).
     rates
         Comma-separated offered loads for the open loop, jobs a second ("" for none).
     open_s

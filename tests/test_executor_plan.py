@@ -328,3 +328,101 @@ def test_a_replica_lost_stops_the_attempt_as_a_preemption_does_node_by_node() ->
     [mine] = reports(plan(w1, here("n1", over), 3.0))
     assert isinstance(mine, JobPreempted)
     assert (mine.id, mine.reason, mine.own_replicas) == ("g/1/lost/n1", "node_lost", True)
+
+
+def job_of(action: Action) -> str | None:
+    """The job an action is of (None: the node's own)."""
+    match action:
+        case Start(job=j):
+            return j.job_id
+        case Terminate(key=k) | Kill(key=k) | Store(key=k) | Forget(key=k):
+            return k[0]
+        case Report(event=e):
+            job_id = getattr(e, "job_id", None)
+            return job_id if isinstance(job_id, str) else None
+    return None
+
+
+replica_state = st.fixed_dictionaries(
+    {
+        "here": st.booleans(),
+        "launched": st.booleans(),
+        "ended": st.booleans(),
+        "exit_code": st.sampled_from([None, 0, 3]),
+        "stop_at": st.sampled_from([None, 0.0]),
+        "killed": st.booleans(),
+    }
+)
+job_state = st.fixed_dictionaries(
+    {
+        "phase": st.sampled_from(["starting", "running"]),
+        "replicas": st.lists(replica_state, min_size=1, max_size=2),
+        "asked": st.booleans(),
+        "announce": st.booleans(),
+        "reported": st.booleans(),
+    }
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    jobs=st.lists(job_state, min_size=1, max_size=4),
+    chosen=st.sets(st.integers(0, 4)),
+    gone=st.booleans(),
+    now=st.sampled_from([0.0, GRACE + 1.0, GRACE + KILL_WAIT_S + 1.0]),
+)
+def test_a_plan_of_some_jobs_is_the_whole_plan_for_those_jobs(
+    jobs: list[dict[str, object]], chosen: set[int], gone: bool, now: float
+) -> None:
+    """The executor plans only the jobs whose facts changed: what it leaves out of a plan must
+    be exactly the other jobs' actions, whatever state each job is in."""
+    w = NodeWork("n0")
+    facts: list[ReplicaFacts] = []
+    attempts: dict[tuple[str, int], AttemptFacts] = {}
+    reported: set[str] = set()
+    for k, spec in enumerate(jobs):
+        job_id = f"j{k}"
+        states: list[dict[str, object]] = spec["replicas"]  # type: ignore[assignment]
+        held = tuple(Replica("n0", (2 * k + i,)) for i in range(len(states)))
+        w.jobs[job_id] = JobWork(
+            job_id=job_id, attempt=1, phase=str(spec["phase"]), held=held, grace_s=GRACE, spec=SPEC
+        )
+        w.scheduled[job_id], w.firsts[job_id] = f"{job_id}/placed", "n0"
+        if spec["asked"]:
+            ask = JobPreemptionRequested(
+                id=f"{job_id}/ask", time=0.0, actor="p", job_id=job_id, attempt=1, reason="priority"
+            )
+            w.jobs[job_id] = msgspec.structs.replace(w.jobs[job_id], stop_replicas=len(held))
+            w.stops[job_id] = [requested(ask, w.jobs[job_id])]
+        for i, (state, replica) in enumerate(zip(states, held, strict=True)):
+            if state["here"]:
+                facts.append(
+                    ReplicaFacts(
+                        job_id,
+                        1,
+                        i,
+                        replica,
+                        launched=bool(state["launched"]),
+                        ended=bool(state["ended"]),
+                        exit_code=state["exit_code"],  # type: ignore[arg-type]
+                        stop_at=state["stop_at"],  # type: ignore[arg-type]
+                        killed=bool(state["killed"]),
+                        has_workload=True,
+                    )
+                )
+                attempts[(job_id, 1)] = AttemptFacts(job_id, 1, announce=bool(spec["announce"]))
+        if spec["reported"]:
+            reported.add(f"{job_id}/1/started")
+    if gone:  # a job the log no longer holds here, its replica still here
+        facts.append(ReplicaFacts("old", 1, 0, Replica("n0", (9,)), launched=True, ended=True))
+    h = dataclasses.replace(
+        here("n0"),
+        attempts=attempts,
+        replicas={r.key: r for r in facts},
+        reported=frozenset(reported),
+        published=frozenset(reported),
+    )
+    some = {f"j{k}" for k in chosen} | ({"old"} if gone and 4 in chosen else set())
+    whole = plan(w, h, now)
+    assert plan(w, h, now, some) == [a for a in whole if job_of(a) in some or job_of(a) is None]
+    assert plan(w, h, now, None) == whole

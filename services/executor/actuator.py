@@ -110,7 +110,8 @@ class Actuator:
         self.starting.endpoint_path = path
 
     def here(self, offer: Event | None = None) -> Here:
-        """The facts, as the planner reads them."""
+        """The facts, as the planner reads them: this actuator's own mappings, not copies (a
+        plan runs after every change, and only reads them before anything acts on it)."""
         attempts = {k: self._with_usage(k, a) for k, a in self.attempts.items()}
         return Here(
             node=self.node,
@@ -119,10 +120,10 @@ class Actuator:
             saves=self.runtime.saves,
             objects=self.objects is not None,
             attempts=attempts,
-            replicas=dict(self.replicas),
+            replicas=self.replicas,
             reported=self.reported,
             published=self.published,
-            shut=dict(self.shut),
+            shut=self.shut,
             closing=self.closing,
             lost=self.lost,
             registrations=self.registrations,
@@ -147,11 +148,11 @@ class Actuator:
                     self.starting.start(action)
                 case Terminate(key=key, grace_s=grace):
                     self.watching.signal(key, signal.SIGTERM, stop_at=self.clock.now())
-                    inventory.spawn(inventory.wake(grace))
+                    inventory.spawn(inventory.wake(key[0], grace))
                 case Kill(key=key):
                     self.logger.warning("grace period over: SIGKILL", replica=key[:2])
                     self.watching.signal(key, signal.SIGKILL, killed=True)
-                    inventory.spawn(inventory.wake(KILL_WAIT_S))
+                    inventory.spawn(inventory.wake(key[0], KILL_WAIT_S))
                 case Store(key=key, after_stop=after):
                     inventory.set(key, storing=True)
                     inventory.spawn(self.checkpointing.store(key, after))
@@ -171,10 +172,12 @@ class Actuator:
                 self.inventory.spawn(self._publish(event, within))
             case Register(event=event):
                 self.lost, self.registrations = False, self.registrations + 1
+                self.inventory.touch(None)  # back in service: every job may start again
                 self.reported.add(event.id)
                 self.inventory.spawn(self._publish(event, 300.0))
             case ShutdownReported():
                 self.shut = {}
+                self.inventory.touch(None)
                 if self.runtime.real:
                     forget_stopped(self.data_dir)
 
@@ -194,14 +197,14 @@ class Actuator:
         except Exception as e:  # given up: it stays in `reported`, never asked for again
             self.logger.error("not reported", id=event.id, error=str(e) or repr(e))
             self.failed.add(event.id)
-            self.changed.set()
+            self.inventory.touch(_job_of(event))
             return
         self.published.add(event.id)
         job_id, attempt = getattr(event, "job_id", None), getattr(event, "attempt", None)
         if isinstance(job_id, str) and isinstance(attempt, int):
             if event.id == ids.started(job_id, attempt) and (job_id, attempt) in self.started:
                 self.started[(job_id, attempt)].set()
-        self.changed.set()
+        self.inventory.touch(_job_of(event))
 
     # -- after a restart, and closing ------------------------------------------------------------
 
@@ -229,10 +232,16 @@ class Actuator:
         if keys:
             self.logger.info("shutting down: stopping the jobs here", jobs=[k[0] for k in keys])
         self.closing = "shutdown"
-        self.changed.set()
+        self.inventory.touch(None)
 
     def busy(self) -> bool:
         """Whether anything started here still runs, or a store or a report is in flight."""
         running = any(not r.ended for r in self.replicas.values())
         storing = any(r.storing for r in self.replicas.values())
         return running or storing or bool(self.reported - self.published - self.failed)
+
+
+def _job_of(event: Event) -> str | None:
+    """The job a report is of (None for the node's own, such as its registration)."""
+    job_id = getattr(event, "job_id", None)
+    return job_id if isinstance(job_id, str) else None

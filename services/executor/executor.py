@@ -18,7 +18,7 @@ from typing import Final
 
 import structlog
 
-from events import Event, NodeLost, NodeRegistered, ids
+from events import NodeLost, NodeRegistered, WorkRelayed, ids
 from services.executor.actuator import Actuator
 from services.executor.config import ExecutorConfig
 from services.executor.docker import DockerRuntime
@@ -194,21 +194,34 @@ class Executor:
         if self.runtime.saves and self._poller is None:
             self._poller = asyncio.create_task(self._poll())
 
-    def on_event(self, event: Event) -> None:
-        """One live event relayed here; `self.work` already includes it."""
+    def on_event(self, relay: WorkRelayed) -> None:
+        """One live relay to this node; `self.work` already includes it."""
+        event = relay.event
         if isinstance(event, NodeLost) and event.node == self.node:
             self.logger.warning("this node was declared lost: stopping everything here")
             self.actuator.lost = True
-        self.actuator.changed.set()
+        job_id = getattr(event, "job_id", None)
+        if not isinstance(job_id, str) or self.actuator.lost:
+            self.actuator.inventory.touch(None)  # the node's own news
+            return
+        for job in relay.jobs:
+            self.actuator.inventory.touch(job.job_id)
+        self.actuator.inventory.touch(job_id)
 
     def step(self) -> None:
-        """Plan, then act, until the plan asks for nothing more."""
+        """Plan, then act, until the plan asks for nothing more: the jobs touched since the
+        last step, and those the actions touch in turn (everything after news of the node's
+        own; see `Inventory.touch`)."""
         offer = self.registration()
+        inventory = self.actuator.inventory
+        jobs = inventory.take_touched()
         for _ in range(MAX_ROUNDS):
-            actions = plan(self.work, self.actuator.here(offer), self.clock.now())
+            actions = plan(self.work, self.actuator.here(offer), self.clock.now(), jobs)
             if not actions:
                 return
             self.actuator.act(actions)
+            more = inventory.take_touched()
+            jobs = None if jobs is None or more is None else {*jobs, *more}
         self.logger.error("the plan did not settle", actions=[type(a).__name__ for a in actions])
 
     async def _follow_changes(self) -> None:
@@ -249,7 +262,7 @@ class Executor:
                 stop_workloads = True  # and whatever else still runs here, without a report
             if stop_workloads:
                 self.actuator.closing = "stop"
-                self.actuator.changed.set()
+                self.actuator.inventory.touch(None)
                 await self._settle()
             await cancel_and_wait(self._loop)
             self._loop = None

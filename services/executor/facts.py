@@ -1,8 +1,10 @@
 """What an executor knows of its node, as plain data: the planner's input besides the log's work.
 
 The actuator keeps these up to date from what happened (a replica started or ended, a stop
-sent, a checkpoint stored, a report in the log) and hands the planner a `Here` snapshot; no
-handle, lock or task is in them, so a plan is a function of values.
+sent, a checkpoint stored, a report in the log) and hands the planner a `Here` of them; no
+handle, lock or task is in them, so a plan is a function of values. The mappings in a `Here`
+are the actuator's own, read by the plan before anything acts on it (a copy for every plan
+cost more than the plan).
 """
 
 from __future__ import annotations
@@ -87,9 +89,9 @@ class Here:
     objects: bool = False  # checkpoints go to the cluster's store
     attempts: Mapping[AttemptKey, AttemptFacts] = field(default_factory=dict)
     replicas: Mapping[ReplicaKey, ReplicaFacts] = field(default_factory=dict)
-    #: ids published, being published or given up; and those in the log. The actuator's own
-    #: sets, not copies: they hold every report this node made (a copy per plan cost more than
-    #: the plan), and a plan only reads them, before anything acts on it
+    #: ids published, being published or given up; and those in the log (like the mappings
+    #: above, the actuator's own, not copies: a plan only reads them, before anything acts on
+    #: it, and these hold every report this node made)
     reported: Set[str] = frozenset()
     published: Set[str] = frozenset()
     #: attempts this node stops for a shut down (this run's, or the last run's file), and when

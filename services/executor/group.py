@@ -15,7 +15,7 @@ from typing import Protocol
 
 import structlog
 
-from events import Event, WorkRelayed, work_subject
+from events import WorkRelayed, work_subject
 from services.executor.nodework import NodeWork
 from services.runtime.eventlog import EventLog, Stored
 from services.runtime.tasks import cancel_and_wait
@@ -34,7 +34,7 @@ class Member(Protocol):
         """The relay stream its host gives, where each node's work is."""
         ...
 
-    def on_event(self, event: Event) -> None: ...
+    def on_event(self, relay: WorkRelayed) -> None: ...
 
     async def reconcile(self, work: NodeWork) -> None: ...
 
@@ -129,6 +129,6 @@ class ExecutorGroup:
     def _dispatch(self, relay: WorkRelayed) -> None:
         ex = self.by_node[relay.node]
         try:
-            ex.on_event(relay.event)
+            ex.on_event(relay)
         except Exception:
             logger.exception("executor failed on an event", node=ex.node, id=relay.id)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections import OrderedDict
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Set
 from dataclasses import dataclass, field
 from hmac import compare_digest
 from pathlib import Path
@@ -79,6 +79,10 @@ class Inventory:
         self.started: dict[AttemptKey, asyncio.Event] = {}  # set once `JobStarted` is in
         self.stale: OrderedDict[str, AttemptKey] = OrderedDict()
         self.changed = asyncio.Event()
+        #: the jobs whose facts changed since the last plan took them (`take_touched`); None:
+        #: the node's own (lost, closing, a shut down), after which everything is planned,
+        #: as the first plan is
+        self.touched: set[str] | None = None
         self.tasks: set[asyncio.Task[object]] = set()
         self.logger = logger.bind(node=config.node)
 
@@ -88,13 +92,13 @@ class Inventory:
         facts = self.replicas.get(key)
         if facts is not None:
             self.replicas[key] = dataclasses.replace(facts, **changes)  # type: ignore[arg-type]
-        self.changed.set()
+        self.touch(key[0])
 
     def set_attempt(self, key: AttemptKey, **changes: object) -> None:
         att = self.attempts.get(key)
         if att is not None:
             self.attempts[key] = dataclasses.replace(att, **changes)  # type: ignore[arg-type]
-        self.changed.set()
+        self.touch(key[0])
 
     def attempt(self, key: AttemptKey, first: int, announce: bool, scheduled: str | None) -> None:
         """The attempt's facts, made with its first replica here."""
@@ -116,7 +120,7 @@ class Inventory:
         self.replicas[key] = ReplicaFacts(job_id, attempt, index, replica, **facts)  # type: ignore[arg-type]
         handle = Handle(job_id, attempt, index, replica, folder)
         self.handles[key] = handle
-        self.changed.set()
+        self.touch(job_id)
         return handle
 
     def forget(self, key: ReplicaKey) -> None:
@@ -130,7 +134,7 @@ class Inventory:
             self.folders.pop(attempt, None)
             self.started.pop(attempt, None)
         self.save_records()
-        self.changed.set()
+        self.touch(key[0])
 
     def forgotten(self, handle: Handle | None) -> None:
         """A replica over and forgotten: its token is stale from now on (the endpoint says
@@ -177,7 +181,21 @@ class Inventory:
         if not task.cancelled() and task.exception() is not None:
             self.logger.error("executor task failed", exc_info=task.exception())
 
-    async def wake(self, after: float) -> None:
-        """A plan again once `after` seconds passed on the clock (a grace period over)."""
+    async def wake(self, job_id: str, after: float) -> None:
+        """A plan of the job again once `after` seconds passed on the clock (a grace period
+        over)."""
         await self.clock.sleep(after)
+        self.touch(job_id)
+
+    def touch(self, job_id: str | None) -> None:
+        """The job's facts changed (None: the node's): plan it again."""
+        if job_id is None:
+            self.touched = None
+        elif self.touched is not None:
+            self.touched.add(job_id)
         self.changed.set()
+
+    def take_touched(self) -> Set[str] | None:
+        """The jobs touched since the last call (None: everything), and start afresh."""
+        touched, self.touched = self.touched, set()
+        return touched

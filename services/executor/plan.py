@@ -17,6 +17,7 @@ stored what the last one saved.
 
 from __future__ import annotations
 
+from collections.abc import Set
 from dataclasses import dataclass
 from typing import Final, TypeAlias
 
@@ -121,30 +122,42 @@ Action: TypeAlias = (
 )
 
 
-def plan(work: NodeWork, here: Here, now: float) -> list[Action]:
-    """What to do next on this node."""
+def plan(work: NodeWork, here: Here, now: float, jobs: Set[str] | None = None) -> list[Action]:
+    """What to do next on this node. With `jobs`, only what these jobs need, and the node's
+    own actions: every other action is one job's, decided from that job's work and facts
+    alone, so a plan after changes that touched a few jobs need not look at the rest (the
+    same actions, in the same order, as the whole plan has for them)."""
     actions: list[Action] = []
-    actions += starts(work, here)
-    for facts in here.in_order:
+    actions += starts(work, here, jobs)
+    in_order = here.in_order if jobs is None else [r for r in here.in_order if r.job_id in jobs]
+    for facts in in_order:
         actions += replica_actions(work, here, facts, now)
-    actions += stop_reports(work, here, now)
+    actions += stop_reports(work, here, now, jobs)
     for att in sorted(here.attempts.values(), key=lambda a: (a.job_id, a.attempt)):
-        actions += announce(work, here, att, now) + checkpoint(work, here, att)
-    for facts in here.in_order:
+        if jobs is None or att.job_id in jobs:
+            actions += announce(work, here, att, now) + checkpoint(work, here, att)
+    for facts in in_order:
         actions += messages(here, facts, now)
     actions += register(here, now) + shutdown_reported(work, here)
     return actions
 
 
+def jobs_of(work: NodeWork, jobs: Set[str] | None) -> list[JobWork]:
+    """The log's jobs on this node (those named, or all), in order."""
+    if jobs is None:
+        return sorted(work.jobs.values(), key=lambda j: j.job_id)
+    return sorted((work.jobs[j] for j in jobs if j in work.jobs), key=lambda j: j.job_id)
+
+
 # -- starting --------------------------------------------------------------------------------
 
 
-def starts(work: NodeWork, here: Here) -> list[Action]:
+def starts(work: NodeWork, here: Here, jobs: Set[str] | None = None) -> list[Action]:
     """A replica the log holds here that nothing here stands for, and no stop covers."""
     actions: list[Action] = []
     if here.closing or here.lost:
         return actions
-    for job in sorted(work.jobs.values(), key=lambda j: j.job_id):
+    for job in jobs_of(work, jobs):
         fresh = (job.job_id, job.attempt) not in here.attempts
         announce = fresh and job.phase == "starting" and job.held[0].node == here.node
         for index, replica in enumerate(job.held):
@@ -229,9 +242,11 @@ def stopped(r: ReplicaFacts, grace_s: float, now: float) -> bool:
     return r.killed and r.stop_at is not None and now >= r.stop_at + grace_s + KILL_WAIT_S
 
 
-def stop_reports(work: NodeWork, here: Here, now: float) -> list[Action]:
+def stop_reports(
+    work: NodeWork, here: Here, now: float, jobs: Set[str] | None = None
+) -> list[Action]:
     actions: list[Action] = []
-    for job in sorted(work.jobs.values(), key=lambda j: j.job_id):
+    for job in jobs_of(work, jobs):
         for order in in_turn(here, job, orders_of(work, here, job)):
             actions += stop_report(work, here, job, order, now)
     return actions

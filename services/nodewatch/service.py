@@ -70,7 +70,7 @@ from services.runtime.host import Host, nats_host
 from services.runtime.leader import FencedLeader, Term
 from services.runtime.relays import term_subject
 from services.runtime.retry import is_transient
-from services.runtime.tasks import cancel_and_wait, while_alive
+from services.runtime.tasks import cancel_and_wait, until_set, while_alive
 
 log = structlog.get_logger("fairlane.nodewatch")
 KIND = "nodewatch"
@@ -137,15 +137,7 @@ class NodeWatch:
     async def _follow_relays(self) -> None:
         """The relay stream read back, except while this watcher leads (see `_leading`)."""
         while True:
-            reading = asyncio.create_task(self._read_relays())
-            leading = asyncio.create_task(self._leading.wait())
-            try:
-                await asyncio.wait({reading, leading}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                await cancel_and_wait(leading)
-                await cancel_and_wait(reading)
-            if reading.done() and not reading.cancelled():
-                reading.result()  # it ended by failing: raise that
+            await until_set(self._read_relays(), self._leading)
             while self._leading.is_set():
                 await self._led.wait()
                 self._led.clear()

@@ -43,3 +43,17 @@ async def while_alive(needed: Coroutine[Any, Any, None], work: Awaitable[None], 
             raise error
         raise Stopped(f"{what} stopped")
     working.result()
+
+
+async def until_set(work: Coroutine[Any, Any, None], stop: asyncio.Event) -> None:
+    """Run `work` until `stop` is set (then it is cancelled), raising its failure if it fails
+    first."""
+    working = asyncio.create_task(work)
+    stopping = asyncio.create_task(stop.wait())
+    try:
+        await asyncio.wait({working, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        await cancel_and_wait(stopping)
+        await cancel_and_wait(working)
+    if not working.cancelled():
+        working.result()

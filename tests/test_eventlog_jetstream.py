@@ -159,3 +159,24 @@ async def test_a_stored_message_with_a_status_header_is_read_as_what_it_holds(
     await log.js.publish(subject_for(event), encode_event(event), headers=headers)
     assert [s.event async for s in log.read(1)] == [event]
     await log.nc.close()
+
+
+async def test_a_503_for_a_consumer_that_is_there_is_waited_out_and_one_that_is_gone_is_not(
+    nats_server: NatsServer,
+) -> None:
+    """A replicated stream's consumer answers its first pull requests with 503 while its
+    leader is being chosen: the reader asks again (for a while) if the consumer is there, and
+    gives up at once if it is gone."""
+    log = await open_log(nats_server)
+    await log.publish(submitted("j0"))
+    pull = await eventlog._Pull.open(log, 1, 10, None, None)
+    try:
+        assert await pull.not_ready_yet()  # there: wait and ask again
+        pull.not_ready = round(eventlog.NOT_READY_S / eventlog.NOT_READY_WAIT_S)
+        assert not await pull.not_ready_yet()  # there, but not serving for too long
+        pull.not_ready = 0
+        await log.js.delete_consumer(log.stream, pull.consumer)
+        assert not await pull.not_ready_yet()  # gone
+    finally:
+        await pull.close()
+        await log.nc.close()

@@ -78,8 +78,11 @@ PULL_EXPIRES_S: Final = 5.0
 #: ACK_QUIET_S: an ack per event cost the server 40% more CPU in bench.pipeline.
 ACK_EVERY: Final = 500
 ACK_QUIET_S: Final = 0.2
-#: The status that ends a pull for good: no one serves the consumer's subject (it is gone).
+#: The status that ends a pull for good: no one serves the consumer's subject (it is gone,
+#: unless it is there but not serving yet: `_Pull.not_ready_yet`).
 CONSUMER_GONE: Final = frozenset({"503"})
+NOT_READY_S: Final = 5.0
+NOT_READY_WAIT_S: Final = 0.1
 
 
 @dataclass(frozen=True, slots=True)
@@ -348,7 +351,12 @@ class JetStreamLog:
                     await pull.wait()
                     continue
                 while pull.arrived:
-                    delivery = pull.take()
+                    try:
+                        delivery = pull.take()
+                    except ConsumerGone:
+                        if not await pull.not_ready_yet():
+                            raise
+                        break  # ask again
                     if delivery is None:
                         continue
                     subject_bytes, reply, data = delivery
@@ -392,6 +400,7 @@ class _Pull:
         self.unacked = 0  # messages handled since the last ack
         self.deliveries: Deliveries | None = None
         self.matched = matched  # messages matching the filter when the consumer was made
+        self.not_ready = 0  # 503s in a row for a consumer that is there (`not_ready_yet`)
 
     @classmethod
     async def open(
@@ -485,12 +494,28 @@ class _Pull:
         subject, reply, data, headers = self.arrived.popleft()
         if reply:
             self.asked -= 1
+            self.not_ready = 0
             return subject, reply, data
         self.asked = 0  # the request ended (expired, or refused)
         status, description = _status(headers)
         if status in CONSUMER_GONE or description == "Consumer Deleted":
             raise ConsumerGone(f"{status} {description}")
         return None
+
+    async def not_ready_yet(self) -> bool:
+        """After a 503: whether the consumer is there all the same, only not serving pull
+        requests yet (a replicated stream's consumer whose leader is still being chosen, seen
+        on a three-server cluster right after it was made): then a moment's wait, and the
+        reader asks again, for up to NOT_READY_S in a row."""
+        if self.not_ready >= NOT_READY_S / NOT_READY_WAIT_S:
+            return False
+        try:
+            await self.js.consumer_info(self.stream, self.consumer)
+        except (NotFoundError, APIError, nats.errors.TimeoutError, TimeoutError):
+            return False
+        self.not_ready += 1
+        await asyncio.sleep(NOT_READY_WAIT_S)
+        return True
 
     def handled(self, reply: bytes) -> None:
         if self.durable:

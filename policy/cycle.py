@@ -140,6 +140,8 @@ def decide(state: ClusterState, now: float) -> Plan:
             _, preempt = SCHEDULERS[cycles[pool].settings.type]
             preempt(cycles[pool], todo)
     plan.not_waiting.update(placed, queued.extras)  # only jobs still pending after it wait
+    for cycle in cycles.values():
+        cycle.close()
     return plan
 
 

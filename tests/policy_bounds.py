@@ -1,7 +1,9 @@
 """The policy without its bounds: for tests that check the bounds decide nothing themselves.
 
 `fair_share._could_end_within_fair_share` and `reclaim_order.could_fit` spare the policy
-walks through victims that cannot end in a preemption; with them off, every walk is made.
+walks through victims that cannot end in a preemption, and `fair_share._hopeful` lets an
+in-project walk pass over victims that could never make room; with them off, every walk is
+made, victim by victim.
 """
 
 from __future__ import annotations
@@ -20,5 +22,6 @@ def walking_every_victim() -> Iterator[None]:
     with (
         patch.object(fair_share, "_could_end_within_fair_share", lambda *_: True),
         patch.object(reclaim, "could_fit", lambda *_: True),
+        patch.object(fair_share, "_hopeful", lambda *_: None),
     ):
         yield

@@ -116,6 +116,7 @@ class VictimIndex:
         self._spread: dict[str, int] = {}
         self._most_held_on_a_node: int | None = None
         self._held_below: dict[tuple[str, int], dict[str, int]] = {}
+        self._held_at_least: dict[tuple[str, int, int], frozenset[str]] = {}
 
     def jobs(self) -> dict[str, list[Job]]:
         """Jobs of this pool that may be victims, per project (found once per cycle; those gone
@@ -184,6 +185,16 @@ class VictimIndex:
                 if job.priority < priority:
                     for r in job.held:
                         found[r.node] = found.get(r.node, 0) + len(r.gpus)
+        return found
+
+    def held_at_least(self, project: str, priority: int, gpus: int) -> frozenset[str]:
+        """The nodes where `held_below(project, priority)` is at least `gpus` (worked out once
+        for each)."""
+        key = (project, priority, gpus)
+        found = self._held_at_least.get(key)
+        if found is None:
+            held = self.held_below(project, priority)
+            found = self._held_at_least[key] = frozenset(n for n, g in held.items() if g >= gpus)
         return found
 
     def forget(self, jobs: Iterable[Job]) -> None:

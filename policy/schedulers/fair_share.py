@@ -247,8 +247,19 @@ def _hopeful(cycle: PoolCycle, cand: Candidate) -> set[str] | None:
     if job.node is not None or cand.ports or job.gpus <= 1:
         return None
     gpus, by_name, releasing = job.gpus, cycle.capacity.by_name, cycle.releasing
-    hopeful: set[str] = set()
-    for node, held in cycle.victims.held_below(job.project, job.priority).items():
+    held_below = cycle.victims.held_below(job.project, job.priority)
+    if cycle.capacity.total_free == 0:
+        # no idle GPU (the pool is full when jobs preempt): the nodes where the victims alone
+        # make room, and those where GPUs given back add to them, without looking at every
+        # node they are on (hundreds at 4x the bench's size, for each walk)
+        at_least = cycle.victims.held_at_least(job.project, job.priority, gpus)
+        hopeful = {n for n in at_least if n in by_name}
+        for node, back in releasing.items():
+            if node in by_name and len(back) + held_below.get(node, 0) >= gpus:
+                hopeful.add(node)
+        return hopeful
+    hopeful = set()
+    for node, held in held_below.items():
         slot = by_name.get(node)
         if slot is not None and len(slot.free) + len(releasing.get(node, ())) + held >= gpus:
             hopeful.add(node)

@@ -119,7 +119,7 @@ def decide(state: ClusterState, now: float) -> Plan:
     for cycle in cycles.values():
         cycle.accounts.divide()
     placed: set[str] = set()
-    waiting_first: dict[str, list[Candidate]] = {}
+    waiting_first: dict[str, tuple[list[Candidate], set[str]]] = {}
     for k, by_pool in enumerate(queued.rounds):
         for pool, cands in by_pool.items():
             todo = [c for c in cands if c.job.id not in placed] if placed else cands
@@ -129,18 +129,32 @@ def decide(state: ClusterState, now: float) -> Plan:
             start = len(out)
             left = allocate(cycles[pool], todo)
             # the jobs whose minimum was placed: an extra replica's placement is a scale-up
-            placed.update(
-                e.job_id for e in out[start:] if isinstance(e, JobScheduled) and not e.scale_up
-            )
+            here = {e.job_id for e in out[start:] if isinstance(e, JobScheduled) and not e.scale_up}
+            placed.update(here)
             if k == 0:
-                waiting_first[pool] = left
-    for pool, left in waiting_first.items():
-        todo = [c for c in left if c.job.id not in placed] if placed else left
+                waiting_first[pool] = (left, here)
+    for pool, (left, here) in waiting_first.items():
+        todo = _not_placed(left, placed, here)
         if todo:
             _, preempt = SCHEDULERS[cycles[pool].settings.type]
             preempt(cycles[pool], todo)
     plan.not_waiting.update(placed, queued.extras)  # only jobs still pending after it wait
+    for cycle in cycles.values():
+        cycle.close()
     return plan
+
+
+def _not_placed(left: list[Candidate], placed: set[str], here: set[str]) -> list[Candidate]:
+    """The candidates a pool's allocation left whose job was not placed (`placed`, by every
+    pool; `here`, by this pool's). A minimum left waiting by a pool was not placed by it (its
+    job has one candidate there): only another pool may have placed its job, and mostly none
+    did, so the jobs of most candidates (elsewhere in memory, their ids too) are not read."""
+    if not placed:
+        return left
+    elsewhere = placed - here
+    if not elsewhere:
+        return [c for c in left if not c.extra or c.job.id not in placed]
+    return [c for c in left if c.job.id not in (placed if c.extra else elsewhere)]
 
 
 def fair_shares(state: ClusterState, now: float) -> dict[str, dict[str, int]]:

@@ -115,6 +115,8 @@ class VictimIndex:
         #: per project: what its victims on several nodes hold beyond one replica each
         self._spread: dict[str, int] = {}
         self._most_held_on_a_node: int | None = None
+        self._held_below: dict[tuple[str, int], dict[str, int]] = {}
+        self._held_at_least: dict[tuple[str, int, int], frozenset[str]] = {}
 
     def jobs(self) -> dict[str, list[Job]]:
         """Jobs of this pool that may be victims, per project (found once per cycle; those gone
@@ -170,6 +172,30 @@ class VictimIndex:
             self._most_held_on_a_node = max(map(len, self._owners.values()), default=0)
         self._unit_counts(project)  # works out the project's _spread with its unit counts
         return self._most_held_on_a_node + self._spread[project]
+
+    def held_below(self, project: str, priority: int) -> dict[str, int]:
+        """At least the GPUs the project's possible victims of lower priority than this could
+        free, per node: all they hold there (those gone since still counted, so it stays an
+        upper bound for the cycle). Worked out once per project and priority."""
+        key = (project, priority)
+        found = self._held_below.get(key)
+        if found is None:
+            found = self._held_below[key] = {}
+            for job in self.jobs().get(project, ()):
+                if job.priority < priority:
+                    for r in job.held:
+                        found[r.node] = found.get(r.node, 0) + len(r.gpus)
+        return found
+
+    def held_at_least(self, project: str, priority: int, gpus: int) -> frozenset[str]:
+        """The nodes where `held_below(project, priority)` is at least `gpus` (worked out once
+        for each)."""
+        key = (project, priority, gpus)
+        found = self._held_at_least.get(key)
+        if found is None:
+            held = self.held_below(project, priority)
+            found = self._held_at_least[key] = frozenset(n for n, g in held.items() if g >= gpus)
+        return found
 
     def forget(self, jobs: Iterable[Job]) -> None:
         """These jobs are now stopping, nominated or given GPUs: victims no more this cycle."""

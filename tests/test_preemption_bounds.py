@@ -3,9 +3,11 @@
 `fair_share._could_end_within_fair_share` skips an in-project walk when the victims it could
 keep cannot bring the project down to its fair share (rule 4), and `reclaim_order.could_fit` a
 reclaim walk that could never make room (rule 5). Both must give up only on walks that would
-end in no preemption: over random clusters where a project borrowed GPUs, another project
-claimed its share back, and the borrower's urgent work arrives, the policy decides the same
-with the bounds as with every walk made.
+end in no preemption, and an in-project walk that passes over victims on nodes where no
+replica could ever fit (`fair_share._hopeful`) must keep the same victims: over random
+clusters where a project borrowed GPUs, another project claimed its share back, and the
+borrower's urgent work arrives, the policy decides the same with the bounds as with every
+walk made, victim by victim.
 """
 
 from __future__ import annotations

@@ -49,7 +49,7 @@ def walking_victim_by_victim() -> Iterator[None]:
 
 @st.composite
 def borrowed_by_many(draw: st.DrawFn, narrow: bool = False) -> VirtualCluster:
-    """`narrow`: every claimant is a single replica of several GPUs."""
+    """`narrow`: every claimant asks for replicas of several GPUs."""
     vc = VirtualCluster()
     vc.add_pool("default")
     for n in range(draw(st.integers(2, 5))):
@@ -73,7 +73,7 @@ def borrowed_by_many(draw: st.DrawFn, narrow: bool = False) -> VirtualCluster:
             project=draw(st.sampled_from(PROJECTS)),
             priority_class=draw(st.sampled_from(["train", "build"])),
             gpus=draw(st.sampled_from([2, 4, 8] if narrow else [1, 2, 4, 8])),
-            replicas=1 if narrow else draw(st.sampled_from([1, 1, 2])),
+            replicas=draw(st.sampled_from([1, 1, 2])),
         )
         vc.submit(f"claim{i}", spec)
     return vc
@@ -83,7 +83,7 @@ def borrowed_by_many(draw: st.DrawFn, narrow: bool = False) -> VirtualCluster:
 @given(borrowed_by_many())
 def test_the_kept_order_decides_as_walking_victim_by_victim(vc: VirtualCluster) -> None:
     for _ in range(4):  # this cycle and those after it, as their decisions land
-        # every walk of a single replica of several GPUs passes over the jobs on no hopeful
+        # every walk for replicas of several GPUs passes over the jobs on no hopeful
         # node (on so few nodes, few are hopeful only where none is)
         with patch.object(Reach, "few", lambda reach, floor, gpus: gpus > 1):
             plan = decide(vc.state, vc.now)
@@ -161,7 +161,7 @@ def _victims(taken: Taken | None) -> list[tuple[int, int]] | None:
 def test_a_walk_looking_lists_up_by_node_takes_the_plain_walks_victims(
     vc: VirtualCluster, look_up_after: int
 ) -> None:
-    """Every walk of a single replica of several GPUs passes over the jobs on no hopeful node;
+    """Every walk for replicas of several GPUs passes over the jobs on no hopeful node;
     each list is looked up by node once it has passed over `look_up_after` of them (0: at
     once). Each walk takes the same victims, in the same order, as the plain walk."""
     real_first_fit = reclaim_order.first_fit

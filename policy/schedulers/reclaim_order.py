@@ -441,18 +441,19 @@ def first_fit(
     that publishes no ports: the victims the givers' merged lists give until the claimant fits,
     those it can do without spared. None if it never fits.
 
-    A single replica of several GPUs, where few nodes are hopeful (`Reach.few`), passes over
-    the entries of jobs with no replica on a node where victims could make room for it
-    (`Reach.hopeful`) without counting what they free: such a job frees GPUs only where the
-    claimant never fits, so it never makes the claimant fit nor is kept (`_gaining`), and the
-    others come in the same order without it. A claimant waiting for a whole node took
-    hundreds of victims of such jobs at 4x the bench's size before one freed a node, each
-    counted GPU by GPU. Passing over those entries one by one still grew with the pool (the
-    gaps between near jobs do), so a list it has passed over for a while is looked up by
-    node instead (`_Hopeful`), which finds the same entries."""
+    Replicas of several GPUs, where few nodes are hopeful (`Reach.few`), pass over the entries
+    of jobs with no replica on a node where victims could make room for one (`Reach.hopeful`)
+    without counting what they free: such a job frees GPUs only on nodes where no replica of
+    the claimant ever fits, so it never adds a place for one (however many replicas), is never
+    kept (`_gaining`), and the others come in the same order without it. A claimant waiting
+    for a whole node took hundreds of victims of such jobs at 4x the bench's size before one
+    freed a node, each counted GPU by GPU; a gang waiting for two whole nodes, over 500.
+    Passing over those entries one by one still grew with the pool (the gaps between near jobs
+    do), so a list it has passed over for a while is looked up by node instead (`_Hopeful`),
+    which finds the same entries."""
     f = int(within_quota)
     gpus = cand.job.gpus
-    narrow = cand.replicas == 1 and gpus > 1
+    narrow = gpus > 1
     reach = reach_of(cycle, f if narrow else None)
     lists = [cycle.reclaim_offers[project] for project in givers]  # up to date: reach_of
     below = [offers.floors[f] for offers in lists]

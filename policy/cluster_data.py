@@ -67,6 +67,12 @@ class ClusterData:
     _ported: dict[str, Job] = field(
         default_factory=dict, repr=False, compare=False, metadata={"derived": True}
     )
+    #: (project, pool) -> the non-preemptible jobs placed or nominated there that may still
+    #: count there (one that no longer does is dropped when next asked: `unpreemptible_use`):
+    #: made again from the jobs, never written to a snapshot
+    _unpreemptible: dict[tuple[str, str], dict[str, Job]] = field(
+        default_factory=dict, repr=False, compare=False, metadata={"derived": True}
+    )
 
     # -- queries -------------------------------------------------------------------------------
 
@@ -244,6 +250,35 @@ class ClusterData:
         else:
             self.live[job.id] = job
             self.note_ports(job)
+
+    def note_unpreemptible(self, job: Job) -> None:
+        """A job placed or nominated: a non-preemptible one counts against its project's
+        quota in that pool (rule 3) while it holds GPUs or has GPUs held for it there."""
+        if job.preemptible:
+            return
+        for pool in (job.pool, job.nomination_pool):
+            if pool is not None:
+                self._unpreemptible.setdefault((job.project, pool), {})[job.id] = job
+
+    def unpreemptible_use(self, project: str, pool: str, but: str = "") -> int:
+        """The project's non-preemptible usage in the pool as the policy counts it (rule 3):
+        the replicas its jobs run there and are not being stopped, and those held for them
+        there; `but`: leave that job's nomination out."""
+        counted = self._unpreemptible.get((project, pool))
+        if not counted:
+            return 0
+        use = 0
+        for job_id, job in list(counted.items()):
+            placed = job.pool == pool and job.phase in ("starting", "running")
+            nominated = job.nomination_pool == pool and bool(job.nomination)
+            if not placed and not nominated and job.phase not in HOLDING_PHASES:
+                del counted[job_id]  # counts here no more
+                continue
+            if placed:
+                use += job.active_replicas * job.gpus
+            if nominated and job_id != but:
+                use += len(job.nomination) * job.gpus
+        return use
 
     def note_ports(self, job: Job) -> None:
         """Keep `_ported` exact for a live job."""

@@ -85,12 +85,13 @@ def _job_nominated(state: ClusterData, e: JobNominated) -> Refusal:
     job.last_nomination_id = e.id
     if _on_cordoned_node(state, e.replicas):
         return _CORDONED
-    clash = _port_clash(state, job, e.replicas)
-    if clash is not None:
-        return clash
+    refusal = _port_clash(state, job, e.replicas) or _over_quota(state, job, e.pool, e.replicas)
+    if refusal is not None:
+        return refusal
     if not state._reserve(job, e.replicas, e.victims):
         return "a GPU it holds is taken, held for another job, or gone"
     job.nomination, job.nomination_pool, job.nomination_id = e.replicas, e.pool, e.id
+    state.note_unpreemptible(job)
     return None
 
 
@@ -115,13 +116,14 @@ def _job_scheduled(state: ClusterData, e: JobScheduled) -> Refusal:
         return UNKNOWN_JOB
     if e.scale_up:
         return _job_scaled_up(state, job, e)
-    refusal = _placement_refusal(state, job, e)
+    refusal = _placement_refusal(state, job, e) or _over_quota(state, job, e.pool, e.replicas)
     if refusal is not None:
         return refusal
     if not state._take(job, e.replicas):
         return _GPUS_TAKEN  # decided on a state the log has since moved past: no effect
     job.attempt, job.pool, job.held = e.attempt, sys.intern(e.pool), list(e.replicas)
     state._count_held(job, gpus_in(e.replicas))
+    state.note_unpreemptible(job)
     job.phase, job.started_at = "starting", None
     state._drop_nomination(job)
     job.stop_replicas, job.stop_reason, job.lost_node, job.drained = 0, "", False, False
@@ -147,15 +149,34 @@ def _job_scaled_up(state: ClusterData, job: Job, e: JobScheduled) -> Refusal:
         return "more replicas than the job has"
     if _on_cordoned_node(state, e.replicas):
         return _CORDONED
-    clash = _port_clash(state, job, e.replicas)
-    if clash is not None:
-        return clash
+    refusal = _port_clash(state, job, e.replicas) or _over_quota(state, job, e.pool, e.replicas)
+    if refusal is not None:
+        return refusal
     taken = state._take(job, e.replicas)
     if taken:
         job.held.extend(e.replicas)
         state._count_held(job, gpus_in(e.replicas))
+        state.note_unpreemptible(job)
     state._drop_nomination(job)
     return None if taken else _GPUS_TAKEN
+
+
+def _over_quota(state: ClusterData, job: Job, pool: str, replicas: Sequence[Replica]) -> Refusal:
+    """Rule 3, refereed: in a fair-share pool a non-preemptible job gets GPUs (placed, or
+    held for it) only while its project's non-preemptible usage there stays within quota.
+    The policy decides so; this keeps a decision made on a view the log has moved past
+    (another decider's landed meanwhile) from taking the project over it. Starting on GPUs
+    held for the job passed that when they were held for it."""
+    if job.preemptible or state.pool_settings(pool).type != "fair_share":
+        return None
+    if job.nomination_pool == pool and all(r in job.nomination for r in replicas):
+        return None  # its own nomination starting
+    project = state.projects.get(job.project)
+    quota = project.in_pool(pool).quota if project is not None else 0
+    use = state.unpreemptible_use(job.project, pool, but=job.id)
+    if use + len(replicas) * job.gpus > quota:
+        return f"non-preemptible work over project {job.project!r}'s quota of {quota} in {pool!r}"
+    return None
 
 
 def _on_cordoned_node(state: ClusterData, replicas: Sequence[Replica]) -> bool:

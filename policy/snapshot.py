@@ -30,7 +30,7 @@ from policy.state import ClusterState, Job, Node, Pool, Project
 #: drain are kept; rule 11's decayed usage per pool with a half-life.
 #: 7: a placement or nomination that would publish a host port twice on a node is refused.
 #: 8: the volume allowlist (VolumesConfigured), which an older fold skipped.
-FOLD_VERSION: Final = 8
+FOLD_VERSION: Final = 9
 #: The layout of this file's structs. 2: the settings as `events.ClusterSettings`.
 #: 3: a node's cordon; `usage` (rule 11). 4: `volumes`.
 FORMAT_VERSION: Final = 4
@@ -153,6 +153,7 @@ def decode_snapshot(data: bytes) -> tuple[ClusterState, int]:
     for job in state.live.values():
         state.share_values(job)
         state.note_ports(job)
+        state.note_unpreemptible(job)
     return state, header.seq
 
 

@@ -371,3 +371,26 @@ def test_a_report_of_the_whole_stop_still_ends_it_at_once() -> None:
     whole = msgspec.structs.replace(own("n0"), own_replicas=False)
     assert vc.record(whole).applied
     assert (vc.state.jobs["g"].phase, vc.state.jobs["g"].held) == ("pending", [])
+
+
+def test_non_preemptible_work_over_its_projects_quota_is_refused_even_from_a_stale_view() -> None:
+    """Rule 3, refereed: a placement (or GPUs held for a job) decided before another
+    non-preemptible job of the project got its GPUs does not take the project over quota;
+    starting on GPUs held for it is not asked again (it was when they were held)."""
+    vc = VirtualCluster()
+    vc.add_pool("default")
+    vc.add_node("n0", "default", 4)
+    vc.set_project("a", {"default": ProjectTerms(quota=2)})
+    for job in ("np1", "np2"):
+        vc.submit(job, JobSpec(project="a", gpus=2, priority=100, preemptible=False))
+    stale = decide(vc.state, vc.now)  # one of them fits the quota: np1
+    [placed] = [e for e in stale.events if isinstance(e, JobScheduled)]
+    assert placed.job_id == "np1"
+    vc.record(placed)
+    over = scheduled("np2", "n0", (2, 3))  # as a decider that had not seen np1 placed
+    verdict = vc.record(over)
+    assert not verdict.applied and "quota of 2" in verdict.reason
+    assert vc.state.jobs["np2"].phase == "pending"
+    assert vc.state.owners["n0"] == {0: "np1", 1: "np1"}
+    vc.set_project("a", {"default": ProjectTerms(quota=4)})  # room now: the same placement lands
+    assert vc.record(scheduled("np2", "n0", (2, 3))).applied

@@ -33,6 +33,10 @@ OBJECT: Final = "cluster-state"
 #: How many events the ledger folds between two snapshots.
 EVERY_EVENTS: Final = 50_000
 CHUNK_BYTES: Final = 512 * 1024
+#: How long one read of the snapshot may wait for its chunks (a 27 MB state reads in about a
+#: second here), and how often it is tried before the whole log is replayed instead.
+LOAD_WAIT_S: Final = 10.0
+LOAD_ATTEMPTS: Final = 3
 log = structlog.get_logger("fairlane.snapshots")
 
 
@@ -54,10 +58,15 @@ class SnapshotStore:
     async def load(self) -> tuple[ClusterState, int] | None:
         """The newest snapshot's state and sequence, or None if there is none this code can use."""
         began = time.perf_counter()
+        buffer = io.BytesIO()
         try:
-            store = await self._bucket()
-            buffer = io.BytesIO()
-            await store.get(OBJECT, writeinto=buffer)
+            for attempt in range(1, LOAD_ATTEMPTS + 1):
+                buffer = io.BytesIO()
+                if await self._read(buffer):
+                    break
+                log.warning("snapshot replaced while read: reading it again", attempt=attempt)
+            else:
+                return None
         except NotFoundError:
             return None
         except Exception as e:  # a damaged or half-written object: replay instead
@@ -76,6 +85,19 @@ class SnapshotStore:
             seconds=round(time.perf_counter() - began, 3),
         )
         return state, seq
+
+    async def _read(self, buffer: io.BytesIO) -> bool:
+        """The snapshot into `buffer`; False if its chunks did not come within LOAD_WAIT_S.
+        nats-py reads the object's description, then waits for its chunks with no time limit:
+        a snapshot replaced in between (the ledger takes them as events arrive) has its chunks
+        purged, and the read waited for ever (a restarting service hung at its start)."""
+        store = await self._bucket()
+        try:
+            async with asyncio.timeout(LOAD_WAIT_S):
+                await store.get(OBJECT, writeinto=buffer)
+        except TimeoutError:
+            return False
+        return True
 
     async def save(self, data: bytes, seq: int) -> None:
         """Store snapshot bytes (`encode_snapshot`) taken at `seq`."""

@@ -5,6 +5,8 @@ requests (expiry, a deleted consumer, a server restart)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -84,45 +86,46 @@ class Seen(list[int]):
                 await self.moved.wait()
 
 
-async def test_a_deleted_consumer_is_made_again_from_the_next_event(
-    nats_server: NatsServer,
-) -> None:
-    writer = await open_log(nats_server)
-    reader = JetStreamLog(await connect(nats_server.url, "reader"), durable="svc-gone")
+@contextlib.asynccontextmanager
+async def tailing(
+    server: NatsServer, durable: str | None = None
+) -> AsyncIterator[tuple[JetStreamLog, Seen]]:
+    """A writer, and a reader following the log's tail (as `durable`) into what it saw."""
+    writer = await open_log(server)
+    reader = JetStreamLog(await connect(server.url, "reader"), durable=durable)
     seen = Seen()
     following = asyncio.create_task(seen.follow(reader))
     try:
+        yield writer, seen
+    finally:
+        following.cancel()
+        await reader.nc.close()
+        await writer.nc.close()
+
+
+async def test_a_deleted_consumer_is_made_again_from_the_next_event(
+    nats_server: NatsServer,
+) -> None:
+    async with tailing(nats_server, durable="svc-gone") as (writer, seen):
         await writer.publish(submitted("j0"))
         await seen.until(1, within=5)
         await writer.js.delete_consumer(writer.stream, "svc-gone")  # its pull request ends
         await writer.publish(submitted("j1"))
         await seen.until(2, within=5)
         assert seen == [1, 2]
-    finally:
-        following.cancel()
-        await reader.nc.close()
-        await writer.nc.close()
 
 
 async def test_a_reader_asks_again_when_its_pull_request_expires(
     nats_server: NatsServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(eventlog, "PULL_EXPIRES_S", 0.3)
-    writer = await open_log(nats_server)
-    reader = JetStreamLog(await connect(nats_server.url, "reader"))
-    seen = Seen()
-    following = asyncio.create_task(seen.follow(reader))
-    try:
+    async with tailing(nats_server) as (writer, seen):
         await writer.publish(submitted("j0"))
         await seen.until(1, within=5)
         await asyncio.sleep(1.0)  # several requests expired (408) and were made again
         await writer.publish(submitted("j1"))
         # sooner than the wait for a request that was lost (its expiry and 2 s)
         await seen.until(2, within=1.0)
-    finally:
-        following.cancel()
-        await reader.nc.close()
-        await writer.nc.close()
 
 
 async def test_the_tail_goes_on_after_a_server_restart(
@@ -130,11 +133,7 @@ async def test_the_tail_goes_on_after_a_server_restart(
 ) -> None:
     # the reader's pull request died with the server: it asks again after the expiry and 2 s
     monkeypatch.setattr(eventlog, "PULL_EXPIRES_S", 0.5)
-    writer = await open_log(nats_server)
-    reader = JetStreamLog(await connect(nats_server.url, "reader"), durable="svc-restart")
-    seen = Seen()
-    following = asyncio.create_task(seen.follow(reader))
-    try:
+    async with tailing(nats_server, durable="svc-restart") as (writer, seen):
         await writer.publish(submitted("j0"))
         await seen.until(1, within=5)
         await nats_server.stop()
@@ -142,10 +141,6 @@ async def test_the_tail_goes_on_after_a_server_restart(
         await writer.publish_durably(submitted("j1"), give_up_after=20)
         await seen.until(2, within=20)
         assert seen == [1, 2]
-    finally:
-        following.cancel()
-        await reader.nc.close()
-        await writer.nc.close()
 
 
 async def test_a_stored_message_with_a_status_header_is_read_as_what_it_holds(

@@ -706,7 +706,9 @@ def main(
         newest or cost.
     gc_mode
         Python's garbage collector while timing: on (as it comes), freeze (gc.freeze() after
-        building, as a long-running service may after replaying the log), or off.
+        building, as a long-running service may after replaying the log), or off. A cycle
+        pauses the collector while it runs (policy/collector.py): the mode decides what the
+        collections due after each cycle walk.
     memory
         Measure the memory of each build and of one cycle (tracemalloc, which makes the builds
         four to five times slower: --no-memory for their true time).

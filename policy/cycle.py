@@ -25,6 +25,7 @@ from policy.accounts import Accounts
 from policy.candidate_search import gather
 from policy.candidates import Candidate, WaitReason
 from policy.capacity import Capacity, NodeSlots
+from policy.collector import paused
 from policy.decisions import Decisions
 from policy.pool_cycle import PoolCycle
 from policy.schedulers import fair_share, priority, round_robin
@@ -104,6 +105,14 @@ class Plan:
 
 
 def decide(state: ClusterState, now: float) -> Plan:
+    """The cycle's decisions on this state at `now`, with the cyclic garbage collector paused
+    while it runs: a cycle makes no garbage that only the collector could free
+    (policy/collector.py)."""
+    with paused():
+        return _decide(state, now)
+
+
+def _decide(state: ClusterState, now: float) -> Plan:
     plan = Plan(state.position)
     decisions = Decisions(state.position, now, plan.events)
     out, waiting = plan.events, plan.reasons

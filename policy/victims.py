@@ -116,6 +116,7 @@ class VictimIndex:
         self._spread: dict[str, int] = {}
         self._most_held_on_a_node: int | None = None
         self._held_below: dict[tuple[str, int], dict[str, int]] = {}
+        self._by_priority: dict[str, dict[int, dict[str, int]]] = {}
         self._held_at_least: dict[tuple[str, int, int], frozenset[str]] = {}
 
     def jobs(self) -> dict[str, list[Job]]:
@@ -176,15 +177,32 @@ class VictimIndex:
     def held_below(self, project: str, priority: int) -> dict[str, int]:
         """At least the GPUs the project's possible victims of lower priority than this could
         free, per node: all they hold there (those gone since still counted, so it stays an
-        upper bound for the cycle). Worked out once per project and priority."""
+        upper bound for the cycle). Worked out once per project and priority, from what its
+        victims hold per priority (`_held_by_priority`)."""
         key = (project, priority)
         found = self._held_below.get(key)
         if found is None:
             found = self._held_below[key] = {}
+            for below, held in self._held_by_priority(project).items():
+                if below < priority:
+                    for node, gpus in held.items():
+                        found[node] = found.get(node, 0) + gpus
+        return found
+
+    def _held_by_priority(self, project: str) -> dict[int, dict[str, int]]:
+        """What the project's possible victims hold per node, per job priority: read from
+        its jobs once. Worked out for each priority asked, the jobs were read again each time:
+        at 4x the bench's size 30 asks read 18,000 jobs and their replicas, nine times as many
+        as at 1x."""
+        found = self._by_priority.get(project)
+        if found is None:
+            found = self._by_priority[project] = {}
             for job in self.jobs().get(project, ()):
-                if job.priority < priority:
-                    for r in job.held:
-                        found[r.node] = found.get(r.node, 0) + len(r.gpus)
+                held = found.get(job.priority)
+                if held is None:
+                    held = found[job.priority] = {}
+                for r in job.held:
+                    held[r.node] = held.get(r.node, 0) + len(r.gpus)
         return found
 
     def held_at_least(self, project: str, priority: int, gpus: int) -> frozenset[str]:

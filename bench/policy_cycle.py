@@ -18,16 +18,17 @@ is pure, so every run does the same work.
   after it, have been carried out by simulated executors: the common case, nothing to do.
 
 Figures are p50/p99 milliseconds (time.perf_counter) over `--runs` runs, and the growth of each
-against the smallest scale; per state, the seconds it took to build (a settled state's include
-settling it); memory, as tracemalloc counts it (Python's allocations: what the process reuses
-from an earlier state's garbage counts too, where its resident size would not grow): the most
-the build held at once and what the state kept (a settled state's before settling, which is
-not traced), and the most one cycle (the untimed warm-up) held at once above the state; and
-the process's resident peak over the whole run (`--no-memory`: no tracing, which makes the
-builds four to five times slower). Every state is built first and the cycles are timed in
-rounds, each state in turn, so a busy moment on a shared machine falls on every size alike
-(the growth moved by 10% between runs when the sizes were timed one after the other). Nothing
-is asserted about time: machines are shared and noisy.
+against the smallest scale; the p50 of the process's own CPU time a cycle (time.process_time)
+and its growth, which what other processes take of a shared machine does not move; per state,
+the seconds it took to build (a settled state's include settling it); memory, as tracemalloc
+counts it (Python's allocations: what the process reuses from an earlier state's garbage counts
+too, where its resident size would not grow): the most the build held at once and what the state
+kept (a settled state's before settling, which is not traced), and the most one cycle (the
+untimed warm-up) held at once above the state; and the process's resident peak over the whole
+run (`--no-memory`: no tracing, which makes the builds four to five times slower). Every state
+is built first and the cycles are timed in rounds, each state in turn, so a busy moment on a
+shared machine falls on every size alike (the growth moved by 10% between runs when the sizes
+were timed one after the other). Nothing is asserted about time: machines are shared and noisy.
 
 Each figure carries its plan's fingerprint (sha256 of the decisions and the waiting reasons).
 `--baseline REV` times the policy as it is at git revision REV (its files checked out into a
@@ -128,6 +129,10 @@ class Figures:
     p99_ms: float
     growth_p50: float = 1.0
     growth_p99: float = 1.0
+    #: the p50 of the process's CPU time a cycle (time.process_time), and its growth: what
+    #: other processes on a shared machine take of the processor does not count in it
+    cpu_p50_ms: float = 0.0
+    cpu_growth_p50: float = 1.0
     #: the plan's fingerprint (`plan_sha256`): the same before and after a change that is
     #: meant to leave every decision as it was
     plan_sha256: str = ""
@@ -387,6 +392,7 @@ class _Timed:
     decisions: int = 0
     plan_sha256: str = ""
     samples: list[float] = field(default_factory=list)
+    cpu_samples: list[float] = field(default_factory=list)  # the process's CPU time
     cycle_peak_mib: float | None = None
 
 
@@ -447,8 +453,9 @@ def measure(
             for t in timed:
                 decide(t.state, NOW)
                 for _ in range(count):
-                    start = time.perf_counter()
+                    start, cpu = time.perf_counter(), time.process_time()
                     decide(t.state, NOW)
+                    t.cpu_samples.append((time.process_time() - cpu) * 1000)
                     t.samples.append((time.perf_counter() - start) * 1000)
             done += count
     finally:
@@ -510,6 +517,7 @@ def _figures(t: _Timed) -> Figures:
         runs=len(t.samples),
         p50_ms=round(percentile(t.samples, 0.50), 2),
         p99_ms=round(percentile(t.samples, 0.99), 2),
+        cpu_p50_ms=round(percentile(t.cpu_samples, 0.50), 2),
         plan_sha256=t.plan_sha256,
         build_s=round(t.built.seconds, 4),
         build_peak_mib=t.built.peak_mib,
@@ -531,6 +539,7 @@ def with_growth(results: list[Figures]) -> list[Figures]:
         base = min((r for r in results if r.cycle == f.cycle), key=lambda r: r.scale)
         f.growth_p50 = round(f.p50_ms / base.p50_ms, 2) if base.p50_ms else 0.0
         f.growth_p99 = round(f.p99_ms / base.p99_ms, 2) if base.p99_ms else 0.0
+        f.cpu_growth_p50 = round(f.cpu_p50_ms / base.cpu_p50_ms, 2) if base.cpu_p50_ms else 0.0
     return results
 
 
@@ -644,7 +653,8 @@ def print_against(revision: str, paired: list[Paired]) -> None:
     """Before and after side by side, and whether every plan is the same."""
     table = Table(title=f"One full scheduling cycle: policy at {revision} (before) and now")
     columns = ("scale", "cycle", "decisions", "before p50", "now p50", "before/now")
-    for column in (*columns, "growth before", "growth now", "plan sha256", "same plan"):
+    growths = ("growth before", "growth now", "CPU growth before", "CPU growth now")
+    for column in (*columns, *growths, "plan sha256", "same plan"):
         table.add_column(column, justify="right")
     for p in sorted(paired, key=lambda p: (p.cycle, p.scale)):
         table.add_row(
@@ -656,10 +666,12 @@ def print_against(revision: str, paired: list[Paired]) -> None:
             f"{p.speedup_p50:.2f}",
             f"{p.before.growth_p50:.2f}",
             f"{p.after.growth_p50:.2f}",
+            f"{p.before.cpu_growth_p50:.2f}",
+            f"{p.after.cpu_growth_p50:.2f}",
             p.after.plan_sha256[:12],
             "yes" if p.same_plan else f"NO (before {p.before.plan_sha256[:12]})",
         )
-    Console(width=None if sys.stdout.isatty() else 140).print(table)
+    Console(width=None if sys.stdout.isatty() else 180).print(table)
 
 
 # -- command line ------------------------------------------------------------------------------
@@ -774,7 +786,8 @@ def main(
     title = f"One full scheduling cycle ({scheduler}, {fitting} fit, {victim_order}, gc {gc_mode})"
     table = Table(title=title)
     names = ["scale", "cycle", "nodes", "running", "pending", "decisions", "p50 ms", "p99 ms"]
-    names += ["p50 growth", "p99 growth", "build s", "build peak MiB", "state MiB"]
+    names += ["p50 growth", "p99 growth", "CPU p50 ms", "CPU growth"]
+    names += ["build s", "build peak MiB", "state MiB"]
     for name in (*names, "cycle peak MiB"):
         table.add_column(name, justify="right")
     for f in sorted(results, key=lambda f: (f.cycle, f.scale)):
@@ -789,12 +802,14 @@ def main(
             f"{f.p99_ms:.1f}",
             f"{f.growth_p50:.2f}",
             f"{f.growth_p99:.2f}",
+            f"{f.cpu_p50_ms:.1f}",
+            f"{f.cpu_growth_p50:.2f}",
             f"{f.build_s:.1f}",
             _mib(f.build_peak_mib),
             _mib(f.state_mib),
             _mib(f.cycle_peak_mib),
         )
-    out = Console(width=None if sys.stdout.isatty() else 160)
+    out = Console(width=None if sys.stdout.isatty() else 200)
     out.print(table)
     peak = peak_mib()
     out.print(f"the process's resident peak: {'-' if peak is None else f'{peak:,.0f}'} MiB")

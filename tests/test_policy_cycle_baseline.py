@@ -20,6 +20,7 @@ def test_against_head_times_both_trees_and_finds_the_same_plans() -> None:
     assert burst.decisions > 0 and burst.before.decisions == burst.decisions
     assert all(p.same_plan and len(p.after.plan_sha256) == 64 for p in paired)
     assert all(p.before.p50_ms > 0 and p.after.p50_ms > 0 for p in paired)
+    assert all(p.before.cpu_p50_ms > 0 and p.after.cpu_p50_ms > 0 for p in paired)
 
 
 def test_a_revision_git_does_not_know_is_refused_by_name() -> None:

@@ -123,7 +123,12 @@ def test_demo_plays_the_exercise_through_the_api() -> None:
 
 
 def _job(name: str, data: Path) -> dict[str, object]:
-    described = fairlane("describe", name, "--events", "-o", "json", data_dir=data)
+    """The job and its whole timeline. `describe` shows the newest 50 events by default, and
+    a job that checkpoints every 0.2 s pushed its first attempt's end past them on a busy
+    machine (the test failed once in CI that way)."""
+    described = fairlane(
+        "describe", name, "--events", "--limit", "2000", "-o", "json", data_dir=data
+    )
     job: dict[str, object] = json.loads(described.stdout)
     return job
 

@@ -497,6 +497,28 @@ async def test_exit_codes_complete_or_fail_the_job(cluster: Cluster) -> None:
     assert not cluster.recorder.of(JobFailed, "ok")
 
 
+async def test_a_node_forgets_the_reports_of_jobs_done_with_it(cluster: Cluster) -> None:
+    """A node keeps the ids of its reports (it asks them before reporting again) only while a
+    job has work or replicas here: kept for good, they grew with every job the node ran."""
+    executor = await cluster.executor("n1", gpus=2)
+    actuator = executor.actuator
+    await cluster.job("bad", (Replica("n1", (0,)),), ("sh", "-c", "exit 3"))
+    await cluster.job("keep", (Replica("n1", (1,)),))
+    await cluster.recorder.wait(JobFailed, "bad")
+    await cluster.recorder.wait(JobStarted, "keep")
+    await eventually(lambda: "bad" not in actuator.reports_of)
+    assert not {i for i in actuator.reported | actuator.published if i.startswith("bad/")}
+    # the running job's reports stay: its stop is still to be reported once
+    assert actuator.reports_of["keep"] == ["keep/1/started"]
+    assert "keep/1/started" in actuator.published
+    await cluster.preempt("keep")
+    await cluster.recorder.wait(JobPreempted, "keep")
+    await eventually(lambda: not actuator.reports_of)
+    assert not {i for i in actuator.reported if i.startswith(("bad/", "keep/"))}
+    assert not cluster.recorder.of(JobStarted, "bad")[1:]  # nothing reported twice
+    assert len(cluster.recorder.of(JobPreempted, "keep")) == 1
+
+
 async def test_a_restarted_executor_adopts_reports_and_cleans_up(cluster: Cluster) -> None:
     """kill -9 of the executor with four workloads running; while it is down, one exits 3,
     one is killed with its shim (no exit status left), and the log ends a third one. The

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import signal
+from collections.abc import Set
 from pathlib import Path
 
 import msgspec
@@ -92,6 +93,9 @@ class Actuator:
         self.reported: set[str] = set()
         self.published: set[str] = set()
         self.failed: set[str] = set()  # reports given up on
+        #: per job, the ids of its reports made here, until it is done with this node
+        #: (`forget_reports`)
+        self.reports_of: dict[str, list[str]] = {}
         self.shut: dict[tuple[str, int], float] = {}
         self.closing: Closing = ""
         self.lost = False
@@ -169,6 +173,9 @@ class Actuator:
         match action:
             case Report(event=event, within=within):
                 self.reported.add(event.id)
+                job_id = _job_of(event)
+                if job_id is not None:
+                    self.reports_of.setdefault(job_id, []).append(event.id)
                 self.inventory.spawn(self._publish(event, within))
             case Register(event=event):
                 self.lost, self.registrations = False, self.registrations + 1
@@ -233,6 +240,30 @@ class Actuator:
             self.logger.info("shutting down: stopping the jobs here", jobs=[k[0] for k in keys])
         self.closing = "shutdown"
         self.inventory.touch(None)
+
+    def forget_reports(self, work: NodeWork, jobs: Set[str] | None) -> None:
+        """Drop the report ids of these jobs (None: of every job) that are done with this node:
+        none of their replicas is here in the log or on the machine, nor stopped for a shut
+        down, and none of their reports is still being published. Every report is asked about
+        only for a job with work or replicas here, so none of those ids is asked about again;
+        kept, they grew with every job the node ever ran."""
+        for job_id in list(self.reports_of) if jobs is None else jobs:
+            made = self.reports_of.get(job_id)
+            if made is None or job_id in work.jobs or self._still_here(job_id):
+                continue
+            if any(i not in self.published and i not in self.failed for i in made):
+                continue  # being published: `busy` counts it until it is
+            del self.reports_of[job_id]
+            self.reported.difference_update(made)
+            self.published.difference_update(made)
+            self.failed.difference_update(made)
+
+    def _still_here(self, job_id: str) -> bool:
+        """Does this node still know an attempt of the job (running, stopping, or stopped for
+        a shut down)?"""
+        return any(
+            key[0] == job_id for keys in (self.attempts, self.replicas, self.shut) for key in keys
+        )
 
     def busy(self) -> bool:
         """Whether anything started here still runs, or a store or a report is in flight."""

@@ -218,6 +218,7 @@ class Executor:
         for _ in range(MAX_ROUNDS):
             actions = plan(self.work, self.actuator.here(offer), self.clock.now(), jobs)
             if not actions:
+                self.actuator.forget_reports(self.work, jobs)
                 return
             self.actuator.act(actions)
             more = inventory.take_touched()

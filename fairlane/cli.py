@@ -34,16 +34,17 @@ app = cyclopts.App(
 # Every command is imported only when it runs (an import path, with its help here): a
 # command's startup pays for its own module alone, and `fairlane --help` for none.
 EVERYDAY: tuple[tuple[str, str, str], ...] = (
-    ("fairlane.jobs_cli:submit", "submit", "Submit a job."),
+    ("fairlane.submit_cli:submit", "submit", "Submit a job."),
     ("fairlane.jobs_cli:list_jobs", "list", "Jobs, in submission order."),
     ("fairlane.jobs_cli:describe", "describe",
      "A job: its state, GPUs, attempts and why it waits or failed; --events, its timeline."),
     ("fairlane.jobs_cli:logs", "logs", "A job's output, as its workload wrote it."),
-    ("fairlane.jobs_cli:delete", "delete", "Delete (cancel) jobs; running ones are stopped."),
-    ("fairlane.jobs_cli:pause", "pause",
+    ("fairlane.job_actions_cli:delete", "delete",
+     "Delete (cancel) jobs; running ones are stopped."),
+    ("fairlane.job_actions_cli:pause", "pause",
      "Pause a job: it checkpoints, gives its GPUs back and waits until resumed."),
-    ("fairlane.jobs_cli:resume", "resume", "Resume a paused job: it queues again for GPUs."),
-    ("fairlane.jobs_cli:update", "update", "Change a waiting or running job's priority."),
+    ("fairlane.job_actions_cli:resume", "resume", "Resume a paused job: it queues again for GPUs."),
+    ("fairlane.job_actions_cli:update", "update", "Change a waiting or running job's priority."),
     ("fairlane.cluster_view_cli:projects", "projects",
      "Projects per pool: quota, weight, limit, priority, fair share, GPUs in use."),
     ("fairlane.cluster_view_cli:project_app", "project",

@@ -101,6 +101,19 @@ def default_project() -> tuple[str, str] | None:
     return (str(project), f"the config file {config_path()}") if project else None
 
 
+def project_or_fail() -> str:
+    """The project a command uses when given none; a usage error (2) naming the ways to
+    give one if there is none."""
+    found = default_project()
+    if found is None:
+        raise CliError(
+            f"which project? give --project NAME (or set {PROJECT_ENV}, or project: in the "
+            f"config file {config_path()}: fairlane login --project NAME)",
+            2,
+        )
+    return found[0]
+
+
 def config_path() -> Path:
     return _config_path()
 

@@ -209,3 +209,25 @@ STATE_STYLES: Final = {
 def state(name: str) -> str:
     style = STATE_STYLES.get(name)
     return f"[{style}]{name}[/]" if style else name
+
+
+def said(answer: dict[str, Any], what: str) -> None:
+    """A command's answer in words: the event it led to."""
+    event = answer.get("event", {})
+    kind = answer.get("type", "")
+    words = {
+        "JobAdmitted": "admitted",
+        "JobSubmitted": "submitted",
+        "JobCancelled": "deleted",
+        "JobPaused": "paused",
+        "JobResumed": "resumed",
+        "JobPriorityChanged": "changed",
+        "ProjectConfigured": "configured",
+        "PoolConfigured": "configured",
+    }.get(kind, kind)
+    detail = ""
+    if kind == "JobAdmitted":
+        detail = f" (priority {event.get('priority')}, pool {', '.join(event.get('pools', []))})"
+    elif kind == "JobPriorityChanged":
+        detail = f": priority {event.get('priority')}"
+    console.print(f"{escape(what)} {words}{escape(detail)} [dim]({kind})[/]")

@@ -16,8 +16,8 @@ from ruamel.yaml import YAML
 from cluster.cluster_file import ClusterFile, cluster_file
 from events.catalogue import AnyEvent
 from fairlane.client import CliError, closest, resolve
-from fairlane.jobs_cli import _on_this_machine, _working_dir
 from fairlane.output import duration, to_yaml
+from fairlane.submit_cli import _on_this_machine, _working_dir
 from fairlane.timeline import details
 from services.api.logs import Lines
 

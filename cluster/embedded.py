@@ -32,8 +32,6 @@ import os
 import shutil
 import signal
 import socket
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -47,6 +45,7 @@ from cluster.cluster_file import (
     cluster_file,
     read_cluster,
 )
+from cluster.detached import spawn_detached, stop_pid
 from cluster.provision import DEFAULT_MAX_BYTES, provision
 from cluster.servers import (
     NatsServer,
@@ -79,7 +78,6 @@ from services.runtime.connection import connect
 from services.runtime.eventlog import JetStreamLog
 from services.runtime.logstream import DEFAULT_LOG_MAX_BYTES
 from services.runtime.postgres import DSN_ENV
-from services.runtime.processes import pid_exists
 
 SERVICES = ("admission", "ledger", "scheduler", "preemptor", "nodewatch")
 SUPERVISOR = "supervisor"
@@ -165,7 +163,7 @@ async def up(  # noqa: PLR0913, PLR0915 (the `fairlane up` options, in the order
     write_private(plan_file, msgspec.json.encode(plan(servers)))  # the programs' environments
     supervisor_status_file(data_dir).unlink(missing_ok=True)
     supervisor = ["-m", "cluster.supervisor", "--plan", str(plan_file)]
-    pids[SUPERVISOR] = await _spawn(SUPERVISOR, supervisor, data_dir)
+    pids[SUPERVISOR] = await spawn_detached(SUPERVISOR, supervisor, data_dir)
 
     def env(user: str) -> dict[str, str]:
         return {CREDENTIALS_ENV: str(files[user])} if files else {}
@@ -197,7 +195,7 @@ async def up(  # noqa: PLR0913, PLR0915 (the `fairlane up` options, in the order
         if own_postgres:  # (the API waits for a PostgreSQL given to it, however long)
             await _listening(api_url, data_dir)
     except Exception as e:  # leave nothing running: the supervisor stops what it runs
-        await _stop(pids[SUPERVISOR], 25.0)
+        await stop_pid(pids[SUPERVISOR], 25.0)
         if postgres.pid() is not None:  # (should the keeper have been killed)
             await postgres.stop()
         cluster_file(data_dir).unlink(missing_ok=True)
@@ -530,11 +528,11 @@ async def down(data_dir: Path) -> list[str]:
             grace = _supervisor_grace(data_dir) if name == SUPERVISOR else 10.0
             if name == SUPERVISOR:
                 stopped += [p.name for p in supervisor_status(data_dir) if p.state == "running"]
-            if pid is not None and await _stop(pid, grace):
+            if pid is not None and await stop_pid(pid, grace):
                 stopped.append(name)
             if name == SUPERVISOR:  # and anything it left behind (it was killed, say)
                 for program in supervisor_status(data_dir):
-                    if program.pid is not None and await _stop(program.pid):
+                    if program.pid is not None and await stop_pid(program.pid):
                         stopped.append(program.name)
     postgres = Postgres(data_dir / "postgres")
     if postgres.pid() is not None:  # its keeper was killed, say: the server outlived it
@@ -552,44 +550,6 @@ def _supervisor_grace(data_dir: Path) -> float:
     except (OSError, msgspec.DecodeError, msgspec.ValidationError):
         return 25.0
     return stop_within(plan) + 5.0
-
-
-async def _spawn(name: str, args: list[str], data_dir: Path) -> int:
-    # subprocess, not asyncio's: from Python 3.12 on, asyncio kills the children it still
-    # tracks when the interpreter exits, and `up --detach` exits leaving them running
-    with (data_dir / "logs" / f"{name}.log").open("ab") as log:
-        process = subprocess.Popen(  # noqa: ASYNC220  (returns once the child is exec'd)
-            [sys.executable, *args],
-            stdout=log,
-            stderr=log,
-            start_new_session=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )
-    return process.pid
-
-
-async def _stop(pid: int, grace_s: float = 10.0) -> bool:
-    if not pid_exists(pid):
-        return False
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline:
-        if not pid_exists(pid) or _reaped(pid):
-            return True
-        await asyncio.sleep(0.05)
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGKILL)
-    return True
-
-
-def _reaped(pid: int) -> bool:
-    """Reap our own child if it exited (a zombie still answers kill(pid, 0))."""
-    try:
-        done, _ = os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        return False
-    return done == pid
 
 
 async def _reachable(nats_url: str, within: float = 5.0) -> None:

@@ -49,7 +49,8 @@ from nats.aio.client import Client
 from nats.js.errors import BucketNotFoundError, KeyNotFoundError, NotFoundError
 
 from cluster.cluster_file import ClusterFile, read_cluster
-from cluster.embedded import SUPERVISOR, _spawn, _stop, server_pid
+from cluster.detached import spawn_detached, stop_pid
+from cluster.embedded import SUPERVISOR, server_pid
 from cluster.supervisor import STOP_GRACE_S, Plan, Program, read_plan, read_status
 from services.runtime.auth import (
     ADMIN,
@@ -481,13 +482,13 @@ async def start_remote_node(  # noqa: PLR0913 (the `fairlane node start` options
     log = folder / "logs" / f"{name}.log"
     offset = log.stat().st_size if log.exists() else 0
     supervisor = ["-m", "cluster.supervisor", "--plan", str(folder / PLAN_FILE)]
-    pid = await _spawn(SUPERVISOR, supervisor, folder)
+    pid = await spawn_detached(SUPERVISOR, supervisor, folder)
     host = NodeHost(node, nats_url, str(credentials), pid, time.time())
     (folder / NODE_FILE).write_bytes(msgspec.json.encode(host))
     try:
         await _logged_registration(log, offset, folder, name, node, within)
     except BaseException:
-        await _stop(pid, STOP_GRACE_S + 5)
+        await stop_pid(pid, STOP_GRACE_S + 5)
         (folder / NODE_FILE).unlink(missing_ok=True)
         raise
     return StartedNode(node, pool, gpus, nats_url, log, folder)
@@ -547,7 +548,7 @@ async def stop_node(data_dir: Path, node: str) -> str:
     host = read_node_host(folder)
     if host is None:
         raise NodeError(f"no node named {node!r} runs from {data_dir} (--data-dir)")
-    await _stop(host.supervisor_pid, STOP_GRACE_S + 5)
+    await stop_pid(host.supervisor_pid, STOP_GRACE_S + 5)
     with contextlib.suppress(Exception):
         creds = load_credentials(Path(host.credentials))
         nc = await connect(host.nats_url, "fairlane-node", 5.0, creds)

@@ -1,6 +1,7 @@
 """The embedded cluster's own commands: up, down and status (the job, project and view
 commands talk to its HTTP API: fairlane/submit_cli.py, fairlane/jobs_cli.py,
-fairlane/job_actions_cli.py, fairlane/cluster_view_cli.py)."""
+fairlane/job_actions_cli.py, fairlane/cluster_view_cli.py, fairlane/nodes_cli.py,
+fairlane/events_cli.py)."""
 
 from __future__ import annotations
 

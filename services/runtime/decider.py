@@ -70,9 +70,11 @@ class Decider:
     async def run(self) -> None:
         await self.log.ensure_stream()
         await self.follower.catch_up()
-        # The replayed state is long-lived: keep the collector from walking it again and again
-        # during cycles, which allocate a lot (bench.policy_cycle at 4x: 244 ms a settled cycle
-        # with the collector as it comes, 131 ms with the heap frozen like this).
+        # The replayed state is long-lived: keep the collector from walking it again and again.
+        # A cycle pauses the collector while it runs (policy/collector.py); the collections
+        # that come due after it, and those while the log is followed, would otherwise walk the
+        # whole state (bench.policy_cycle at 4x, before cycles paused it: 244 ms a settled
+        # cycle with the collector as it comes, 131 ms with the heap frozen like this).
         gc.collect()
         gc.freeze()
         await while_alive(self.follower.run(), self.leader.run(self._lead), "the follower")

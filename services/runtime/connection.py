@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Coroutine
+import weakref
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import nats
@@ -16,6 +17,28 @@ from services.runtime.headers import parse_header_lines
 from services.runtime.retry import RetryPolicy
 
 log = structlog.get_logger("fairlane.connection")
+
+
+#: per client made here: what to tell when it has connected again. A request it had sent
+#: (a reader's open pull request) went with the old connection, and the server may be a new
+#: one that never heard of it: its sender asks again at once instead of waiting out its own
+#: timer (seven seconds for a reader, for every service, after each restart of the server).
+_reconnect_listeners: weakref.WeakKeyDictionary[Client, list[Callable[[], None]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def on_reconnect(nc: Client, listener: Callable[[], None]) -> Callable[[], None]:
+    """Call `listener` each time `nc` has connected again (only for a client made by
+    `connect`; for any other, never); returns what stops it."""
+    listeners = _reconnect_listeners.setdefault(nc, [])
+    listeners.append(listener)
+
+    def stop() -> None:
+        with contextlib.suppress(ValueError):
+            listeners.remove(listener)
+
+    return stop
 
 
 class NotAuthorized(Exception):
@@ -55,6 +78,8 @@ async def connect(
 
     async def on_reconnected() -> None:
         log.info("reconnected to nats", client=name)
+        for listener in list(_reconnect_listeners.get(client[0], ())) if client else ():
+            listener()
 
     async def attempt() -> Client:
         nc = await _unless_refused(refused, who, _connect())

@@ -41,6 +41,7 @@ from events import (
 )
 from events.catalogue import AnyEvent
 from services.runtime.connection import connect as connect  # noqa: PLC0414 (callers import it here)
+from services.runtime.connection import on_reconnect
 from services.runtime.deliveries import Deliveries
 from services.runtime.publisher import Publisher
 from services.runtime.retry import TRANSIENT as TRANSIENT  # noqa: PLC0414 (likewise)
@@ -401,6 +402,8 @@ class _Pull:
         self.deliveries: Deliveries | None = None
         self.matched = matched  # messages matching the filter when the consumer was made
         self.not_ready = 0  # 503s in a row for a consumer that is there (`not_ready_yet`)
+        self.reconnected = False  # since the reader last waited: its request may be lost
+        self.stop_listening = on_reconnect(self.nc, self._reconnected)
 
     @classmethod
     async def open(
@@ -462,10 +465,14 @@ class _Pull:
         self.timed_out = False
         self.waiter = self.loop.create_future()
         try:
-            await self.waiter
+            if not self.reconnected:
+                await self.waiter
         finally:
             self.waiter = None
-        if self.timed_out:
+        if self.reconnected:
+            self.reconnected = False
+            self.asked = 0  # the request went with the old connection: ask again now
+        elif self.timed_out:
             if quiet_ack:
                 await self.ack()
             else:
@@ -475,6 +482,15 @@ class _Pull:
         if self.timer is not None:
             self.timer.cancel()
         self.timer = self.loop.call_at(self.waiting_until, self._time_is_up)
+
+    def _reconnected(self) -> None:
+        """The connection is back (`on_reconnect`): the open pull request may have gone
+        with the old one, and a waiting reader asks again at once. If it had not gone, the
+        two requests' deliveries both come to this reader's inbox, in order."""
+        self.reconnected = True
+        waiter = self.waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
     def _time_is_up(self) -> None:
         self.timer = None
@@ -493,7 +509,9 @@ class _Pull:
         without one: a stored message's own headers are never read as a status."""
         subject, reply, data, headers = self.arrived.popleft()
         if reply:
-            self.asked -= 1
+            # never below 0 (an earlier request's deliveries after asking again): at 0 the
+            # reader asks again
+            self.asked = max(0, self.asked - 1)
             self.not_ready = 0
             return subject, reply, data
         self.asked = 0  # the request ended (expired, or refused)
@@ -529,6 +547,7 @@ class _Pull:
             self.to_ack, self.unacked = None, 0
 
     async def close(self) -> None:
+        self.stop_listening()
         if self.timer is not None:
             self.timer.cancel()
         # each step on its own: the connection may be gone already

@@ -47,7 +47,7 @@ from rich.table import Table
 
 from bench import revision
 from bench.audit_child import Request, Run, read_file
-from bench.options import Output
+from bench.options import Output, run_command
 from events import Event, JobSubmitted, NodeRegistered
 from events.export import export_line
 from policy.audit import DECISIONS
@@ -238,4 +238,4 @@ def _print_table(figures: Figures) -> None:
 
 
 if __name__ == "__main__":
-    app()
+    run_command(app)

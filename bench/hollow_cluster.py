@@ -44,7 +44,7 @@ from nats.js.errors import APIError, NoStreamResponseError, ServiceUnavailableEr
 from rich.console import Console
 from rich.table import Table
 
-from bench.options import Output
+from bench.options import BadOption, Output, run_command
 from bench.pipeline import SERVICES, Starts, closed_loop, cpu_seconds, until_ok
 from bench.rss import peak_mib
 from cluster.provision import provision
@@ -356,13 +356,13 @@ def main(
 def validate(nodes: int, jobs: int, clients: int, runtime_s: float) -> None:
     """A clear error naming the flag and the value, for anything out of bounds."""
     if not 1 <= nodes <= MAX_NODES:
-        raise ValueError(f"--nodes must be from 1 to {MAX_NODES:,}, not {nodes}")
+        raise BadOption(f"--nodes must be from 1 to {MAX_NODES:,}, not {nodes}")
     if not 1 <= jobs <= MAX_JOBS:
-        raise ValueError(f"--jobs must be from 1 to {MAX_JOBS:,}, not {jobs}")
+        raise BadOption(f"--jobs must be from 1 to {MAX_JOBS:,}, not {jobs}")
     if not 1 <= clients <= jobs:
-        raise ValueError(f"--clients must be from 1 to --jobs ({jobs}), not {clients}")
+        raise BadOption(f"--clients must be from 1 to --jobs ({jobs}), not {clients}")
     if not 0 < runtime_s <= 3600:
-        raise ValueError(f"--runtime must be above 0 and at most 3600 seconds, not {runtime_s}")
+        raise BadOption(f"--runtime must be above 0 and at most 3600 seconds, not {runtime_s}")
 
 
 def table(figures: Figures) -> Table:
@@ -388,4 +388,4 @@ def table(figures: Figures) -> Table:
 
 
 if __name__ == "__main__":
-    app()
+    run_command(app)

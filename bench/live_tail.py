@@ -32,7 +32,7 @@ from nats.js.errors import NotFoundError
 from rich.console import Console
 from rich.table import Table
 
-from bench.options import Output
+from bench.options import Output, run_command
 from bench.replay import NODES, workload
 from bench.revision import ROOT, check_out, child_output
 from cluster.servers import NatsServer
@@ -233,4 +233,4 @@ def main(
 
 
 if __name__ == "__main__":
-    app()
+    run_command(app)

@@ -30,7 +30,7 @@ import msgspec
 from rich.console import Console
 from rich.table import Table
 
-from bench.options import Output
+from bench.options import Output, run_command
 from bench.replay import workload
 from cluster.servers import NatsServer
 from events import encode_event, subject_for
@@ -133,4 +133,4 @@ def main(
 
 
 if __name__ == "__main__":
-    app()
+    run_command(app)

@@ -54,7 +54,7 @@ from nats.aio.client import Client
 from rich.console import Console
 from rich.table import Table
 
-from bench.options import Output
+from bench.options import BadOption, Output, run_command
 from bench.revision import ROOT, check_out, child_output
 from cluster.servers import NatsServer
 from events import JobCancelled, JobSpec, JobStarted
@@ -496,18 +496,22 @@ def main(
         A git revision (e.g. main): measure on its code, then on this tree's, and give both
         with their ratios.
     profile
-        A folder each service of this tree writes its cProfile to (<service>.prof).
+        A folder (made if need be) each service of this tree writes its cProfile to
+        (<service>.prof).
     output
         text (tables) or json.
     """
     offered = parse_rates(rates)
     if not 0 < open_s <= 600:
-        raise ValueError(f"--open-s must be above 0 and at most 600 seconds, not {open_s}")
+        raise BadOption(f"--open-s must be above 0 and at most 600 seconds, not {open_s}")
     total = jobs + sum(round(r * open_s) for r in offered)
     if not jobs >= 1 or total > MAX_JOBS:
-        raise ValueError(f"--jobs must be at least 1, and all jobs at most {MAX_JOBS:,}: {total:,}")
-    if profile is not None and not profile.is_dir():
-        raise ValueError(f"--profile: {str(profile)!r} is not a folder")
+        raise BadOption(f"--jobs must be at least 1, and all jobs at most {MAX_JOBS:,}: {total:,}")
+    if profile is not None:
+        try:
+            profile.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise BadOption(f"--profile: {str(profile)!r} cannot be a folder: {e}") from None
     configure_logging("error")
     if baseline is not None:
         asked: dict[str, object] = {"jobs": jobs, "nodes": nodes, "clients": clients}
@@ -579,9 +583,9 @@ def parse_rates(text: str) -> list[float]:
         try:
             rate = float(part)
         except ValueError:
-            raise ValueError(f"--rates: {part!r} is not a number of jobs a second") from None
+            raise BadOption(f"--rates: {part!r} is not a number of jobs a second") from None
         if not 0 < rate <= 100_000:
-            raise ValueError(f"--rates: {part!r} must be above 0 and at most 100,000 a second")
+            raise BadOption(f"--rates: {part!r} must be above 0 and at most 100,000 a second")
         rates.append(rate)
     return rates
 
@@ -605,4 +609,4 @@ def open_loop_table(loads: list[OpenLoop]) -> Table:
 
 
 if __name__ == "__main__":
-    app()
+    run_command(app)

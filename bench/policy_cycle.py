@@ -66,7 +66,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from bench.options import Output
+from bench.options import BadOption, Output, run_command
 from bench.revision import ROOT, check_out, child_output
 from bench.rss import peak_mib
 from events import (
@@ -825,10 +825,10 @@ def parse_scales(text: str) -> list[int]:
     for part in (p.strip() for p in text.split(",")):
         if part:
             if not part.isdigit() or not 1 <= int(part) <= MAX_SCALE:
-                raise ValueError(f"--scales: {part!r} is not a whole number from 1 to {MAX_SCALE}")
+                raise BadOption(f"--scales: {part!r} is not a whole number from 1 to {MAX_SCALE}")
             scales.append(int(part))
     if not scales:
-        raise ValueError(f"--scales: {text!r} names no scale")
+        raise BadOption(f"--scales: {text!r} names no scale")
     return scales
 
 
@@ -837,4 +837,4 @@ MAX_SCALE = 100
 
 
 if __name__ == "__main__":
-    app()
+    run_command(app)

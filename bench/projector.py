@@ -28,7 +28,7 @@ import msgspec
 from rich.console import Console
 from rich.table import Table
 
-from bench.options import Output
+from bench.options import Output, run_command
 from cluster.servers import NatsServer, Postgres, free_port
 from events import (
     Event,
@@ -310,4 +310,4 @@ def main(
 
 
 if __name__ == "__main__":
-    app()
+    run_command(app)

@@ -28,7 +28,7 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from bench.options import Output
+from bench.options import Output, run_command
 from cluster.servers import NatsServer
 from events import (
     Event,
@@ -232,4 +232,4 @@ def main(
 
 
 if __name__ == "__main__":
-    app()
+    run_command(app)

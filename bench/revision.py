@@ -18,6 +18,8 @@ import tarfile
 from pathlib import Path
 from typing import Final
 
+from bench.options import BadOption
+
 ROOT: Final = Path(__file__).resolve().parent.parent
 
 #: A child's program: the benchmark file, loaded from where the parent is, and this tree's
@@ -48,7 +50,7 @@ def check_out(revision: str, into: Path) -> None:
     )
     if archive.returncode != 0:
         error = archive.stderr.decode(errors="replace").strip()
-        raise ValueError(f"--baseline: {revision!r} is no git revision of {ROOT}: {error}")
+        raise BadOption(f"--baseline: {revision!r} is no git revision of {ROOT}: {error}")
     with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
         tar.extractall(into, filter="data")
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 from rich.console import Console
@@ -225,3 +227,26 @@ def test_pipeline_against_a_baseline_gives_the_ratios() -> None:
 def test_pipeline_against_no_revision_says_so() -> None:
     with pytest.raises(ValueError, match="--baseline: 'no-such-revision'"):
         pipeline.against("no-such-revision", {"jobs": 1})
+
+
+@pytest.mark.parametrize(
+    ("bench", "args", "said"),
+    [
+        ("pipeline", ["--open-s", "0"], "--open-s must be above 0"),
+        ("pipeline", ["--rates", "abc"], "--rates: 'abc'"),
+        ("policy_cycle", ["--scales", "0"], "--scales: '0'"),
+        ("hollow_cluster", ["--nodes", "0"], "--nodes must be from 1"),
+    ],
+)
+def test_a_bench_given_a_bad_option_says_which_and_exits_2(
+    bench: str, args: list[str], said: str
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", f"bench.{bench}", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    assert said in done.stderr and "Traceback" not in done.stderr

@@ -212,6 +212,22 @@ class Holdings:
         return {(r.node, g): job for job, rs in self.held.items() for r in rs for g in r.gpus}
 
 
+def _holdings(state: ClusterState) -> dict[tuple[str, str], tuple[int, int]]:
+    """Per (project, pool): the GPUs its jobs hold or have held for them, and of those its
+    non-preemptible jobs'."""
+    found: dict[tuple[str, str], tuple[int, int]] = {}
+    for job in state.live.values():
+        for pool, gpus in (
+            (job.pool if job.phase in HOLDING_PHASES else None, len(job.held) * job.gpus),
+            (job.nomination_pool, len(job.nomination) * job.gpus),
+        ):
+            if pool is not None and gpus:
+                used, np_used = found.get((job.project, pool), (0, 0))
+                np_gpus = 0 if job.preemptible else gpus
+                found[job.project, pool] = (used + gpus, np_used + np_gpus)
+    return found
+
+
 # -- the machine --------------------------------------------------------------------------------
 
 
@@ -224,6 +240,9 @@ class PolicyMachine(RuleBasedStateMachine):
         self.node_names: list[str] = []  # every node ever registered, lost ones included
         self.stale = False  # applying decisions made on a stale view: they may be refused
         self.stopping_before: dict[str, int] = {}  # each job's stop_replicas before its event
+        #: per (project, pool) whose terms were lowered: what it held (all, non-preemptible)
+        #: then, or less since (`limits_and_quotas_hold`)
+        self.held_over: dict[tuple[str, str], tuple[int, int]] = {}
 
     # -- setup and commands ----------------------------------------------------------------------
 
@@ -320,6 +339,20 @@ class PolicyMachine(RuleBasedStateMachine):
             # a lost node may come back under its old name (an executor restarted)
             name = lost[0] if again and lost else None
             self.add_node_to(pools[index % len(pools)], gpus, name)
+        self.step()
+
+    @rule(project=st.integers(0, 4), pool=st.integers(0, 3), terms=project_terms)
+    def change_project(self, project: int, pool: int, terms: ProjectTerms) -> None:
+        """A project's terms in one pool change, lowered as often as raised. What it holds
+        then stays (nothing is preempted for a lower quota or limit); from then on it gets
+        GPUs only within the new terms."""
+        state = self.vc.state
+        name = sorted(state.projects)[project % len(state.projects)]
+        pool_name = sorted(state.pools)[pool % len(state.pools)]
+        used, np_used = _holdings(state).get((name, pool_name), (0, 0))
+        before = self.held_over.get((name, pool_name), (0, 0))
+        self.held_over[name, pool_name] = (max(used, before[0]), max(np_used, before[1]))
+        self.vc.set_project(name, {**state.projects[name].terms, pool_name: terms})
         self.step()
 
     @rule(seconds=st.sampled_from([1, 30, 61, 120, 301, 700, 3600]))
@@ -479,28 +512,27 @@ class PolicyMachine(RuleBasedStateMachine):
 
     @invariant()
     def limits_and_quotas_hold(self) -> None:
+        """What a project holds (GPUs held for it included) stays within its limit, and its
+        non-preemptible work within its quota in a fair-share pool; or, where its terms were
+        lowered below what it held, at most what it held then, and never more than it has
+        held since: it got no GPUs while over them."""
         state = self.vc.state
-        usage: dict[tuple[str, str], int] = {}
-        np_usage: dict[tuple[str, str], int] = {}
-        for job in state.live.values():
-            if job.phase in HOLDING_PHASES and job.pool is not None:
-                key = (job.project, job.pool)
-                usage[key] = usage.get(key, 0) + len(job.held) * job.gpus
-                if not job.preemptible:
-                    np_usage[key] = np_usage.get(key, 0) + len(job.held) * job.gpus
-            if job.nomination_pool is not None:
-                key = (job.project, job.nomination_pool)
-                usage[key] = usage.get(key, 0) + len(job.nomination) * job.gpus
-        for (project, pool), used in usage.items():
+        for key, (used, np_used) in _holdings(state).items():
+            project, pool = key
             kind = state.pool_settings(pool).type
             terms = state.projects[project].in_pool(pool)
+            over, np_over = self.held_over.get(key, (0, 0))
             if kind != "priority" and terms.limit is not None:
-                assert used <= terms.limit, f"{project} holds {used} in {pool}, limit {terms.limit}"
-            np_used = np_usage.get((project, pool), 0)
-            if kind == "fair_share":
-                assert np_used <= terms.quota, (
-                    f"{project} holds {np_used} non-preemptible GPUs in {pool}, quota {terms.quota}"
+                assert used <= max(terms.limit, over), (
+                    f"{project} holds {used} in {pool}, limit {terms.limit} (held {over})"
                 )
+            if kind == "fair_share":
+                assert np_used <= max(terms.quota, np_over), (
+                    f"{project} holds {np_used} non-preemptible GPUs in {pool}, "
+                    f"quota {terms.quota} (held {np_over})"
+                )
+            if key in self.held_over:
+                self.held_over[key] = (min(over, used), min(np_over, np_used))
 
     @invariant()
     def a_host_port_is_published_once_per_node(self) -> None:

@@ -13,7 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from fairlane.api_options import Connection, connected
-from fairlane.client import Api, Target, write_config
+from fairlane.client import Api, Target, named, write_config
 from fairlane.output import (
     USAGE,
     Output,
@@ -206,6 +206,9 @@ def token_revoke(
         The tokens' names.
     """
     revoked: list[dict[str, Any]] = []
+    with errors_said():
+        for name in names:  # all checked before the first is revoked
+            named("NAME", name)
     with errors_said(), connected(connection) as api:
         for name in names:
             with flags_named({"name": name}, {"name": "NAME"}):

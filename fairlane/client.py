@@ -16,6 +16,7 @@ import difflib
 import http.client
 import json
 import os
+import re
 import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -34,6 +35,13 @@ READ_S: Final = 30.0
 MAX_ANSWER_BYTES: Final = 64 << 20
 
 
+#: A name as the API's routes take it in their paths (jobs, projects, pools, nodes, tokens): the
+#: pattern of policy/commands/names.py, written out again because importing that module pulls
+#: in the event catalogue, which every command would then wait for.
+NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,127}")
+NAME_RULE: Final = "use 1-128 letters, digits, '-' or '_', starting with a letter or digit"
+
+
 class CliError(Exception):
     """A failure to tell the user; `code` is the exit status (1 failed, 2 bad usage)."""
 
@@ -47,6 +55,16 @@ class ApiError(CliError):
         super().__init__(message, 2 if status == 400 else 1)
         self.status = status
         self.field = field
+
+
+def named(what: str, value: str) -> str:
+    """`value`, checked to be a name before it becomes a segment of an API path: else a usage
+    error naming `what` (the argument or flag) and the value. Unchecked, '', '/' or '?' changed
+    the route asked for: `describe ''` read the job list as a job (a traceback), `logs 'j?x=1'`
+    printed the job's JSON, `project set a/b` said only "Not Found"."""
+    if NAME.fullmatch(value) is None:
+        raise CliError(f"{what} {value!r} is not a valid name: {NAME_RULE}", 2)
+    return value
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from rich.table import Table
 
 from events.units import parse_duration
 from fairlane.api_options import Connection, connected
+from fairlane.client import named
 from fairlane.output import (
     USAGE,
     MaybeWhole,
@@ -44,7 +45,10 @@ def projects(
         Only this project.
     """
     with errors_said(), connected(connection) as api:
-        found = [api.get(f"/v1/projects/{name}")] if name else api.get("/v1/projects")
+        if name is None:
+            found = api.get("/v1/projects")
+        else:
+            found = [api.get(f"/v1/projects/{named('NAME', name)}")]
         emit(found, output, projects_table)
 
 
@@ -123,7 +127,7 @@ def project_set(
         connected(connection) as api,
         flags_named(body, {"over_quota_weight": "--weight"}),
     ):
-        answer = api.put(f"/v1/projects/{name}", body)
+        answer = api.put(f"/v1/projects/{named('NAME', name)}", body)
         emit(answer, output, lambda a: _configured(f"project {name}", a))
 
 
@@ -166,7 +170,7 @@ def pool_set(
     if usage_half_life is not None or usage_k != 1.0:
         body.update(_usage_settings(usage_half_life, usage_k))
     with errors_said(), connected(connection) as api, flags_named(body):
-        answer = api.put(f"/v1/pools/{name}", body)
+        answer = api.put(f"/v1/pools/{named('NAME', name)}", body)
         emit(answer, output, lambda a: _configured(f"pool {name}", a))
 
 

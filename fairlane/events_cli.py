@@ -12,7 +12,7 @@ import cyclopts
 from rich.markup import escape
 
 from fairlane.api_options import Connection, connected
-from fairlane.client import Api
+from fairlane.client import Api, named
 from fairlane.output import (
     USAGE,
     Output,
@@ -75,12 +75,13 @@ def events(
     if not 1 <= limit <= EVENTS_MAX:
         fail(f"--limit must be between 1 and {EVENTS_MAX}, got {limit}", USAGE)
     path = "/v1/timeline"
-    if job:
-        path = f"/v1/jobs/{job}/timeline"
-    elif project:
-        path = f"/v1/projects/{project}/timeline"
-    elif node:
-        path = f"/v1/nodes/{node}/timeline"
+    with errors_said():  # (`--job ''` is a bad name, not no filter: it listed every event)
+        if job is not None:
+            path = f"/v1/jobs/{named('--job', job)}/timeline"
+        elif project is not None:
+            path = f"/v1/projects/{named('--project', project)}/timeline"
+        elif node is not None:
+            path = f"/v1/nodes/{named('--node', node)}/timeline"
     sent = {"type": event_type, "since": since, "limit": limit, "job_id": job, "name": project}
     flags = {"job_id": "--job", "name": "--project"}
     with errors_said(), connected(connection) as api, flags_named(sent, flags):

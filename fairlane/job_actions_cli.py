@@ -10,7 +10,7 @@ import cyclopts
 from rich.markup import escape
 
 from fairlane.api_options import Connection, connected
-from fairlane.client import Api, ApiError, CliError, closest, project_or_fail
+from fairlane.client import Api, ApiError, CliError, closest, named, project_or_fail
 from fairlane.jobs_cli import listed
 from fairlane.output import (
     USAGE,
@@ -28,6 +28,7 @@ from fairlane.output import (
 def _command(api: Api, job_id: str, verb: str) -> dict[str, Any]:
     """Delete, pause or resume a job: the API's answer; an unknown job's error names the
     closest job names."""
+    named("JOB", job_id)
     try:
         if verb == "delete":
             answer: dict[str, Any] = api.delete(f"/v1/jobs/{job_id}")
@@ -79,6 +80,9 @@ def delete(
         fail("name the jobs to delete, or give --all (with --project)", USAGE)
     if project is not None and not all_jobs:
         fail("--project goes with --all; named jobs are deleted whatever their project", USAGE)
+    with errors_said():
+        for job_id in job_ids:  # all checked before the first is deleted
+            named("JOB", job_id)
     with errors_said(), connected(connection) as api:
         if all_jobs:
             project = project or project_or_fail()
@@ -130,7 +134,7 @@ def update(
     body = {"priority": priority}
     with errors_said(), connected(connection) as api, flags_named(body):
         try:
-            answer = api.patch(f"/v1/jobs/{job_id}", body)
+            answer = api.patch(f"/v1/jobs/{named('JOB', job_id)}", body)
         except ApiError as e:
             if e.status == 404 and e.field == "job_id":
                 raise CliError(f"{e}{closest(job_id, api.job_names())}") from None

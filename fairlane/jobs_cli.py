@@ -18,6 +18,7 @@ from fairlane.client import (
     CliError,
     closest,
     default_project,
+    named,
 )
 from fairlane.output import (
     USAGE,
@@ -150,7 +151,7 @@ def _urls(job: dict[str, Any]) -> str:
 def job_or_suggest(api: Api, job_id: str) -> dict[str, Any]:
     """The job, or an error naming the closest job names."""
     try:
-        found: dict[str, Any] = api.get(f"/v1/jobs/{job_id}")
+        found: dict[str, Any] = api.get(f"/v1/jobs/{named('JOB', job_id)}")
     except ApiError as e:
         if e.status == 404:
             raise CliError(f"no job named {job_id!r}{closest(job_id, api.job_names())}") from None

@@ -16,6 +16,7 @@ from rich.table import Table
 from cluster.cluster_file import DEFAULT_DATA_DIR
 from fairlane import gpus_cli
 from fairlane.api_options import Connection, connected
+from fairlane.client import named
 from fairlane.output import (
     USAGE,
     Output,
@@ -292,7 +293,7 @@ def _node_service(
     name: str, verb: str, reason: str, connection: Connection | None, output: Output
 ) -> None:
     with errors_said(), connected(connection) as api:
-        answer = api.post(f"/v1/nodes/{name}/{verb}", {"reason": reason})
+        answer = api.post(f"/v1/nodes/{named('NAME', name)}/{verb}", {"reason": reason})
         emit(answer, output, lambda a: _node_said(name, verb, a))
 
 

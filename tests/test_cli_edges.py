@@ -138,6 +138,39 @@ def test_api_errors_name_the_flag_and_the_value(api: FakeApi) -> None:
     assert "error: --limit 2: limit below the quota" in limit.stderr
 
 
+@pytest.mark.parametrize(
+    ("args", "bad"),
+    [
+        (["describe", ""], "JOB ''"),  # GET /v1/jobs/: the job list, read as a job
+        (["describe", "?"], "JOB '?'"),
+        (["logs", "j?attempt=1"], "JOB 'j?attempt=1'"),  # the job's JSON, printed as its logs
+        (["pause", "a/b"], "JOB 'a/b'"),
+        (["delete", "j", "?"], "JOB '?'"),  # refused before j is deleted
+        (["update", "", "--priority", "3"], "JOB ''"),
+        (["events", "--job", ""], "--job ''"),  # every event, unfiltered
+        (["events", "--node", "a b"], "--node 'a b'"),
+        (["project", "set", "a/b", "--quota", "1"], "NAME 'a/b'"),
+        (["projects", ""], "NAME ''"),  # every project
+        (["node", "cordon", "#"], "NAME '#'"),
+        (["token", "revoke", "t", "../t"], "NAME '../t'"),  # refused before t is revoked
+    ],
+)
+def test_a_name_that_would_change_the_api_path_is_refused_before_anything_is_sent(
+    api: FakeApi, args: list[str], bad: str
+) -> None:
+    done = fairlane(api, *args)
+    assert done.returncode == 2, done.stderr
+    assert f"error: {bad} is not a valid name: use 1-128 letters" in done.stderr, done.stderr
+    assert api.requests == []
+
+
+def test_the_command_lines_name_pattern_is_the_policys() -> None:
+    from fairlane.client import NAME  # noqa: PLC0415  (what the test is about)
+    from policy.commands.names import PATTERN  # noqa: PLC0415
+
+    assert f"^{NAME.pattern}$(?!\\n)" == PATTERN
+
+
 def test_the_client_goes_through_the_proxy_the_environment_names(api: FakeApi) -> None:
     """As httpx did: HTTP_PROXY (here the stand-in API plays the proxy, which is sent the
     whole URL), and NO_PROXY for the hosts to reach directly."""

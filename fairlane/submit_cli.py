@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 from typing import Annotated, Any, Final
@@ -168,6 +169,12 @@ def submit(
         "grace_s": _first(grace, given.get("grace")),
         "idempotency_key": _first(idempotency_key, given.get("idempotency-key")),
     }
+    for field in ("preemption_delay_s", "min_runtime_s", "grace_s"):
+        seconds = optional[field]
+        if seconds is not None and not math.isfinite(seconds):
+            # JSON has no NaN or infinity: sent, the API read the body as malformed ("invalid
+            # character (byte 116)"), naming neither the flag nor the value
+            fail(f"{SUBMIT_FLAGS[field]} {seconds}: give a finite number of seconds", USAGE)
     body.update({k: v for k, v in optional.items() if v is not None})
     from_file = given.get("env")
     if isinstance(from_file, dict):

@@ -108,6 +108,20 @@ def test_fractional_or_negative_gpus_are_refused_not_rounded(api: FakeApi, gpus:
     assert api.sent("POST", "/v1/jobs") == []  # refused here, never sent
 
 
+def test_seconds_that_json_cannot_carry_are_refused_naming_the_flag(
+    api: FakeApi, tmp_path: Path
+) -> None:
+    for args in (["--grace", "nan"], ["--preemption-delay", "inf"], ["--min-runtime", "1e400"]):
+        done = fairlane(api, "submit", "j", "--project", "p", *args)
+        assert done.returncode == 2, done.stderr
+        assert f"error: {args[0]} {float(args[1])}: give a finite number" in done.stderr
+    spec = tmp_path / "job.yaml"
+    spec.write_text("name: j\nproject: p\ngrace: .nan\n")
+    from_file = fairlane(api, "submit", "-f", str(spec))
+    assert from_file.returncode == 2 and "error: --grace nan: give a finite" in from_file.stderr
+    assert api.sent("POST", "/v1/jobs") == []  # refused here, never sent
+
+
 def test_every_integer_flag_refuses_a_fraction(api: FakeApi) -> None:
     for args in (
         ["submit", "j", "--project", "p", "--replicas", "1.5"],

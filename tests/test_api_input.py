@@ -49,6 +49,43 @@ async def test_a_malformed_body_is_a_400(api: tuple[httpx.AsyncClient, dict[str,
     assert not_json.status_code == 400, not_json.text
 
 
+async def test_a_body_that_is_not_json_or_none_at_all_names_the_body(
+    api: tuple[httpx.AsyncClient, dict[str, str]],
+) -> None:
+    c, admin = api
+    json_headers = {**admin, "Content-Type": "application/json"}
+    # Litestar's own messages, as they were: "Input data was truncated" and "Number out of
+    # range" with no field, "data: 'data'" for no body, "data" for what a client calls the body
+    for body, said in ((b"{", "truncated"), (b'{"job_id": "j", "gpus": 1e400}', "out of range")):
+        answer = await c.post("/v1/jobs", content=body, headers=json_headers)
+        assert answer.status_code == 400, answer.text
+        assert answer.json()["field"] == "body", answer.text
+        assert answer.json()["error"].startswith("the body is not JSON this API reads: ")
+        assert said in answer.json()["error"]
+    empty = await c.post("/v1/jobs", content=b"", headers=json_headers)
+    assert empty.status_code == 400 and empty.json()["field"] == "body", empty.text
+    assert empty.json()["error"] == "body: a JSON body is needed (in body)"
+    array = await c.post("/v1/jobs", content=b"[]", headers=json_headers)
+    assert array.status_code == 400 and array.json()["field"] == "body", array.text
+    missing = await c.post("/v1/jobs", json={"job_id": "j"}, headers=admin)
+    assert missing.status_code == 400 and missing.json()["field"] == "project", missing.text
+
+
+async def test_a_bad_query_or_path_parameter_is_named_with_its_value(
+    api: tuple[httpx.AsyncClient, dict[str, str]],
+) -> None:
+    c, admin = api
+    limit = await c.get("/v1/jobs", params={"limit": "-5"}, headers=admin)
+    assert limit.status_code == 400 and limit.json()["field"] == "limit", limit.text
+    assert limit.json()["error"] == 'limit: Expected `int` >= 1, given "-5" (in query)'
+    job = await c.get("/v1/jobs/%2e%2e", headers=admin)
+    assert job.status_code == 400 and job.json()["field"] == "job_id", job.text
+    assert 'given ".." (in path)' in job.json()["error"]
+    first = await c.get("/v1/audit", params={"from": "-1"}, headers=admin)  # (alias of first)
+    assert first.status_code == 400 and first.json()["field"] == "from", first.text
+    assert first.json()["error"] == 'from: Expected `int` >= 1, given "-1" (in query)'
+
+
 async def test_types_are_strict(api: tuple[httpx.AsyncClient, dict[str, str]]) -> None:
     c, admin = api
     gpus = await c.post("/v1/jobs", json={"job_id": "j", "project": "p", "gpus": "1"},

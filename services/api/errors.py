@@ -11,7 +11,12 @@ from typing import Any, Final, TypeVar
 import msgspec
 import structlog
 from litestar import Request, Response
-from litestar.exceptions import HTTPException, SerializationException, ValidationException
+from litestar.exceptions import (
+    ClientException,
+    HTTPException,
+    SerializationException,
+    ValidationException,
+)
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.utils.scope.state import ScopeState
 
@@ -33,7 +38,10 @@ _ALIASES: Final = {
     "last_event_id": "Last-Event-ID",
     "first": "from",
     "last": "to",
+    "data": "body",  # Litestar's name for a route's body
 }
+#: Where Litestar says the body lacks a field: the field is named as the error's `field`.
+_MISSING: Final = re.compile(r"Object missing required field `(\w+)`")
 
 
 def on_http_error(request: Request[Any, Any, Any], exc: HTTPException) -> Response[Error]:
@@ -41,17 +49,45 @@ def on_http_error(request: Request[Any, Any, Any], exc: HTTPException) -> Respon
     if isinstance(exc, ValidationException) and isinstance(exc.extra, list) and exc.extra:
         first = exc.extra[0]
         if isinstance(first, dict):
-            field = _ALIASES.get(first.get("key", ""), first.get("key"))
+            key = str(first.get("key", ""))
+            field = _ALIASES.get(key, key) or None
             said = in_words(str(first.get("message", exc.detail)))
-            given = (
-                _given(_body_read(request), field) if _source(first.get("source")) == "body" else ""
-            )
-            message = f"{said}{given} (in {_source(first.get('source'))})"
+            source = _source(first.get("source"))
+            if field == "body" and said == "'data'":  # (Litestar's KeyError: no body at all)
+                said = "a JSON body is needed"
+            elif field == "body" and (missing := _MISSING.search(said)):
+                field = missing.group(1)
+            if source == "body":
+                given = _given(_body_read(request), field)
+            else:
+                given = _given_parameter(request, source, key, field or key)
+            message = f"{said}{given} (in {source})"
             if field:  # the message names the field too: not every client shows `field`
                 message = f"{field}: {message}"
+    elif isinstance(exc, ClientException) and isinstance(exc.__cause__, SerializationException):
+        # a body that is not JSON ("Input data was truncated", "Number out of range"): said as
+        # on_other_error says the others, naming the body
+        return _error(400, f"the body is not JSON this API reads: {exc.detail}", "body")
     elif isinstance(exc.extra, dict):
         field = exc.extra.get("field")
     return _error(exc.status_code, message, field)
+
+
+def _given_parameter(request: Request[Any, Any, Any], source: str, key: str, wire_name: str) -> str:
+    """`, given <value>` for a query or path parameter (`key` its Python name, `wire_name` the
+    request's), as `_given` for the body's fields (a header's value is never repeated: it may
+    be a token)."""
+    if source == "query":
+        values = request.query_params.getall(wire_name, [])
+        value = values[0] if values else None
+    elif source == "path":
+        value = request.scope.get("path_params", {}).get(key)
+    else:
+        return ""
+    if not isinstance(value, str):
+        return ""
+    shown = msgspec.json.encode(value).decode()
+    return f", given {shown[:60]}{'…' if len(shown) > 60 else ''}"
 
 
 def _source(source: object) -> str:

@@ -64,12 +64,25 @@ def flags_named(sent: Mapping[str, Any], flags: Mapping[str, str] | None = None)
     try:
         yield
     except ApiError as e:
-        if e.field is None or e.field not in sent:
+        # `command[0]`, `env[...]`: an item of a field (the item itself where it is numbered)
+        field, _, index = (e.field or "").partition("[")
+        if field not in sent:
             raise
-        flag = (flags or {}).get(e.field) or "--" + e.field.replace("_", "-")
-        value = sent[e.field]
+        flag = (flags or {}).get(field) or "--" + field.replace("_", "-")
+        value = sent[field]
+        if index.rstrip("]").isdigit() and isinstance(value, list | tuple):
+            value = value[int(index.rstrip("]"))] if int(index.rstrip("]")) < len(value) else ""
+        elif index:  # an item not named (a key of `env`): the flag alone
+            value = ""
         shown = " ".join(map(str, value)) if isinstance(value, list | tuple) else str(value)
-        raise ApiError(e.status, f"{flag} {shown}: {e}", e.field) from None
+        # cut short, as the API cuts what it repeats: a 100 kB value once is enough
+        shown = shown if len(shown) <= SHOWN_MAX else shown[:SHOWN_MAX] + "…"
+        said = f"{flag} {shown}" if shown else flag
+        raise ApiError(e.status, f"{said}: {e}", e.field) from None
+
+
+#: The longest value an error repeats.
+SHOWN_MAX: Final = 60
 
 
 # The converters' errors are shown by cyclopts as `Invalid value for --FLAG: <message>`, with

@@ -185,6 +185,26 @@ def test_the_command_lines_name_pattern_is_the_policys() -> None:
     assert f"^{NAME.pattern}$(?!\\n)" == PATTERN
 
 
+def test_api_errors_about_an_item_or_a_long_value_name_the_flag_and_cut_the_value(
+    api: FakeApi,
+) -> None:
+    long = "x" * 5000
+    api.on("POST", "/v1/jobs", (400, {"error": "command[1]: Expected `str` of length <= 4096 "
+                                       "(in body)", "field": "command[1]"}))  # fmt: skip
+    item = fairlane(api, "submit", "j", "--project", "p", "--", "true", long)
+    assert item.returncode == 2, item.stderr
+    assert f"error: --command {'x' * 60}…: command[1]: Expected" in item.stderr, item.stderr
+    api.on("POST", "/v1/jobs", (400, {"error": "env[...]: Expected `str` of length <= 4096 "
+                                       "(in body)", "field": "env[...]"}))  # fmt: skip
+    env = fairlane(api, "submit", "j", "--project", "p", "-e", f"A={long}")
+    assert "error: --env: env[...]: Expected" in env.stderr, env.stderr
+    api.on("POST", "/v1/jobs", (400, {"error": "idempotency_key: too long",
+                                       "field": "idempotency_key"}))  # fmt: skip
+    key = fairlane(api, "submit", "j", "--project", "p", "--idempotency-key", long)
+    assert f"error: --idempotency-key {'x' * 60}…: idempotency_key: too long" in key.stderr
+    assert len(key.stderr) < 500, key.stderr  # the 5,000 characters are not all repeated
+
+
 def test_the_client_goes_through_the_proxy_the_environment_names(api: FakeApi) -> None:
     """As httpx did: HTTP_PROXY (here the stand-in API plays the proxy, which is sent the
     whole URL), and NO_PROXY for the hosts to reach directly."""

@@ -12,6 +12,7 @@ import pytest
 
 from cluster.servers import NatsServer, Postgres
 from services.api.app import Settings, create_app
+from services.api.errors import MAX_BODY_BYTES
 from services.runtime.eventlog import JetStreamLog, connect
 from tests.read_side import serve
 
@@ -110,6 +111,17 @@ async def test_names_with_a_trailing_newline_are_refused(
     assert project.status_code == 400 and project.json()["field"] == "project", project.text
     token = await c.post("/v1/tokens", json={"name": "t\n"}, headers=admin)
     assert token.status_code == 400 and token.json()["field"] == "name", token.text
+
+
+async def test_a_body_over_the_limit_is_refused_naming_the_limit(
+    api: tuple[httpx.AsyncClient, dict[str, str]],
+) -> None:
+    c, admin = api
+    body = b'{"job_id": "j", "project": "p", "command": ["' + b"x" * MAX_BODY_BYTES + b'"]}'
+    answer = await c.post("/v1/jobs", content=body, headers=admin)
+    assert answer.status_code == 413, answer.text
+    assert answer.json()["field"] == "body"
+    assert f"{MAX_BODY_BYTES:,} bytes" in answer.json()["error"]
 
 
 async def test_an_oversized_last_event_id_is_refused(

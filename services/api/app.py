@@ -37,7 +37,7 @@ from services.api import (
 )
 from services.api.callers import get_caller
 from services.api.context import Context, Settings, get_context
-from services.api.errors import on_http_error, on_other_error
+from services.api.errors import MAX_BODY_BYTES, on_http_error, on_other_error
 from services.api.streams import StreamPlaces
 from services.api.timelines import get_window
 from services.api.ui import dashboard_routes
@@ -57,6 +57,7 @@ def create_app(settings: Settings) -> Litestar:
             "window": Provide(get_window, sync_to_thread=False),
         },
         exception_handlers={HTTPException: on_http_error, Exception: on_other_error},
+        request_max_body_size=MAX_BODY_BYTES,
         lifespan=[_lifespan(settings)],
         openapi_config=OpenAPIConfig(
             title="Fairlane",

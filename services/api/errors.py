@@ -40,12 +40,18 @@ _ALIASES: Final = {
     "last": "to",
     "data": "body",  # Litestar's name for a route's body
 }
+#: The largest request body the API reads: a job's whole spec is at most 64 KiB
+#: (`events.commands.MAX_SPEC_BYTES`), every other body a few hundred bytes. (Litestar's own
+#: default, 10 MB, was read whole before the spec's bound refused it.)
+MAX_BODY_BYTES: Final = 1 << 20
 #: Where Litestar says the body lacks a field: the field is named as the error's `field`.
 _MISSING: Final = re.compile(r"Object missing required field `(\w+)`")
 
 
 def on_http_error(request: Request[Any, Any, Any], exc: HTTPException) -> Response[Error]:
     field, message = None, exc.detail
+    if exc.status_code == 413:  # Litestar says only "Request Entity Too Large"
+        return _error(413, f"the body is over the {MAX_BODY_BYTES:,} bytes it may be", "body")
     if isinstance(exc, ValidationException) and isinstance(exc.extra, list) and exc.extra:
         first = exc.extra[0]
         if isinstance(first, dict):

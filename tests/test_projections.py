@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TypedDict
 
 import msgspec
 
@@ -21,7 +22,16 @@ from events import (
     ProjectTerms,
     Replica,
 )
-from projections import Batch, Projection
+from projections import (
+    Batch,
+    JobRow,
+    NodeRow,
+    OverQuotaRow,
+    PreemptionRow,
+    Projection,
+    ProjectPoolRow,
+    TimelineRow,
+)
 from simulation.scenario.core_engine import CoreEngine
 from simulation.spec import load_scenario
 
@@ -49,9 +59,20 @@ def project(events: list[Event], batch_every: int) -> list[Batch]:
     return batches
 
 
-def final_rows(batches: list[Batch]) -> dict[str, dict[object, object]]:
+class Tables(TypedDict, total=False):
+    """The tables a batch writes to, each by its key; a table no batch wrote to is absent."""
+
+    timeline: dict[int, TimelineRow]
+    jobs: dict[str, JobRow]
+    nodes: dict[str, NodeRow]
+    project_pools: dict[tuple[str, str], ProjectPoolRow]
+    preemptions: dict[int, PreemptionRow]
+    over_quota: dict[tuple[str, str, int], OverQuotaRow]
+
+
+def final_rows(batches: list[Batch]) -> Tables:
     """What a table holds after the batches are written in order (later rows replace)."""
-    tables: dict[str, dict[object, object]] = {}
+    tables: Tables = {}
     for batch in batches:
         for row in batch.timeline:
             tables.setdefault("timeline", {})[row.seq] = row

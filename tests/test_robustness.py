@@ -132,8 +132,10 @@ async def test_the_standby_takes_over(
     _, stored = await replay(log)
     assert len(await leader_terms(nats_server.url, kind)) == 2
     if kind == "scheduler":
-        placed_after = [s for s in stored if isinstance(s.event, JobScheduled) and s.seq > terms[1]]
-        assert {s.event.job_id for s in placed_after} >= {f"after{i}" for i in range(30)}
+        placed_after = [
+            s.event for s in stored if isinstance(s.event, JobScheduled) and s.seq > terms[1]
+        ]
+        assert {e.job_id for e in placed_after} >= {f"after{i}" for i in range(30)}
     assert audit(stored) == []
     await log.nc.close()
 

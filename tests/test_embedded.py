@@ -9,7 +9,9 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypedDict
 
 import pytest
 
@@ -122,20 +124,42 @@ def test_demo_plays_the_exercise_through_the_api() -> None:
     assert "Traceback" not in done.stderr
 
 
-def _job(name: str, data: Path) -> dict[str, object]:
+class JobJson(TypedDict):
+    """The fields of `fairlane describe -o json`'s job that these tests read."""
+
+    state: str
+    attempt: int
+    preemptions: int
+    running_s: float
+
+
+class EventJson(TypedDict):
+    """An event of the job's timeline, as `describe --events -o json` shows it."""
+
+    type: str
+    reason: str | None
+    event: dict[str, Any]  # the event itself, as stored
+
+
+class Described(TypedDict):
+    job: JobJson
+    events: list[EventJson]
+
+
+def _job(name: str, data: Path) -> Described:
     """The job and its whole timeline. `describe` shows the newest 50 events by default, and
     a job that checkpoints every 0.2 s pushed its first attempt's end past them on a busy
     machine (the test failed once in CI that way)."""
     described = fairlane(
         "describe", name, "--events", "--limit", "2000", "-o", "json", data_dir=data
     )
-    job: dict[str, object] = json.loads(described.stdout)
+    job: Described = json.loads(described.stdout)
     return job
 
 
-def _wait_for(check: object, what: str, within: float = 120.0) -> None:
+def _wait_for(check: Callable[[], bool], what: str, within: float = 120.0) -> None:
     deadline = time.monotonic() + within
-    while not check():  # type: ignore[operator]
+    while not check():
         assert time.monotonic() < deadline, f"not in time: {what}"
         time.sleep(0.5)
 
@@ -161,10 +185,9 @@ def test_down_and_up_keep_the_running_jobs(tmp_path: Path) -> None:
 
         def saved(name: str) -> bool:
             job = _job(name, data)
-            events = job["events"]  # type: ignore[index]
-            return job["job"]["state"] == "running" and any(  # type: ignore[index]
-                e["type"] == "JobCheckpointed"
-                for e in events  # type: ignore[union-attr]
+            events = job["events"]
+            return job["job"]["state"] == "running" and any(
+                e["type"] == "JobCheckpointed" for e in events
             )
 
         _wait_for(lambda: saved("train-a") and saved("train-b"), "both running and saved")
@@ -177,18 +200,18 @@ def test_down_and_up_keep_the_running_jobs(tmp_path: Path) -> None:
 
         def resumed(name: str) -> bool:
             job = _job(name, data)["job"]
-            return job["state"] == "running" and job["attempt"] == 2  # type: ignore[index]
+            return job["state"] == "running" and job["attempt"] == 2
 
         _wait_for(lambda: resumed("train-a") and resumed("train-b"), "both running again")
         for name in ("train-a", "train-b"):
             described = _job(name, data)
             events = described["events"]
-            types = [e["type"] for e in events]  # type: ignore[union-attr]
+            types = [e["type"] for e in events]
             assert "JobFailed" not in types, types
-            stop = next(e for e in events if e["type"] == "JobPreempted")  # type: ignore[union-attr]
+            stop = next(e for e in events if e["type"] == "JobPreempted")
             assert (stop["reason"], stop["event"]["checkpointed"]) == ("shutdown", True)
-            assert described["job"]["preemptions"] == 0  # type: ignore[index]
-            ran = described["job"]["running_s"]  # type: ignore[index]
+            assert described["job"]["preemptions"] == 0
+            ran = described["job"]["running_s"]
             assert ran < time.time() - down_at, "the time the cluster was down counted as ran"
             logs = fairlane("logs", name, "--attempt", "2", data_dir=data).stdout
             first = fairlane("logs", name, "--attempt", "1", data_dir=data).stdout

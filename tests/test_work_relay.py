@@ -82,7 +82,13 @@ def cluster() -> VirtualCluster:
     return vc
 
 
-ACTIONS = st.lists(
+#: What `ACTIONS` draws: a submission (project, priority class, GPUs, replicas, elastic), a
+#: verb on the n-th job submitted, a node lost, seconds passing.
+Action = (
+    tuple[str, str, str, int, int, bool] | tuple[str, int] | tuple[str, str] | tuple[str, float]
+)
+
+ACTIONS: st.SearchStrategy[list[Action]] = st.lists(
     st.one_of(
         st.tuples(
             st.just("submit"),
@@ -102,7 +108,7 @@ ACTIONS = st.lists(
 )
 
 
-def play(actions: list[tuple[object, ...]]) -> VirtualCluster:
+def play(actions: list[Action]) -> VirtualCluster:
     vc = cluster()
     submitted: list[str] = []
     lost: set[str] = set()
@@ -136,7 +142,7 @@ def play(actions: list[tuple[object, ...]]) -> VirtualCluster:
 @settings(max_examples=200, deadline=None)
 @given(ACTIONS)
 def test_each_node_folding_its_own_relays_knows_what_the_fold_knows_of_its_jobs(
-    actions: list[tuple[object, ...]],
+    actions: list[Action],
 ) -> None:
     vc = play(actions)
     relays, _ = relay_all(vc.log)

@@ -175,7 +175,8 @@ async def test_admission_refuses_before_storing_and_the_name_stays_free(
             id="p", time=0, actor="t", project="a", terms={"default": ProjectTerms(quota=4)}
         )
     )
-    admission = Admission(JetStreamLog(await connect(nats_server.url, "admission")))
+    admission_log = JetStreamLog(await connect(nats_server.url, "admission"))
+    admission = Admission(admission_log)
     running = asyncio.create_task(admission.run())
     try:
         before = await log.last_seq()
@@ -187,7 +188,7 @@ async def test_admission_refuses_before_storing_and_the_name_stays_free(
         assert reply.ok and isinstance(reply.event, JobAdmitted), reply.error
     finally:
         await cancel_and_wait(running)
-        await admission.log.nc.close()
+        await admission_log.nc.close()
 
 
 @pytest.mark.nats
@@ -201,7 +202,8 @@ async def test_the_ledger_survives_a_huge_value_already_in_the_log(
         id="old/submitted", time=0, actor="t", job_id="old", spec=JobSpec(project="a", gpus=HUGE)
     )
     await log.publish_raw("fl.job.old.job_submitted", encode_event(huge))
-    ledger = Ledger(JetStreamLog(await connect(nats_server.url, "ledger")), snapshot_every=1)
+    ledger_log = JetStreamLog(await connect(nats_server.url, "ledger"))
+    ledger = Ledger(ledger_log, snapshot_every=1)
     running = asyncio.create_task(ledger.run())
     try:
         error = await raw_request(log, LEDGER_SUBJECT, project(quota=HUGE))
@@ -212,7 +214,7 @@ async def test_the_ledger_survives_a_huge_value_already_in_the_log(
         assert not running.done()
     finally:
         await cancel_and_wait(running)
-        await ledger.log.nc.close()
+        await ledger_log.nc.close()
 
 
 @pytest.mark.nats
@@ -220,7 +222,8 @@ async def test_a_job_rejected_by_admission_can_be_submitted_again(
     log: JetStreamLog, nats_server: NatsServer
 ) -> None:
     await log.publish(NodeRegistered(id="n", time=0, actor="t", node="n", pool="default", gpus=4))
-    admission = Admission(JetStreamLog(await connect(nats_server.url, "admission")))
+    admission_log = JetStreamLog(await connect(nats_server.url, "admission"))
+    admission = Admission(admission_log)
     running = asyncio.create_task(admission.run())
     try:
         first = await send(log.nc, SubmitJob(job_id="j1", spec=JobSpec(project="a")))
@@ -234,7 +237,7 @@ async def test_a_job_rejected_by_admission_can_be_submitted_again(
         assert again.ok, again.error
     finally:
         await cancel_and_wait(running)
-        await admission.log.nc.close()
+        await admission_log.nc.close()
 
 
 @pytest.mark.nats
@@ -244,7 +247,8 @@ async def test_admission_refuses_an_unknown_project_only_on_the_whole_log(
     """A project configured a moment ago, not yet read by admission (its reader lags): the
     submission waits for the log instead of being refused."""
     await log.publish(NodeRegistered(id="n", time=0, actor="t", node="n", pool="default", gpus=4))
-    admission = Admission(JetStreamLog(await connect(nats_server.url, "admission")))
+    admission_log = JetStreamLog(await connect(nats_server.url, "admission"))
+    admission = Admission(admission_log)
     await admission.follower.catch_up()
     await log.publish(
         ProjectConfigured(
@@ -262,7 +266,7 @@ async def test_admission_refuses_an_unknown_project_only_on_the_whole_log(
         assert reply.ok and isinstance(reply.event, JobAdmitted), reply.error
     finally:
         await cancel_and_wait(reader)
-        await admission.log.nc.close()
+        await admission_log.nc.close()
 
 
 def test_the_api_takes_what_the_commands_take() -> None:

@@ -47,7 +47,7 @@ def test_usage_by_delta_is_the_scan(path: Path) -> None:
     log, _ = scenario_log(path)
     state, usage = ClusterState(), Usage()
     for i, event in enumerate(log):
-        state.apply(event)  # type: ignore[arg-type]
+        state.apply(event)
         job = state.jobs.get(getattr(event, "job_id", None) or "")
         if job is not None:
             usage.job_changed(job)

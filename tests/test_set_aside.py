@@ -41,6 +41,7 @@ from services.runtime.memory_log import MemoryLog
 from services.runtime.relays import relay_log
 from services.runtime.tasks import cancel_and_wait
 from tests.process_cluster import command, submit
+from tests.protocols import Service
 
 SERVICES = ("admission", "ledger", "scheduler", "preemptor", "nodewatch")
 NODE = "n0"
@@ -93,7 +94,7 @@ async def test_each_service_sets_aside_what_it_cannot_read_and_goes_on(
     await log.publish(registered)
     replayed = await log.publish_raw("fl.job.old.job_cancelled", unreadable("old"))
     logs = {name: JetStreamLog(await connect(nats_server.url, name)) for name in SERVICES}
-    services = {
+    services: dict[str, Service] = {
         "admission": Admission(logs["admission"]),
         "ledger": Ledger(logs["ledger"]),
         "scheduler": Decider(logs["scheduler"], "scheduler", places),

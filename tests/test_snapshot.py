@@ -14,6 +14,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from events import Event
 from policy.cycle import decide
 from policy.snapshot import (
     FOLD_VERSION,
@@ -30,7 +31,7 @@ from simulation.spec import load_scenario
 SCENARIOS = sorted((Path(__file__).parent.parent / "scenarios").glob("*.yaml"))
 
 
-def scenario_log(path: Path) -> tuple[list[object], float]:
+def scenario_log(path: Path) -> tuple[list[Event], float]:
     scenario = load_scenario(path)
     engine = CoreEngine(scenario)
     for step in scenario.steps:
@@ -42,13 +43,13 @@ def scenario_log(path: Path) -> tuple[list[object], float]:
 def test_a_snapshot_and_the_tail_fold_to_the_whole_log(path: Path) -> None:
     log, now = scenario_log(path)
     straight = ClusterState()
-    straight.apply_all(log)  # type: ignore[arg-type]
+    straight.apply_all(log)
     for cut in sorted({0, 1, len(log) // 3, len(log) // 2, len(log) - 1, len(log)}):
         head = ClusterState()
-        head.apply_all(log[:cut])  # type: ignore[arg-type]
+        head.apply_all(log[:cut])
         restored, seq = decode_snapshot(encode_snapshot(head, cut))
         assert seq == cut
-        restored.apply_all(log[cut:])  # type: ignore[arg-type]
+        restored.apply_all(log[cut:])
         assert encode_snapshot(restored, 0) == encode_snapshot(straight, 0), f"cut at {cut}"
         assert decide(restored, now) == decide(straight, now), f"cut at {cut}"
         assert decide(restored, now + 3600) == decide(straight, now + 3600)
@@ -57,7 +58,7 @@ def test_a_snapshot_and_the_tail_fold_to_the_whole_log(path: Path) -> None:
 def test_live_shares_its_jobs_with_jobs_after_a_restore() -> None:
     log, _ = scenario_log(SCENARIOS[0])
     state = ClusterState()
-    state.apply_all(log)  # type: ignore[arg-type]
+    state.apply_all(log)
     restored, _ = decode_snapshot(encode_snapshot(state, len(log)))
     assert restored.live
     for job_id, job in restored.live.items():

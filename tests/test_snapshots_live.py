@@ -36,7 +36,7 @@ pytestmark = pytest.mark.nats
 
 def busiest_log() -> list[Event]:
     logs = [scenario_log(p)[0] for p in SCENARIOS]
-    return max(logs, key=len)  # type: ignore[return-value]
+    return max(logs, key=len)
 
 
 @pytest.fixture
@@ -137,7 +137,8 @@ async def test_admission_restored_from_a_snapshot_answers_repeats_alike(
             ),
         ],
     )
-    first = Admission(JetStreamLog(await connect(nats_server.url, "admission-1")))
+    first_log = JetStreamLog(await connect(nats_server.url, "admission-1"))
+    first = Admission(first_log)
     running = asyncio.create_task(first.run())
     admitted = await send(
         log.nc, SubmitJob(job_id="j1", spec=JobSpec(project="a"), idempotency_key="k1")
@@ -148,13 +149,14 @@ async def test_admission_restored_from_a_snapshot_answers_repeats_alike(
     assert admitted.ok and isinstance(admitted.event, JobAdmitted)
     assert not rejected.ok and isinstance(rejected.event, JobRejected)
     await cancel_and_wait(running)
-    await first.log.nc.close()  # as if its process ended: nobody answers for it any more
+    await first_log.nc.close()  # as if its process ended: nobody answers for it any more
 
     folded = await full_replay(log)
     await SnapshotStore(log.js).save(
         encode_snapshot(folded.state, folded.applied_seq), folded.applied_seq
     )
-    second = Admission(JetStreamLog(await connect(nats_server.url, "admission-2")))
+    second_log = JetStreamLog(await connect(nats_server.url, "admission-2"))
+    second = Admission(second_log)
     running = asyncio.create_task(second.run())
     try:
         again = await send(
@@ -175,4 +177,4 @@ async def test_admission_restored_from_a_snapshot_answers_repeats_alike(
         assert fresh.ok
     finally:
         await cancel_and_wait(running)
-        await second.log.nc.close()
+        await second_log.nc.close()

@@ -127,12 +127,13 @@ async def test_a_submission_recorded_without_its_verdict_gets_one_on_retry(
             idempotency_key="half",
         )
     )
-    admission = Admission(JetStreamLog(await connect(nats_server.url, "admission")))
+    admission_log = JetStreamLog(await connect(nats_server.url, "admission"))
+    admission = Admission(admission_log)
     running = asyncio.create_task(admission.run())
     try:
         again = await command(log, pending)
         assert again.ok, again.error
     finally:
         await cancel_and_wait(running)
-        await admission.log.nc.close()
+        await admission_log.nc.close()
         await log.nc.close()

@@ -21,6 +21,7 @@ from services.ledger.service import Ledger
 from services.runtime.client import send
 from services.runtime.eventlog import JetStreamLog, connect
 from services.runtime.tasks import cancel_and_wait
+from tests.protocols import Service
 from tests.read_side import serve
 
 pytestmark = [pytest.mark.nats]
@@ -34,8 +35,8 @@ async def deciders(url: str) -> AsyncIterator[None]:
     await log.publish(
         NodeRegistered(id="n0/registered", time=0.0, actor="t", node="n0", pool="gpu", gpus=4)
     )
-    services = [Ledger(JetStreamLog(await connect(url, "ledger"))),
-                Admission(JetStreamLog(await connect(url, "admission")))]  # fmt: skip
+    service_logs = [JetStreamLog(await connect(url, name)) for name in ("ledger", "admission")]
+    services: list[Service] = [Ledger(service_logs[0]), Admission(service_logs[1])]
     tasks = [asyncio.create_task(s.run()) for s in services]
     try:
         for _ in range(100):  # until the ledger answers
@@ -47,8 +48,8 @@ async def deciders(url: str) -> AsyncIterator[None]:
     finally:
         for task in tasks:
             await cancel_and_wait(task)
-        for s in services:
-            await s.log.nc.close()
+        for service_log in service_logs:
+            await service_log.nc.close()
         await log.nc.close()
 
 

@@ -72,7 +72,7 @@ def wait_for(
 def console_errors(chrome: webdriver.Chrome, expected: str | None = None) -> list[str]:
     """The page's errors in the browser's console (a script's uncaught error, a refused
     policy, a failed request), except those that mention `expected`."""
-    entries = chrome.get_log("browser")
+    entries = chrome.get_log("browser")  # type: ignore[no-untyped-call]  # selenium: unannotated
     return [
         e["message"]
         for e in entries

@@ -26,6 +26,7 @@ from selenium.webdriver.support.ui import Select
 from cluster.embedded import down, up
 from cluster.servers import free_port
 from tests.dashboard_support import Screens, binaries, chromium, console_errors, wait_for
+from tests.protocols import Served
 
 pytestmark = [pytest.mark.nats, pytest.mark.slow]
 TRAINING = "large-training-job"
@@ -97,7 +98,7 @@ def browser() -> Iterator[webdriver.Chrome]:
         yield chrome
 
 
-def sign_in(chrome: webdriver.Chrome, cluster: Cluster, token: str) -> None:
+def sign_in(chrome: webdriver.Chrome, cluster: Served, token: str) -> None:
     chrome.get(f"{cluster.url}/")  # the API's root sends the browser to the dashboard
     field = wait_for(chrome, lambda: chrome.find_element(By.ID, "token"), "the sign-in form")
     field.send_keys(token, Keys.ENTER)
@@ -272,9 +273,9 @@ def its_page_shows_the_preemption_and_its_return(
              "the training job back")  # fmt: skip
     shown = timeline(chrome)
     kinds = [e.type for e in shown if e.applied]
-    asked = kinds.index("JobPreemptionRequested")
-    back = kinds.index("JobStarted", asked)
-    assert asked < kinds.index("JobPreempted") < back, kinds
+    asked_at = kinds.index("JobPreemptionRequested")
+    back = kinds.index("JobStarted", asked_at)
+    assert asked_at < kinds.index("JobPreempted") < back, kinds
     started = [e for e in shown if e.applied][back]
     assert "attempt 2" in started.text and "resumed" in started.text
     # the workload's own reports: it resumed from its checkpoint, and goes on from there

@@ -285,7 +285,12 @@ def cells(chrome: webdriver.Chrome, gpu: int) -> list[str]:
 
 def press(chrome: webdriver.Chrome, css: str) -> None:
     """Click what `css` selects, again if it was redrawn meanwhile."""
-    wait_for(chrome, lambda: chrome.find_element(By.CSS_SELECTOR, css).click() or True, css)
+
+    def clicked() -> bool:
+        chrome.find_element(By.CSS_SELECTOR, css).click()
+        return True
+
+    wait_for(chrome, clicked, css)
 
 
 def count(chrome: webdriver.Chrome, css: str) -> int:

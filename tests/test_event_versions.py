@@ -94,7 +94,7 @@ def test_a_version_1_event_is_upcast() -> None:
     )
     # classes that were given stay; the current version's own encoding reads back as is
     given = upcast({**fields_of(CLUSTER_V1), "priority_classes": [["x", 1, True]]})
-    assert given["settings"]["priority_classes"] == [["x", 1, True]]  # type: ignore[index]
+    assert given["settings"]["priority_classes"] == [["x", 1, True]]
     again = ClusterConfigured(
         id="c2",
         time=1.0,

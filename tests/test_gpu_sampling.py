@@ -30,6 +30,7 @@ def test_nvml_readings_through_pynvml(fake: FakeNvml) -> None:
         Gpu("GPU-1", utilization=None, memory_used_mib=None, temperature_c=None, power_mw=None),
     ])  # fmt: skip
     nvml, error = open_nvml()
+    assert nvml is not None, error
     assert nvml is pynvml and error == ""
     try:
         first, second, third = read_gpus(nvml, 3)

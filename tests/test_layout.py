@@ -253,9 +253,9 @@ def _write(root: Path, files: dict[str, str]) -> None:
 
 
 def test_each_rule_reports_the_file_line_and_module(tmp_path: Path) -> None:
-    packages = ("events", "policy", "services", "services/ledger", "services/admission")
-    packages += ("services/runtime", "services/executor", "simulation", "cluster", "fairlane")
-    packages += ("tests",)
+    packages: tuple[str, ...] = ("events", "policy", "services", "services/ledger")
+    packages += ("services/admission", "services/runtime", "services/executor", "simulation")
+    packages += ("cluster", "fairlane", "tests")
     _write(tmp_path, {f"{p}/__init__.py": "" for p in packages})
     _write(
         tmp_path,

@@ -12,9 +12,10 @@ from services.runtime.main import configure_logging
 
 def test_an_error_log_carries_its_traceback(capsys: pytest.CaptureFixture[str]) -> None:
     configure_logging("info")
+    nothing: dict[str, int] = {}
     try:
         try:
-            {}["missing"]  # the failure logged
+            nothing["missing"]  # the failure logged
         except KeyError:
             structlog.get_logger("test").exception("request failed", path="/v1/jobs")
         line = capsys.readouterr().err.strip().splitlines()[-1]

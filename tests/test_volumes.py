@@ -124,7 +124,8 @@ def test_allow_and_deny_refuse_what_they_cannot_mean(cluster: VirtualCluster) ->
     assert isinstance(gone, Refused)
     assert "'/srv/c' is not allowed now (allowed: /srv/a (read-write), /srv/b" in gone.reason
     assert isinstance(cluster.command(DenyVolume(host_prefix="/srv/a/")), Accepted)
-    assert cluster.state.volumes == (VolumeGrant("/srv/b"),)
+    state = cluster.state  # read anew: a check above narrowed `cluster.state.volumes` for mypy
+    assert state.volumes == (VolumeGrant("/srv/b"),)
     restored, _ = decode_snapshot(encode_snapshot(cluster.state, 9))
     assert restored.volumes == cluster.state.volumes
 

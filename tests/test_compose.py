@@ -352,7 +352,10 @@ def play(stack: Stack) -> None:
             job_class="train",
             command=["sleep", "3600"],
         )
-        running = lambda name: job(client, name).get("state") == "running"  # noqa: E731
+
+        def running(name: str) -> bool:
+            return job(client, name).get("state") == "running"
+
         wait_for("the training job runs", lambda: running("large-training-job"))
         submit(
             client,

@@ -150,12 +150,12 @@ async def test_bad_input_names_the_field(api: Api) -> None:
     quota = await c.put("/v1/projects/p", json={"quota": -1}, headers=api.admin)
     assert quota.status_code == 400 and quota.json()["field"] == "quota", quota.text
     # rule 11's bounds, named with the value
-    for body, field, named in (
+    for sent, field, named in (
         ({"usage_half_life_s": 0}, "usage_half_life_s", "got 0.0s"),
         ({"usage_half_life_s": -60}, "usage_half_life_s", "got -60.0s"),
         ({"usage_half_life_s": 7200, "usage_k": -1}, "usage_k", "got -1.0"),
     ):
-        bad = await c.put("/v1/pools/default", json=body, headers=api.admin)
+        bad = await c.put("/v1/pools/default", json=sent, headers=api.admin)
         assert bad.status_code == 400 and bad.json()["field"] == field, bad.text
         assert named in bad.json()["error"]
 

@@ -132,7 +132,9 @@ async def test_an_oversized_last_event_id_is_refused(
     for said in ("9" * 24, "18446744073709551616", str((1 << 62) + 1), "\u00b2"):
         headers = {**admin, "Last-Event-ID": said}
         async with asyncio.timeout(10):  # (taken, it is a stream that never ends)
-            answer = await c.get("/v1/events", headers={k: v.encode() for k, v in headers.items()})
+            answer = await c.get(
+                "/v1/events", headers={k.encode(): v.encode() for k, v in headers.items()}
+            )
         assert answer.status_code == 400, (said, answer.text)
         assert answer.json()["field"] == "Last-Event-ID"
     huge = await c.get("/v1/events", params={"after": str(1 << 63)}, headers=admin)

@@ -12,6 +12,7 @@ from rich.console import Console
 from bench import hollow_cluster, live_tail, nats_memory, pipeline, policy_cycle, replay
 from bench.pipeline import SERVICES
 from bench.policy_cycle import Size
+from bench.revision import ROOT
 from events import JobCompleted, JobScheduled, JobStarted, Replica
 from events.model import SchedulerType
 from services.runtime.eventlog import Stored
@@ -80,7 +81,7 @@ async def test_replay_bench_runs_on_a_small_log() -> None:
 
 @pytest.mark.nats
 async def test_live_tail_bench_reads_a_short_tail_in_a_process_of_its_own() -> None:
-    reading = await live_tail.one_run(live_tail.ROOT, events=300, rate=3000, burst=5, what="now")
+    reading = await live_tail.one_run(ROOT, events=300, rate=3000, burst=5, what="now")
     assert reading.live_cpu_ms_per_1000 > 0 and reading.replay_cpu_ms_per_1000 > 0
     assert reading.live_wall_s > 0
 

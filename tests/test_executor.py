@@ -308,6 +308,11 @@ def kill_recorded(root: Path) -> None:
                     os.killpg(record.pid, signal.SIGKILL)
 
 
+def of_attempt(attempt: int) -> Callable[[JobStarted | JobPreempted], bool]:
+    """A `Recorder.wait` condition: the event is of this attempt."""
+    return lambda e: e.attempt == attempt
+
+
 async def eventually(check: Callable[[], bool], within: float = 10.0) -> None:
     deadline = time.monotonic() + within
     while not check():
@@ -1064,9 +1069,9 @@ async def test_an_executor_is_delivered_only_its_own_nodes_work(cluster: Cluster
     await cluster.recorder.wait(JobStarted, "here")
     for i in range(5):  # five attempts of a job over there: placed, started, preempted
         await cluster.job("there", (Replica("h2", (0,)),), attempt=i + 1)
-        await cluster.recorder.wait(JobStarted, "there", lambda e, i=i: e.attempt == i + 1)
+        await cluster.recorder.wait(JobStarted, "there", of_attempt(i + 1))
         await cluster.preempt("there", attempt=i + 1)
-        await cluster.recorder.wait(JobPreempted, "there", lambda e, i=i: e.attempt == i + 1)
+        await cluster.recorder.wait(JobPreempted, "there", of_attempt(i + 1))
 
     def relayed_to(node: str) -> list[WorkRelayed]:
         return [e for e in cluster.recorder.of(WorkRelayed) if e.node == node]

@@ -64,5 +64,9 @@ async def test_a_dead_follower_stops_the_leading_service(
 
 async def test_a_needed_task_that_ends_quietly_stops_the_work_too() -> None:
     work = asyncio.Event()
+
+    async def working() -> None:  # until the event is set: never
+        await work.wait()
+
     with pytest.raises(Stopped, match="the follower stopped"):
-        await while_alive(asyncio.sleep(0), work.wait(), "the follower")
+        await while_alive(asyncio.sleep(0), working(), "the follower")

@@ -83,7 +83,8 @@ async def test_killed_mid_batch_loses_and_doubles_nothing(
     events = list(synthetic_log(30_000, nodes=20))
     writer = asyncio.create_task(publish_all(log, events, chunk=500))
     rng = random.Random(11)
-    kills, seen = 0, []
+    kills = 0
+    seen: list[int] = []
     process = await _start_projector(nats_server.url, dsn, tmp_path)
     try:
         while kills < 4:

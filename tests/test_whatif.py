@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from events import CheckpointModel, JobCheckpointed, JobSpec, ProjectTerms
+from events import CheckpointModel, Event, JobCheckpointed, JobSpec, ProjectTerms
 from events.export import read_export
 from fairlane.whatif_cli import compare, parse_quotas
 from simulation.trace.errors import SimulationError
@@ -53,7 +53,7 @@ def test_work_lost_to_a_preemption_is_not_counted_twice() -> None:
 
 
 def test_cost_aware_victims_against_newest_first_side_by_side() -> None:
-    log = list(read_export(HISTORY.read_bytes().splitlines()))
+    log: list[tuple[int, Event]] = list(read_export(HISTORY.read_bytes().splitlines()))
     runs = compare(log, None, "cost", {})
     (base, recorded), (other, changed) = runs.values()
     assert (base["victim_order"], other["victim_order"]) == ("newest", "cost")

@@ -16,7 +16,7 @@ import gc
 import time
 from collections.abc import Awaitable, Callable
 
-from events import Event, JobScheduled
+from events import Event, JobNominated, JobScheduled
 from policy.cycle import decide, next_wakeup
 from policy.version import stamped
 from services.runtime.clock import WALL_CLOCK, Clock
@@ -99,7 +99,7 @@ class Decider:
         # GPUs its victims give back.
         began = time.perf_counter()
         plan = decide(self.follower.state, self.clock.now())
-        decisions = [stamped(e) for e in plan.events if self.mine(e)]
+        decisions = [stamped(e) for e in publishable(plan.events, self.mine)]
         self.last_cycle_s = time.perf_counter() - began
         last = 0
         in_plan_order: list[Event] = []
@@ -144,3 +144,24 @@ class Decider:
             for waiting in waits:
                 waiting.cancel()
         await self.pace(max(self.settle_s, min(self.last_cycle_s, MAX_PACE_S)))
+
+
+def publishable(plan: list[Event], mine: Callable[[Event], bool]) -> list[Event]:
+    """This decider's share of the plan, up to the first decision that counts on another
+    decider's share of it: a nomination of a job the plan also places. A job that starts on
+    the GPUs held for it takes part in the same cycle's turns for its extras (rule 6), which may
+    nominate it again; the fold holds GPUs for a job only while none are held for it, so that
+    nomination, landing before the other decider's placement, was refused, and the same
+    decision made again once the placement had landed had the same id, which the stream then
+    dropped as a duplicate: the services never got past it. It, and the preemption decisions
+    after it (a later nomination may count on the GPUs its victims give back), wait for the
+    next cycle, when the placement has landed."""
+    placed_by_others = {e.job_id for e in plan if isinstance(e, JobScheduled) and not mine(e)}
+    found: list[Event] = []
+    for event in plan:
+        if not mine(event):
+            continue
+        if isinstance(event, JobNominated) and event.job_id in placed_by_others:
+            break
+        found.append(event)
+    return found

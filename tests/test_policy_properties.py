@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import copy
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from hypothesis import HealthCheck, settings
@@ -64,7 +64,7 @@ from events import (
 )
 from events.catalogue import MAKES_ROOM
 from policy.cycle import decide, next_wakeup
-from policy.state import HOLDING_PHASES, ClusterState, Job
+from policy.state import HOLDING_PHASES, ClusterState, Job, Verdict
 from simulation.virtual_cluster import VirtualCluster
 from tests.policy_bounds import walking_every_victim
 
@@ -228,13 +228,25 @@ def _holdings(state: ClusterState) -> dict[tuple[str, str], tuple[int, int]]:
     return found
 
 
+class CheckedCluster(VirtualCluster):
+    """A virtual cluster that shows each event it records with the fold's verdict."""
+
+    on_verdict: Callable[[Event, Verdict], None] | None = None
+
+    def record(self, event: Event) -> Verdict:
+        verdict = super().record(event)
+        if self.on_verdict is not None:
+            self.on_verdict(event, verdict)
+        return verdict
+
+
 # -- the machine --------------------------------------------------------------------------------
 
 
 class PolicyMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
-        self.vc = VirtualCluster()
+        self.vc = CheckedCluster()
         self.holdings = Holdings()
         self.jobs: list[str] = []
         self.node_names: list[str] = []  # every node ever registered, lost ones included
@@ -243,13 +255,15 @@ class PolicyMachine(RuleBasedStateMachine):
         #: per (project, pool) whose terms were lowered: what it held (all, non-preemptible)
         #: then, or less since (`limits_and_quotas_hold`)
         self.held_over: dict[tuple[str, str], tuple[int, int]] = {}
+        #: every event id recorded so far, and whether that event had an effect
+        self.ids: dict[str, bool] = {}
 
     # -- setup and commands ----------------------------------------------------------------------
 
     @initialize(spec=cluster_specs())
     def build(self, spec: ClusterSpec) -> None:
         vc = self.vc
-        vc.observer = self.check_decision
+        vc.observer, vc.on_verdict = self.check_decision, self.check_unique
         vc.configure(
             ClusterConfigured(
                 id="cluster",
@@ -423,6 +437,18 @@ class PolicyMachine(RuleBasedStateMachine):
         assert state == before, f"{self.vc.log[-1].id} applied twice had a second effect"
         note_event(f"a repeat was {'applied' if verdict.applied else 'refused'}")
 
+    def check_unique(self, event: Event, verdict: Verdict) -> None:
+        """The stream drops an event whose id it holds already (its duplicate window): an
+        event that has an effect must not carry the id of an earlier one, or on a cluster that
+        effect is lost (a decision refused once and made again under the same id was: the
+        services never got past it)."""
+        earlier = self.ids.get(event.id)
+        assert earlier is None or not verdict.applied, (
+            f"{event.id} has an effect, but the stream would drop it as a repeat of an earlier "
+            f"{'applied' if earlier else 'refused'} event"
+        )
+        self.ids.setdefault(event.id, verdict.applied)
+
     def check_decision(self, event: Event) -> None:
         """Every event as it is recorded (the state has just applied it)."""
         if not self.stale:
@@ -569,9 +595,9 @@ class PolicyMachine(RuleBasedStateMachine):
     def settled_stays_settled(self) -> None:
         vc = self.vc
         assert decide(vc.state, vc.now).events == [], "settle() left decisions to make"
-        vc.observer = None
+        vc.observer, vc.on_verdict = None, None
         probe = copy.deepcopy(vc)
-        vc.observer = self.check_decision
+        vc.observer, vc.on_verdict = self.check_decision, self.check_unique
         probe.work.clear()  # no job finishes: only time passes
         if next_wakeup(probe.state, probe.now) is not None:
             # timers still run: let them run out (what they unlock may legitimately move jobs)

@@ -134,6 +134,11 @@ def _placement_refusal(state: ClusterData, job: Job, e: JobScheduled) -> Refusal
     """Why a placement of a pending job is refused before its GPUs are looked at."""
     if job.phase != "pending":
         return f"job is {job.phase}, not pending"
+    if e.attempt != job.attempt + 1:
+        # decided before an attempt that has since been made: applied, it made that attempt's
+        # number again (its reports were the new one's), and its id was the earlier
+        # placement's, which the stream drops as a repeat
+        return f"attempt {e.attempt}, not the job's next ({job.attempt + 1})"
     if len(e.replicas) > job.replicas:
         return "more replicas than the job has"
     if _on_cordoned_node(state, e.replicas):

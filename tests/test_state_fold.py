@@ -67,6 +67,23 @@ def test_a_placement_on_a_lost_node_is_ignored() -> None:
     assert vc.state.jobs["j1"].phase == "pending"  # its only node is gone
 
 
+def test_a_placement_for_an_attempt_made_since_is_refused() -> None:
+    """A placement decided before the job's first attempt was made, landing once that attempt
+    has ended (its node lost), would make attempt 1 again: its reports would count for the new
+    one, and the stream drops its id as the first placement's."""
+    vc = cluster()
+    first = vc.state.jobs["j1"]
+    assert first.attempt == 1
+    vc.remove_node("n0")
+    vc.add_node("n1", "default", 2)
+    assert vc.state.jobs["j1"].phase == "pending"
+    stale = msgspec.structs.replace(scheduled("j1", "n1", (0, 1)), id="j1/1/scheduled")
+    assert vc.record(stale).reason == "attempt 1, not the job's next (2)"
+    assert vc.state.jobs["j1"].phase == "pending" and not vc.state.jobs["j1"].held
+    vc.record(msgspec.structs.replace(stale, id="j1/2/scheduled", attempt=2))
+    assert vc.state.jobs["j1"].attempt == 2 and vc.state.jobs["j1"].phase == "starting"
+
+
 def test_a_placement_of_more_replicas_than_the_job_has_is_refused() -> None:
     """A job holds at most its replicas (victims are ordered on it): a forged or broken
     placement giving a pending job more is refused and takes nothing."""

@@ -21,13 +21,13 @@ from events import (
 )
 from events.catalogue import PreemptionReason
 from events.model import UsageFacts
+from policy import decision_ids
 from policy.state import Job
 
 #: Placements carry the scheduler as actor.
 ACTOR: Final = "scheduler"
 #: Preemption decisions (nominations and the stop requests they cause) carry their own actor.
 PREEMPTOR: Final = "preemptor"
-_PLACED: Final = frozenset({"starting", "running"})
 
 
 class Decisions:
@@ -52,14 +52,7 @@ class Decisions:
     ) -> JobScheduled:
         """Start the job's minimum (a new attempt), or with `holds` (the replicas it will then
         hold) add replicas to the attempt its minimum started, maybe in this very cycle."""
-        if holds is None:
-            attempt = job.attempt + 1
-            event_id = f"{job.id}/{attempt}/scheduled"
-        else:
-            attempt = job.attempt if job.phase in _PLACED else job.attempt + 1
-            # surplus replicas may be taken back and granted again within one attempt: the
-            # preemption count keeps the id of a later grant apart from an earlier one
-            event_id = f"{job.id}/{attempt}/scale/{holds}-{job.preemptions}"
+        attempt, event_id = decision_ids.placement(job, holds)
         event = JobScheduled(
             id=event_id,
             time=self.now,
@@ -87,7 +80,7 @@ class Decisions:
     ) -> JobNominated:
         """Hold GPUs for the job while its victims (if any) give them back."""
         event = JobNominated(
-            id=f"{job.id}/nominate/{job.nominations + 1}",
+            id=decision_ids.nomination(job),
             time=self.now,
             actor=PREEMPTOR,
             job_id=job.id,
@@ -112,9 +105,7 @@ class Decisions:
         """Ask a victim to stop `replicas` replicas (0: all of it) for the nominee, leaving it
         `remaining`."""
         event = JobPreemptionRequested(
-            # the preemption count keeps a later stop of as many replicas (surplus taken
-            # back, granted again, taken back again) apart from an earlier one
-            id=f"{victim.id}/{victim.attempt}/preempt/{remaining}-{victim.preemptions}",
+            id=decision_ids.stop(victim, remaining),
             time=self.now,
             actor=PREEMPTOR,
             causation=nomination.id,

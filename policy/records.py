@@ -106,6 +106,10 @@ class Job(msgspec.Struct, array_like=True):
     restore_s: float = 0.0
     #: a replica is on a drained node: the job is asked to stop (reason `drain`)
     drained: bool = False
+    #: decisions about this job (placements, nominations, stops that make room) the fold
+    #: refused that were made on the count before (`ClusterState.apply`); the policy puts it
+    #: in the next one's id, which the stream would otherwise drop as the refused one's
+    refusals: int = 0
 
     @property
     def elastic(self) -> bool:

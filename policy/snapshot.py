@@ -30,10 +30,13 @@ from policy.state import ClusterState, Job, Node, Pool, Project
 #: drain are kept; rule 11's decayed usage per pool with a half-life.
 #: 7: a placement or nomination that would publish a host port twice on a node is refused.
 #: 8: the volume allowlist (VolumesConfigured), which an older fold skipped.
-FOLD_VERSION: Final = 9
+#: 9: a placement or nomination of non-preemptible work over its project's quota is refused.
+#: 10: a placement for an attempt other than the job's next is refused; refused decisions are
+#: counted per job (`Job.refusals`).
+FOLD_VERSION: Final = 10
 #: The layout of this file's structs. 2: the settings as `events.ClusterSettings`.
-#: 3: a node's cordon; `usage` (rule 11). 4: `volumes`.
-FORMAT_VERSION: Final = 4
+#: 3: a node's cordon; `usage` (rule 11). 4: `volumes`. 5: a job's `refusals`.
+FORMAT_VERSION: Final = 5
 
 
 class SnapshotMismatch(ValueError):

@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-from events import Event
-from policy import fold_attempts, fold_cluster, fold_placement
+from events import Event, JobNominated, JobPreemptionRequested, JobScheduled
+from policy import decision_ids, fold_attempts, fold_cluster, fold_placement
 from policy.cluster_data import ClusterData, Handler
 from policy.records import (
     FINAL_PHASES,
@@ -61,6 +61,10 @@ _HANDLERS: Final[dict[type[Event], Handler]] = {
 }
 
 
+#: The decisions whose refusal the fold counts (`Job.refusals`).
+_COUNTED_REFUSALS: Final = (JobScheduled, JobNominated, JobPreemptionRequested)
+
+
 @dataclass(slots=True)
 class ClusterState(ClusterData):
     """The cluster's data (`ClusterData`) and the fold that changes it."""
@@ -75,7 +79,19 @@ class ClusterState(ClusterData):
         if handler is None:
             return APPLIED
         refused = handler(self, event)
-        return APPLIED if refused is None else Verdict(False, refused)
+        if refused is None:
+            return APPLIED
+        if isinstance(event, _COUNTED_REFUSALS):
+            self._count_refusal(event)
+        return Verdict(False, refused)
+
+    def _count_refusal(self, event: JobScheduled | JobNominated | JobPreemptionRequested) -> None:
+        """A decision refused (decided on a view the log has moved past) that the policy would
+        make again under the same id: counted, so that the next one gets a fresh id
+        (`policy.decision_ids`). Once: counted, its id is no longer the next one's."""
+        job = self.jobs.get(event.job_id)
+        if job is not None and decision_ids.made_again(job, event):
+            job.refusals += 1
 
     def apply_all(self, events: list[Event]) -> None:
         for event in events:

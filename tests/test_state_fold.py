@@ -84,6 +84,30 @@ def test_a_placement_for_an_attempt_made_since_is_refused() -> None:
     assert vc.state.jobs["j1"].attempt == 2 and vc.state.jobs["j1"].phase == "starting"
 
 
+def test_a_refused_decision_is_made_again_under_a_fresh_id() -> None:
+    """The stream drops an id it holds already: a placement refused (decided on a view the log
+    has moved past) and made again under the same id was lost, and the job waited out the
+    stream's two-minute window. The fold counts the refusal once, however often the refused
+    placement is delivered, and the next decision's id says so."""
+    vc = VirtualCluster()
+    vc.add_pool("default")
+    vc.add_node("n0", "default", 2)
+    vc.set_project("a", {"default": ProjectTerms(quota=2)})
+    vc.submit("j1", JobSpec(project="a", gpus=2))
+    vc.submit("j2", JobSpec(project="a", gpus=2))
+    first = decide(vc.state, vc.now).events
+    assert [e.id for e in first] == ["j1/1/scheduled"]
+    vc.record(scheduled("j2", "n0", (0, 1)))  # a stale leader's placement lands first
+    for _ in range(2):
+        assert not vc.record(first[0]).applied  # (and again: counted once)
+    assert vc.state.jobs["j1"].refusals == 1
+    vc.remove_node("n0")
+    vc.add_node("n1", "default", 2)
+    again = decide(vc.state, vc.now).events
+    assert [e.id for e in again][:1] == ["j1/1/scheduled/r1"]
+    assert vc.record(again[0]).applied
+
+
 def test_a_placement_of_more_replicas_than_the_job_has_is_refused() -> None:
     """A job holds at most its replicas (victims are ordered on it): a forged or broken
     placement giving a pending job more is refused and takes nothing."""

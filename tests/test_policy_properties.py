@@ -491,7 +491,12 @@ class PolicyMachine(RuleBasedStateMachine):
                 assert facts.usage.get(mine, 0) < facts.fair_share.get(mine, 0), (
                     f"{event.id}: {mine} reclaims at or above its fair share: {facts}"
                 )
-                assert facts.usage.get(theirs, 0) > facts.quota.get(theirs, 0), (
+                # its quota counted at most up to its limit (a limit lowered below the quota,
+                # the project holding more than it: it gives down to the limit)
+                limit = state.projects[theirs].in_pool(facts.pool).limit
+                quota = facts.quota.get(theirs, 0)
+                floor = quota if limit is None else min(quota, limit)
+                assert facts.usage.get(theirs, 0) > floor, (
                     f"{event.id}: {theirs} gives GPUs while within its quota: {facts}"
                 )
         elif isinstance(event, JobScheduled):

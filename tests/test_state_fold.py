@@ -28,14 +28,16 @@ from policy.state import Verdict
 from simulation.virtual_cluster import VirtualCluster
 
 
-def cluster() -> VirtualCluster:
+def cluster(settled: bool = True) -> VirtualCluster:
+    """One node of 2 GPUs, and two jobs of 2 GPUs (j1 running once settled, j2 waiting)."""
     vc = VirtualCluster()
     vc.add_pool("default")
     vc.add_node("n0", "default", 2)
     vc.set_project("a", {"default": ProjectTerms(quota=2)})
     vc.submit("j1", JobSpec(project="a", gpus=2))
     vc.submit("j2", JobSpec(project="a", gpus=2))
-    vc.settle()
+    if settled:
+        vc.settle()
     return vc
 
 
@@ -93,12 +95,7 @@ def test_a_refused_decision_is_made_again_under_a_fresh_id() -> None:
     has moved past) and made again under the same id was lost, and the job waited out the
     stream's two-minute window. The fold counts the refusal once, however often the refused
     placement is delivered, and the next decision's id says so."""
-    vc = VirtualCluster()
-    vc.add_pool("default")
-    vc.add_node("n0", "default", 2)
-    vc.set_project("a", {"default": ProjectTerms(quota=2)})
-    vc.submit("j1", JobSpec(project="a", gpus=2))
-    vc.submit("j2", JobSpec(project="a", gpus=2))
+    vc = cluster(settled=False)
     first = decide(vc.state, vc.now).events
     assert [e.id for e in first] == ["j1/1/scheduled"]
     vc.record(scheduled("j2", "n0", (0, 1)))  # a stale leader's placement lands first

@@ -13,6 +13,7 @@ from fairlane.api_options import Connection, connected
 from fairlane.client import named
 from fairlane.output import (
     USAGE,
+    USAGE_FLAGS,
     MaybeWhole,
     Output,
     console,
@@ -183,9 +184,9 @@ def _usage_settings(half_life: str | None, k: float) -> dict[str, Any]:
             seconds = parse_duration(half_life)
         except ValueError as e:
             fail(f"--usage-half-life: {e}", USAGE)
-    problem = settings_problem(seconds, k)
+    problem = settings_problem(seconds, k, USAGE_FLAGS)
     if problem is not None:
-        fail(f"--usage-half-life {half_life}, --usage-k {k}: {problem}", USAGE)
+        fail(problem, USAGE)
     return {"usage_half_life_s": seconds, "usage_k": k}
 
 

@@ -121,6 +121,8 @@ def whole_gpus(_: Any, tokens: Sequence[Any]) -> int:
 
 #: Integer flags: a fraction is refused with the flag and the value, never rounded.
 Whole = Annotated[int, cyclopts.Parameter(converter=whole_number)]
+#: The flags of rule 11's settings (`policy.decay.settings_problem` names the one at fault).
+USAGE_FLAGS: Final = {"usage_half_life_s": "--usage-half-life", "usage_k": "--usage-k"}
 MaybeWhole = Annotated[int | None, cyclopts.Parameter(converter=whole_number)]
 Gpus = Annotated[int, cyclopts.Parameter(converter=whole_gpus)]
 MaybeGpus = Annotated[int | None, cyclopts.Parameter(converter=whole_gpus)]

@@ -17,6 +17,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from events import CheckpointModel
 from events.model import VictimOrder
+from fairlane.output import USAGE_FLAGS
 from policy.decay import settings_problem
 from simulation.trace.cluster import ClusterSpec, load_cluster, uniform_cluster
 from simulation.trace.errors import SimulationError
@@ -223,9 +224,9 @@ def _usage(half_life: str | None, k: float) -> tuple[float | None, float] | None
     if half_life is None:
         return None
     seconds = None if half_life == "off" else parse_duration(half_life, "--usage-half-life")
-    problem = settings_problem(seconds, k)
+    problem = settings_problem(seconds, k, USAGE_FLAGS)
     if problem is not None:
-        raise SimulationError(f"--usage-half-life {half_life}, --usage-k {k}: {problem}")
+        raise SimulationError(problem)
     return seconds, k
 
 

@@ -175,6 +175,7 @@ def submit(
             # JSON has no NaN or infinity: sent, the API read the body as malformed ("invalid
             # character (byte 116)"), naming neither the flag nor the value
             fail(f"{SUBMIT_FLAGS[field]} {seconds}: give a finite number of seconds", USAGE)
+    _check_replicas(body["replicas"], optional["min_replicas"])
     body.update({k: v for k, v in optional.items() if v is not None})
     from_file = given.get("env")
     if isinstance(from_file, dict):
@@ -199,6 +200,19 @@ def submit(
             body["working_dir"] = folder
         answer = api.post("/v1/jobs", body)
         emit(answer, output, lambda a: said(a, f"job {job_id}"))
+
+
+def _check_replicas(replicas: object, min_replicas: object) -> None:
+    """A usage error before anything is sent: admission would refuse the job (exit 1, as
+    if the cluster had said no to a sound request)."""
+    if not isinstance(replicas, int) or not isinstance(min_replicas, int):
+        return  # a file's odd value: the API names its field
+    if not 1 <= min_replicas <= replicas:
+        fail(
+            f"--min-replicas {min_replicas}: give 1 to --replicas ({replicas}); fewer than "
+            "--replicas makes the job elastic",
+            USAGE,
+        )
 
 
 LOCAL_HOSTS: Final = frozenset({"127.0.0.1", "localhost", "::1"})

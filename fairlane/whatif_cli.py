@@ -23,6 +23,7 @@ from events import ProjectTerms
 from events.model import VictimOrder
 from fairlane.audit_cli import Log, read_log
 from fairlane.cluster_cli import DataDir, NatsUrl, Output
+from fairlane.output import USAGE_FLAGS
 from fairlane.simulate_cli import simulation_errors
 from policy.decay import settings_problem
 from simulation.trace.errors import SimulationError
@@ -171,7 +172,9 @@ def parse_usage(half_life: str | None, k: float | None) -> dict[str, Any]:
         usage["usage_half_life_s"] = None if off else parse_duration(half_life, "--usage-half-life")
     if k is not None:
         usage["usage_k"] = k
-    problem = settings_problem(usage.get("usage_half_life_s"), usage.get("usage_k", 1.0))
+    problem = settings_problem(
+        usage.get("usage_half_life_s"), usage.get("usage_k", 1.0), USAGE_FLAGS
+    )
     if problem is not None:
         raise SimulationError(problem)
     return usage

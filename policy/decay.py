@@ -17,6 +17,7 @@ pool, is its value divided by the pool's.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any, Final
 
 import msgspec
@@ -31,10 +32,16 @@ MAX_K: Final = 100.0
 U_DIGITS: Final = 6
 
 
-def settings_problem(half_life_s: float | None, k: float) -> str | None:
-    """What is wrong with a pool's rule 11 settings, naming the value, or None."""
+def settings_problem(
+    half_life_s: float | None, k: float, flags: Mapping[str, str] | None = None
+) -> str | None:
+    """What is wrong with a pool's rule 11 settings, naming the value, or None; led by the
+    flag that gave it where `flags` names each setting's (`usage_half_life_s`, `usage_k`)."""
     found = settings_refusal(half_life_s, k)
-    return None if found is None else found[1]
+    if found is None:
+        return None
+    setting, words = found
+    return words if flags is None else f"{flags[setting]}: {words}"
 
 
 def settings_refusal(half_life_s: float | None, k: float) -> tuple[str, str] | None:

@@ -122,6 +122,21 @@ def test_seconds_that_json_cannot_carry_are_refused_naming_the_flag(
     assert api.sent("POST", "/v1/jobs") == []  # refused here, never sent
 
 
+def test_more_min_replicas_than_replicas_is_a_usage_error(api: FakeApi, tmp_path: Path) -> None:
+    done = fairlane(api, "submit", "j", "--project", "p", "--replicas", "2", "--min-replicas", "3")
+    assert done.returncode == 2, done.stderr
+    assert "error: --min-replicas 3: give 1 to --replicas (2)" in done.stderr
+    spec = tmp_path / "job.yaml"
+    spec.write_text("name: j\nproject: p\nmin-replicas: 2\n")  # replicas: 1 by default
+    from_file = fairlane(api, "submit", "-f", str(spec))
+    assert from_file.returncode == 2 and "--min-replicas 2: give 1 to" in from_file.stderr
+    assert api.sent("POST", "/v1/jobs") == []  # refused here, never sent
+    api.on("POST", "/v1/jobs", (201, {"event": "JobAdmitted", "job_id": "j"}))
+    elastic = fairlane(api, "submit", "j", "--project", "p", "--replicas", "4", "--min-replicas=2")
+    assert elastic.returncode == 0, elastic.stderr
+    assert api.sent("POST", "/v1/jobs")[0].body["min_replicas"] == 2
+
+
 def test_every_integer_flag_refuses_a_fraction(api: FakeApi) -> None:
     for args in (
         ["submit", "j", "--project", "p", "--replicas", "1.5"],

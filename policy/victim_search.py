@@ -7,6 +7,7 @@ The schedulers say which victim comes next (a `pick`) and what must hold besides
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -15,7 +16,7 @@ from events import Replica
 from policy.candidates import Candidate
 from policy.capacity import Capacity, Overlay, OverlayFit
 from policy.state import Job
-from policy.victims import Unit, VictimIndex
+from policy.victims import Unit, VictimIndex, is_near, look_up_after
 
 
 class SearchCycle(Protocol):
@@ -207,6 +208,62 @@ def next_unit(
         i = lineup.live_from(i + 1)
     taken.cursor[project] = i
     return None
+
+
+class NearWalk:
+    """`next_unit` for a walk that admits only units of jobs with a replica on one of `nodes`
+    and of job priority below `priority` (rule 4's walk for a replica of several GPUs, where
+    only some nodes could make room for one). It passes over the others one by one until
+    that has cost about a look-up by node (`look_up_after`), then visits only the positions
+    the look-up found (`Lineup.on_nodes`), the same units in the same order. At 4x the
+    bench's size such walks passed over ten times the units they did at 1x: the gaps between
+    near jobs grow with the pool."""
+
+    __slots__ = ("budget", "lineup", "near", "nodes", "priority", "project")
+
+    def __init__(self, victims: VictimIndex, project: str, nodes: set[str], priority: int) -> None:
+        self.lineup = victims.lineup(project)
+        self.project = project
+        self.nodes = nodes
+        self.priority = priority
+        self.budget = look_up_after(nodes)
+        self.near: list[int] | None = None  # positions near the nodes, once looked up
+
+    def next(self, taken: Taken, gone: set[str]) -> tuple[Unit, list[Replica]] | None:
+        lineup, units = self.lineup, self.lineup.units
+        i = lineup.live_from(taken.cursor.get(self.project, 0))
+        while self.near is None and i < len(units):
+            if self.budget <= 0:
+                self.near = lineup.on_nodes(self.nodes, len(units))
+                break
+            self.budget -= 1
+            found = self._frees(taken, gone, i)
+            if found is not None:
+                return found
+            i = lineup.live_from(i + 1)
+        near = self.near
+        if near is not None:
+            for k in range(bisect.bisect_left(near, i), len(near)):
+                position = near[k]
+                if lineup.live_from(position) == position:
+                    found = self._frees(taken, gone, position)
+                    if found is not None:
+                        return found
+            i = len(units)
+        taken.cursor[self.project] = i
+        return None
+
+    def _frees(self, taken: Taken, gone: set[str], i: int) -> tuple[Unit, list[Replica]] | None:
+        """The unit at i if the walk admits it and it frees GPUs (the walk then stops there)."""
+        unit = self.lineup.units[i]
+        job = unit.job
+        if job.id in gone or job.priority >= self.priority or not is_near(unit, self.nodes):
+            return None
+        freed = taken.replicas_freed(unit)
+        if not freed:
+            return None
+        taken.cursor[self.project] = i
+        return unit, freed
 
 
 class _KeptVictims:

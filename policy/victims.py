@@ -86,6 +86,19 @@ def units_of(jobs: list[Job], order: VictimOrder, now: float) -> list[Unit]:
     return ordered
 
 
+def is_near(unit: Unit, nodes: set[str]) -> bool:
+    """Has the unit's job a replica on one of these nodes?"""
+    held = unit.job.held
+    return held[0].node in nodes or any(r.node in nodes for r in held)
+
+
+def look_up_after(nodes: set[str]) -> int:
+    """How many entries of a lineup a walk for units near these nodes passes over one by one
+    before it looks the near ones up by node instead (`Lineup.on_nodes`): about what the
+    look-up costs. A walk then spends at most about twice the cheaper of the two."""
+    return len(nodes) // 8
+
+
 class VictimIndex:
     """The possible victims of one pool in one cycle: found once, their units sorted per
     project when first needed, and counted (sizes, priorities) for the bounds that spare a

@@ -12,10 +12,13 @@ walk made, victim by victim.
 
 from __future__ import annotations
 
+from unittest.mock import patch
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from events import JobSpec, ProjectTerms
+from policy import victim_search
 from policy.cycle import decide
 from simulation.virtual_cluster import VirtualCluster
 from tests.policy_bounds import walking_every_victim
@@ -58,6 +61,26 @@ def test_the_bounds_skip_only_walks_that_would_preempt_nobody(vc: VirtualCluster
     state = vc.state
     for _ in range(4):  # this cycle and those after it, as their decisions land
         plan = decide(state, vc.now)
+        with walking_every_victim():
+            assert decide(state, vc.now) == plan
+        if not plan:
+            return
+        vc.cycle()
+
+
+@settings(max_examples=200, deadline=None)
+@given(borrowed_then_claimed(), st.sampled_from([0, 1, 3]))
+def test_a_walk_looking_victims_up_by_node_decides_as_passing_over_them(
+    vc: VirtualCluster, look_up_after: int
+) -> None:
+    """An in-project walk for replicas of several GPUs passes over the victims on no hopeful
+    node one by one, then looks the near ones up by node (`victim_search.NearWalk`) once it
+    has passed over `look_up_after` (0: at once): it decides as every walk made victim by
+    victim."""
+    state = vc.state
+    for _ in range(4):  # this cycle and those after it, as their decisions land
+        with patch.object(victim_search, "look_up_after", lambda nodes: look_up_after):
+            plan = decide(state, vc.now)
         with walking_every_victim():
             assert decide(state, vc.now) == plan
         if not plan:

@@ -182,7 +182,7 @@ def test_a_walk_looking_lists_up_by_node_takes_the_plain_walks_victims(
 
     with (
         patch.object(Reach, "few", lambda reach, floor, gpus: gpus > 1),
-        patch.object(reclaim_order, "_look_up_after", lambda hopeful: look_up_after),
+        patch.object(reclaim_order, "look_up_after", lambda hopeful: look_up_after),
         patch.object(reclaim_order._Hopeful, "look_up", look_up),
         patch.object(reclaim, "first_fit", checked),
     ):

@@ -14,7 +14,7 @@ from policy.candidates import Candidate, JobKey, Shape, gate, gate_ok
 from policy.pool_cycle import PoolCycle
 from policy.schedulers.reclaim import try_reclaim
 from policy.turns import ProjectKey, Turns, job_key, project_key
-from policy.victim_search import Taken, next_unit, take_until_fits
+from policy.victim_search import NearWalk, Pick, Taken, next_unit, take_until_fits
 from policy.victims import Unit
 
 
@@ -217,20 +217,16 @@ def _lower_priority_victims(cycle: PoolCycle, cand: Candidate, over_limit: int) 
     def lower(unit: Unit) -> bool:
         return unit.job.priority < job.priority
 
-    def lower_near(unit: Unit) -> bool:
-        assert hopeful is not None
-        return unit.job.priority < job.priority and _near(unit, hopeful)
-
     def under_limit(freed_by_project: Mapping[str, int]) -> bool:
         return freed_by_project.get(job.project, 0) >= over_limit
 
-    admit = lower if hopeful is None else lower_near
-    return take_until_fits(
-        cycle,
-        cand,
-        lambda t: next_unit(cycle, job.project, t, job.node, admit),
-        under_limit if over_limit > 0 else None,
-    )
+    pick: Pick
+    if hopeful is None:
+        pick = lambda t: next_unit(cycle, job.project, t, job.node, lower)  # noqa: E731
+    else:
+        walk, gone = NearWalk(cycle.victims, job.project, hopeful, job.priority), cycle.victims.gone
+        pick = lambda t: walk.next(t, gone)  # noqa: E731
+    return take_until_fits(cycle, cand, pick, under_limit if over_limit > 0 else None)
 
 
 def _hopeful(cycle: PoolCycle, cand: Candidate) -> set[str] | None:
@@ -264,12 +260,6 @@ def _hopeful(cycle: PoolCycle, cand: Candidate) -> set[str] | None:
         if slot is not None and len(slot.free) + len(releasing.get(node, ())) + held >= gpus:
             hopeful.add(node)
     return hopeful
-
-
-def _near(unit: Unit, nodes: set[str]) -> bool:
-    """Has the unit's job a replica on one of these nodes?"""
-    held = unit.job.held
-    return held[0].node in nodes or any(r.node in nodes for r in held)
 
 
 def _could_end_within_fair_share(cycle: PoolCycle, cand: Candidate, acct: Account) -> bool:

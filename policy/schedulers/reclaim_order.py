@@ -36,7 +36,7 @@ from policy.victim_search import (
     spare_unneeded,
     taken_of,
 )
-from policy.victims import Lineup, Unit
+from policy.victims import Lineup, Unit, is_near, look_up_after
 
 
 class ReclaimCycle(SearchCycle, Protocol):
@@ -500,18 +500,6 @@ def first_fit(
     return spare_unneeded(cycle, cand, taken_of(cycle, kept), None)
 
 
-def _near(unit: Unit, hopeful: set[str]) -> bool:
-    """Has the unit's job a replica on one of these nodes?"""
-    held = unit.job.held
-    return held[0].node in hopeful or any(r.node in hopeful for r in held)
-
-
-def _look_up_after(hopeful: set[str]) -> int:
-    """How many entries of one list a walk passes over before it looks the list's entries
-    near the hopeful nodes up by node instead (about what looking them up costs)."""
-    return len(hopeful) // 8
-
-
 class _Hopeful:
     """A walk's hopeful nodes, and per list (by its place among the givers) how many entries
     of jobs on none of them it has passed over, or, once looked up by node
@@ -553,12 +541,12 @@ def _pass_over(  # noqa: PLR0913 (as `_queue_next`)
     """`_queue_next` entry by entry, until passing over the list has cost as much as looking
     it up by node would: then where it stopped (None if it queued an entry or the list
     ended)."""
-    budget = _look_up_after(hopeful.nodes)
+    budget = look_up_after(hopeful.nodes)
     passed = hopeful.passed
     while passed[place] < budget:
         if not offers.offer(i, below):
             return None
-        if _near(offers.units[i], hopeful.nodes):
+        if is_near(offers.units[i], hopeful.nodes):
             heapq.heappush(heap, (offers.key(i), place, i))
             return None
         passed[place] += 1
@@ -600,7 +588,7 @@ def _queue_next(  # noqa: PLR0913 (a walk's heap, and where it is in one list)
     # one by one, as before the look-up
     i = max(i, hopeful.listed[place])
     while offers.offer(i, below):
-        if _near(offers.units[i], hopeful.nodes):
+        if is_near(offers.units[i], hopeful.nodes):
             heapq.heappush(heap, (offers.key(i), place, i))
             return
         i += 1

@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from cluster.tool_log import log_like_services
+from fairlane.output import USAGE, fail
 from simulation.scenario.runner import EngineName, Result, run_file
 
 scenario_app = cyclopts.App(
@@ -37,7 +38,8 @@ def run(
     Parameters
     ----------
     files
-        Scenario YAML files (see scenarios/FORMAT.md).
+        Scenario YAML files (see scenarios/FORMAT.md), or folders: every `*.yaml` and `*.yml`
+        file in one and its subfolders, in name order.
     engine
         core: the pure policy with a virtual clock (fast, no servers). live: the real services
         on an embedded NATS, with real workloads, or on a virtual clock with simulated ones
@@ -48,7 +50,7 @@ def run(
     """
     console = Console(highlight=False, soft_wrap=True)
     log_like_services("warning")  # the live engine's services talk; only problems matter here
-    results = [run_file(path, engine) for path in files]
+    results = [run_file(path, engine) for path in _scenario_files(files)]
     if output == "json":
         sys.stdout.write(msgspec.json.encode(results).decode() + "\n")
     else:
@@ -63,6 +65,21 @@ def run(
         )
     if any(r.verdict in ("fail", "error") for r in results):
         sys.exit(1)
+
+
+def _scenario_files(given: list[Path]) -> list[Path]:
+    """The files named, each folder replaced by the scenario files under it (a folder with
+    none is a usage error: it was likely the wrong one)."""
+    found: list[Path] = []
+    for path in given:
+        if not path.is_dir():
+            found.append(path)  # (one that cannot be read is that scenario's error)
+            continue
+        inside = sorted(p for p in path.rglob("*") if p.suffix in (".yaml", ".yml") and p.is_file())
+        if not inside:
+            fail(f"FILES: the folder {str(path)!r} holds no scenario file (*.yaml, *.yml)", USAGE)
+        found.extend(inside)
+    return found
 
 
 def _print(console: Console, result: Result) -> None:

@@ -539,3 +539,20 @@ def test_volumes_from_flags_and_files_and_the_allowlist_verbs(api: FakeApi, tmp_
     api.on("GET", "/v1/jobs/j/timeline", _timeline([]))
     api.on("GET", "/v1/jobs/j/logs", (200, b""))
     assert "Volumes    /datasets:/data:ro" in fairlane(api, "describe", "j").stdout
+
+
+def test_scenario_run_takes_a_folder_as_every_scenario_under_it(tmp_path: Path) -> None:
+    examples = sorted((Path(__file__).parent.parent / "scenarios").glob("*.yaml"))[:2]
+    (tmp_path / "deeper").mkdir()
+    (tmp_path / "b.yaml").write_bytes(examples[0].read_bytes())
+    (tmp_path / "deeper" / "a.yml").write_bytes(examples[1].read_bytes())
+    (tmp_path / "notes.txt").write_text("not a scenario")
+    done = fairlane(None, "scenario", "run", str(tmp_path), "-o", "json")
+    assert done.returncode == 0, done.stderr
+    ran = [Path(r["path"]).relative_to(tmp_path) for r in json.loads(done.stdout)]
+    assert ran == [Path("b.yaml"), Path("deeper/a.yml")]
+    empty = tmp_path / "deeper" / "empty"
+    empty.mkdir()
+    refused = fairlane(None, "scenario", "run", str(empty))
+    assert refused.returncode == 2
+    assert f"error: FILES: the folder '{empty}' holds no scenario file" in refused.stderr

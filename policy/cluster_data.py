@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import copy
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final, Self
 
@@ -60,6 +60,11 @@ class ClusterData:
     #: One object for each distinct pool list of the jobs (see `share_values`): made again
     #: from the jobs, never written to a snapshot
     _pool_lists: dict[tuple[str, ...], tuple[str, ...]] = field(
+        default_factory=dict, repr=False, compare=False, metadata={"derived": True}
+    )
+    #: One object for each distinct list of GPU indexes of a replica (see `shared`): made
+    #: again from the jobs, never written to a snapshot
+    _gpu_lists: dict[tuple[int, ...], tuple[int, ...]] = field(
         default_factory=dict, repr=False, compare=False, metadata={"derived": True}
     )
     #: The live jobs whose replicas publish host ports (few: `ports_taken` reads only these):
@@ -134,6 +139,22 @@ class ClusterData:
             job.pool = sys.intern(job.pool)
         job.preemption_delay_s = job.preemption_delay_s or 0.0
         job.min_runtime_s = job.min_runtime_s or 0.0
+        if job.held:
+            job.held = self.shared(job.held)
+        if job.nomination:
+            job.nomination = tuple(self.shared(job.nomination))
+
+    def shared(self, replicas: Iterable[Replica]) -> list[Replica]:
+        """The replicas, with their node names and GPU indexes one object each (as
+        `share_values` does for a job's names): decoded from an event or a snapshot, every
+        replica's node name was a string of its own, and a cycle reads the node of every
+        victim's replicas, often more than once. At 4x the bench's size a state decoded from
+        a snapshot decided its burst cycle 5.5% slower than one built with shared names."""
+        gpu_lists, found = self._gpu_lists, []
+        for r in replicas:
+            node, gpus = sys.intern(r.node), gpu_lists.setdefault(r.gpus, r.gpus)
+            found.append(r if node is r.node and gpus is r.gpus else Replica(node, gpus))
+        return found
 
     def _ensure_pool(self, name: str) -> Pool:
         pool = self.pools.get(name)

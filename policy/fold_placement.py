@@ -90,7 +90,8 @@ def _job_nominated(state: ClusterData, e: JobNominated) -> Refusal:
         return refusal
     if not state._reserve(job, e.replicas, e.victims):
         return "a GPU it holds is taken, held for another job, or gone"
-    job.nomination, job.nomination_pool, job.nomination_id = e.replicas, e.pool, e.id
+    job.nomination, job.nomination_pool = tuple(state.shared(e.replicas)), e.pool
+    job.nomination_id = e.id
     state.note_unpreemptible(job)
     return None
 
@@ -121,7 +122,7 @@ def _job_scheduled(state: ClusterData, e: JobScheduled) -> Refusal:
         return refusal
     if not state._take(job, e.replicas):
         return _GPUS_TAKEN  # decided on a state the log has since moved past: no effect
-    job.attempt, job.pool, job.held = e.attempt, sys.intern(e.pool), list(e.replicas)
+    job.attempt, job.pool, job.held = e.attempt, sys.intern(e.pool), state.shared(e.replicas)
     state._count_held(job, gpus_in(e.replicas))
     state.note_unpreemptible(job)
     job.phase, job.started_at = "starting", None
@@ -159,7 +160,7 @@ def _job_scaled_up(state: ClusterData, job: Job, e: JobScheduled) -> Refusal:
         return refusal
     taken = state._take(job, e.replicas)
     if taken:
-        job.held.extend(e.replicas)
+        job.held.extend(state.shared(e.replicas))
         state._count_held(job, gpus_in(e.replicas))
         state.note_unpreemptible(job)
     state._drop_nomination(job)

@@ -14,7 +14,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from events import Event
+from events import Event, decode_event, encode_event
 from policy.cycle import decide
 from policy.snapshot import (
     FOLD_VERSION,
@@ -91,3 +91,29 @@ def test_bytes_that_are_no_snapshot_are_refused() -> None:
     cut_short = encode_snapshot(ClusterState(), 7)[:-3]
     with pytest.raises(SnapshotMismatch, match="damaged snapshot"):
         decode_snapshot(cut_short)
+
+
+def _name_objects(state: ClusterState) -> tuple[int, int, int, int]:
+    """Distinct node names and GPU index lists among the live jobs' replicas, by value and as
+    objects."""
+    replicas = [r for job in state.live.values() for r in (*job.held, *job.nomination)]
+    return (
+        len({r.node for r in replicas}),
+        len({id(r.node) for r in replicas}),
+        len({r.gpus for r in replicas}),
+        len({id(r.gpus) for r in replicas}),
+    )
+
+
+def test_replicas_decoded_from_the_log_or_a_snapshot_share_their_names() -> None:
+    """Every replica decoded from an event or a snapshot brings a node name and a GPU list of
+    its own; the fold keeps one object for each value (`ClusterData.shared`), which a cycle
+    reads for every victim."""
+    path = next(p for p in SCENARIOS if p.stem == "elastic-extras-nominated-as-the-minimum-starts")
+    log, _ = scenario_log(path)
+    state = ClusterState()
+    state.apply_all(decode_event(encode_event(e)) for e in log)
+    names, name_objects, gpu_lists, gpu_list_objects = _name_objects(state)
+    assert state.live and names == name_objects and gpu_lists == gpu_list_objects
+    restored, _ = decode_snapshot(encode_snapshot(state, len(log)))
+    assert _name_objects(restored) == (names, names, gpu_lists, gpu_lists)

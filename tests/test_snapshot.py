@@ -112,7 +112,7 @@ def test_replicas_decoded_from_the_log_or_a_snapshot_share_their_names() -> None
     path = next(p for p in SCENARIOS if p.stem == "elastic-extras-nominated-as-the-minimum-starts")
     log, _ = scenario_log(path)
     state = ClusterState()
-    state.apply_all(decode_event(encode_event(e)) for e in log)
+    state.apply_all([decode_event(encode_event(e)) for e in log])
     names, name_objects, gpu_lists, gpu_list_objects = _name_objects(state)
     assert state.live and names == name_objects and gpu_lists == gpu_list_objects
     restored, _ = decode_snapshot(encode_snapshot(state, len(log)))

@@ -86,8 +86,8 @@ class InProcessEngine:
                 await cluster.add_node(node.name, node.pool, node.gpus)
             case "remove_node":
                 await cluster.lose(step.value)
-            case "cordon" | "drain" | "uncordon":
-                await self._configure(node_command(step.kind, step.value))
+            case "cordon" | "drain" | "uncordon":  # a lost node's refusal: as on core
+                await cluster.command(node_command(step.kind, step.value))
             case "advance":
                 await cluster.advance(step.value)
         await cluster.settle()

@@ -191,8 +191,8 @@ class LiveEngine:
                 await self._add_node(step.value)
             case "remove_node":
                 await self._remove_node(step.value)
-            case "cordon" | "drain" | "uncordon":
-                await self._command(node_command(step.kind, step.value))
+            case "cordon" | "drain" | "uncordon":  # a lost node's refusal: as on core
+                await self._command(node_command(step.kind, step.value), refusable=True)
             case "advance" if self.virtual is not None:
                 await self._advance(self.virtual, step.value)
             case _:
@@ -226,8 +226,9 @@ class LiveEngine:
 
     async def _command(self, command: AnyCommand, refusable: bool = False) -> None:
         """Send a command; its refusal is an error of the scenario's setup, unless it is a
-        user's command on a job (`refusable`: cancelling a job that has ended, resuming one
-        that runs), which the other engines answer the same way and go on."""
+        user's command on a job or an operator's on a node (`refusable`: cancelling a job
+        that has ended, resuming one that runs, cordoning a node that was lost), which the
+        other engines answer the same way and go on."""
         try:
             reply = await send(self.client.nc, command)
         except msgspec.ValidationError as e:  # refused before it is sent: out of bounds

@@ -76,6 +76,11 @@ class Node:
     task: asyncio.Task[None]
 
 
+class InProcessError(RuntimeError):
+    """The services on the in-memory log did something the scenario cannot go on from (a node
+    that never registered, a service that stopped): the scenario's error, not a traceback."""
+
+
 class InProcessCluster:
     """The services on one `MemoryLog` and one `VirtualClock`; `settle` waits until nothing
     more happens at the clock's present moment, `advance` moves the clock through every moment
@@ -90,6 +95,7 @@ class InProcessCluster:
         self.work = ScenarioWork(self.clock)
         self.quiet = Quiet()
         self.nodes: dict[str, Node] = {}
+        self.starts: dict[str, int] = {}  # executors started so far, per node
         self.tasks: list[asyncio.Task[None]] = []
         self._dir = tempfile.TemporaryDirectory(prefix="fairlane-in-process-")
 
@@ -120,14 +126,15 @@ class InProcessCluster:
         """A node executor (the real one, on this host and clock) for `name`, registered."""
         entry = NodeEntry(name=name, pool=pool, gpus=gpus)
         data_dir = Path(self._dir.name) / name
-        executor = scenario_executor(self.log, self.work, entry, data_dir, self.host)
+        start = self.starts[name] = self.starts.get(name, 0) + 1
+        executor = scenario_executor(self.log, self.work, entry, data_dir, start, self.host)
         ready = asyncio.Event()
         self.nodes[name] = Node(executor, asyncio.create_task(executor.run(ready)))
         async with asyncio.timeout(NODE_LIMIT_S):
             await ready.wait()
         await self.settle()
         if name not in self.observer.state.nodes:
-            raise RuntimeError(f"{name} did not register")
+            raise InProcessError(f"node {name} did not register")
 
     async def lose(self, name: str) -> None:
         """The node goes away: its executor stops, its heartbeat lapses, the node watcher
@@ -178,7 +185,7 @@ class InProcessCluster:
     def _raise_if_one_stopped(self) -> None:
         for task in self.tasks:
             if task.done():
-                raise RuntimeError(f"a service stopped: {task.exception() or 'it returned'}")
+                raise InProcessError(f"a service stopped: {task.exception() or 'it returned'}")
 
     def _outstanding(self) -> bool:
         state = self.observer.state
@@ -199,16 +206,19 @@ class InProcessCluster:
         await self.settle()
 
 
-def scenario_executor(
+def scenario_executor(  # noqa: PLR0913 (the node, its start, and where it runs)
     log: EventLog,
     work: ScenarioWork,
     node: NodeEntry,
     data_dir: Path,
+    start: int,
     host: Host | None = None,
 ) -> Executor:
     """The real node executor for a scenario's node: its replicas do the scenario's `work` on
     the work's virtual clock, which the executor runs on too; it beats every BEAT_S (real
-    seconds)."""
+    seconds). `start` counts the node's executors (from 1): a node that comes back after it
+    was lost is a new start, as a real node's new process is, and registers under an id of
+    its own (under the first's, the stream dropped it as a repeat, and it never joined)."""
     config = ExecutorConfig(
         node=node.name,
         pool=node.pool,
@@ -217,7 +227,7 @@ def scenario_executor(
         heartbeat_s=BEAT_S,
         gpu_sample_s=None,
         checkpoint_poll_s=3600.0,  # its runtime has it look at each save as it is made
-        boot_id="scenario",
+        boot_id=f"scenario-{start}",
     )
     runtime = ScenarioRuntime(work)
     executor = Executor(log, config, runtime, work.clock, host)

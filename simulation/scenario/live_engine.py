@@ -116,6 +116,7 @@ class LiveEngine:
         #: the scenario's work, done by the executors' replicas on the virtual clock
         self.work = ScenarioWork(self.virtual) if self.virtual is not None else None
         self.scenario_executors: dict[str, Executor] = {}
+        self.starts: dict[str, int] = {}  # scenario executors started so far, per node
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -244,7 +245,8 @@ class LiveEngine:
         executor_log = await self._log(f"executor-{node.name}")
         data_dir = self.root / "executors" / node.name
         if self.work is not None:
-            executor = scenario_executor(executor_log, self.work, node, data_dir)
+            start = self.starts[node.name] = self.starts.get(node.name, 0) + 1
+            executor = scenario_executor(executor_log, self.work, node, data_dir, start)
             ready = asyncio.Event()
             self.executors[node.name] = asyncio.create_task(executor.run(ready))
             self.scenario_executors[node.name] = executor

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Literal
 
 from simulation.scenario.core_engine import CoreEngine
+from simulation.scenario.in_process import InProcessError
 from simulation.scenario.in_process_engine import InProcessEngine
 from simulation.scenario.live_engine import LiveEngine, LiveError
 from simulation.scenario.observe import check
@@ -97,7 +98,7 @@ async def _run_in_process(scenario: Scenario, result: Result) -> Result:
                     result.problems.append(f"step {step.number} expect {problem}")
             else:
                 await engine.step(step)
-    except (SetupRefused, TimeoutError) as e:
+    except (SetupRefused, InProcessError, TimeoutError) as e:
         result.verdict, result.reason = "error", str(e) or "the services did not settle"
         return result
     finally:

@@ -12,6 +12,9 @@ walk made, victim by victim.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from unittest.mock import patch
 
 from hypothesis import given, settings
@@ -58,14 +61,7 @@ def borrowed_then_claimed(draw: st.DrawFn) -> VirtualCluster:
 @settings(max_examples=300, deadline=None)
 @given(borrowed_then_claimed())
 def test_the_bounds_skip_only_walks_that_would_preempt_nobody(vc: VirtualCluster) -> None:
-    state = vc.state
-    for _ in range(4):  # this cycle and those after it, as their decisions land
-        plan = decide(state, vc.now)
-        with walking_every_victim():
-            assert decide(state, vc.now) == plan
-        if not plan:
-            return
-        vc.cycle()
+    _decides_as_walking_every_victim(vc, contextlib.nullcontext)
 
 
 @settings(max_examples=200, deadline=None)
@@ -77,12 +73,21 @@ def test_a_walk_looking_victims_up_by_node_decides_as_passing_over_them(
     node one by one, then looks the near ones up by node (`victim_search.NearWalk`) once it
     has passed over `look_up_after` (0: at once): it decides as every walk made victim by
     victim."""
-    state = vc.state
-    for _ in range(4):  # this cycle and those after it, as their decisions land
-        with patch.object(victim_search, "look_up_after", lambda nodes: look_up_after):
-            plan = decide(state, vc.now)
+    _decides_as_walking_every_victim(
+        vc, lambda: patch.object(victim_search, "look_up_after", lambda nodes: look_up_after)
+    )
+
+
+def _decides_as_walking_every_victim(
+    vc: VirtualCluster, deciding: Callable[[], AbstractContextManager[object]]
+) -> None:
+    """This cycle and those after it, as their decisions land, decide (inside `deciding`) as
+    the policy walking every victim."""
+    for _ in range(4):
+        with deciding():
+            plan = decide(vc.state, vc.now)
         with walking_every_victim():
-            assert decide(state, vc.now) == plan
+            assert decide(vc.state, vc.now) == plan
         if not plan:
             return
         vc.cycle()

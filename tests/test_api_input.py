@@ -87,6 +87,25 @@ async def test_a_bad_query_or_path_parameter_is_named_with_its_value(
     assert first.json()["error"] == 'from: Expected `int` >= 1, given "-1" (in query)'
 
 
+async def test_a_word_not_among_its_choices_is_said_with_them(
+    api: tuple[httpx.AsyncClient, dict[str, str]],
+) -> None:
+    c, admin = api
+    state = await c.get("/v1/jobs", params={"state": "done"}, headers=admin)
+    assert state.status_code == 400 and state.json()["field"] == "state", state.text
+    assert state.json()["error"] == (
+        "state: Invalid enum value 'done', given \"done\"; one of submitted, pending, starting, "
+        "running, stopping, paused, completed, failed, cancelled, rejected (in query)"
+    )
+    fitting = await c.put("/v1/pools/default", json={"fitting": "tight"}, headers=admin)
+    assert fitting.status_code == 400 and fitting.json()["field"] == "fitting", fitting.text
+    assert fitting.json()["error"] == (
+        "fitting: Invalid enum value 'tight', given \"tight\"; one of best, worst (in body)"
+    )
+    scheduler = await c.put("/v1/pools/default", json={"scheduler": "fifo"}, headers=admin)
+    assert "; one of fair_share, priority, round_robin (in body)" in scheduler.json()["error"]
+
+
 async def test_types_are_strict(api: tuple[httpx.AsyncClient, dict[str, str]]) -> None:
     c, admin = api
     gpus = await c.post("/v1/jobs", json={"job_id": "j", "project": "p", "gpus": "1"},

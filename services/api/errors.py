@@ -6,7 +6,7 @@ the routes document.
 from __future__ import annotations
 
 import re
-from typing import Any, Final, TypeVar
+from typing import Any, Final, Literal, TypeVar, get_args, get_origin
 
 import msgspec
 import structlog
@@ -67,6 +67,8 @@ def on_http_error(request: Request[Any, Any, Any], exc: HTTPException) -> Respon
                 given = _given(_body_read(request), field)
             else:
                 given = _given_parameter(request, source, key, field or key)
+            if said.startswith("Invalid enum value"):
+                given += _choices(request, "data" if source == "body" else key, field)
             message = f"{said}{given} (in {source})"
             if field:  # the message names the field too: not every client shows `field`
                 message = f"{field}: {message}"
@@ -94,6 +96,29 @@ def _given_parameter(request: Request[Any, Any, Any], source: str, key: str, wir
         return ""
     shown = msgspec.json.encode(value).decode()
     return f", given {shown[:60]}{'…' if len(shown) > 60 else ''}"
+
+
+def _choices(request: Request[Any, Any, Any], key: str, field: str | None) -> str:
+    """`; one of ...` for a value that must be one of some words: a query or path parameter
+    (`key`, its Python name) or a field of the body (`key` "data", `field` its name), read
+    from the route's own signature and body type. msgspec says only that the value is not one
+    of them."""
+    handler = request.scope.get("route_handler")
+    signature = getattr(handler, "parsed_fn_signature", None)
+    parameter = signature.parameters.get(key) if signature is not None else None
+    if parameter is None:
+        return ""
+    kinds = [kind.annotation for kind in (parameter, *parameter.inner_types)]
+    if key == "data":  # the body: the type of its struct's field of that name
+        body = next(
+            (k for k in kinds if isinstance(k, type) and issubclass(k, msgspec.Struct)), None
+        )
+        if body is None:
+            return ""
+        types = {f.encode_name: f.type for f in msgspec.structs.fields(body)}
+        kinds = [types.get(field or ""), *get_args(types.get(field or ""))]
+    words = next((get_args(kind) for kind in kinds if get_origin(kind) is Literal), ())
+    return "; one of " + ", ".join(map(str, words)) if words else ""
 
 
 def _source(source: object) -> str:

@@ -17,6 +17,10 @@ is pure, so every run does the same work.
 - `settled` (unless `--no-settled`): the cycle once its decisions, and those of the cycles
   after it, have been carried out by simulated executors: the common case, nothing to do.
 
+`--restored` times each state restored from a snapshot of it, as a decision service has it
+after a restart (every value decoded from bytes, as from the log); as built, values this file
+makes once are shared by every job and replica that has them.
+
 Figures are p50/p99 milliseconds (time.perf_counter) over `--runs` runs, and the growth of each
 against the smallest scale; the p50 of the process's own CPU time a cycle (time.process_time)
 and its growth, which what other processes take of a shared machine does not move; per state,
@@ -89,6 +93,7 @@ from events.model import DEFAULT_PRIORITY_CLASSES, Fitting, SchedulerType, Victi
 from events.units import percentile
 from policy.capacity import Capacity, NodeSlots
 from policy.cycle import Plan, decide
+from policy.snapshot import decode_snapshot, encode_snapshot
 from policy.state import ClusterState
 from simulation.virtual_cluster import VirtualCluster
 
@@ -409,6 +414,7 @@ def measure(
     victim_order: VictimOrder = "newest",
     gc_mode: GcMode = "on",
     memory: bool = True,
+    restored: bool = False,
     progress: Callable[[str], None] = lambda _: None,
     tick: Callable[[int, int], None] = lambda done, total: None,
 ) -> list[Figures]:
@@ -425,7 +431,7 @@ def measure(
             progress(f"building {scale}x (burst)")
             with Traced(memory) as built:
                 state = build(size, seed, *settings, tick=tick).state
-            timed.append(_Timed(scale, "burst", state, built))
+            timed.append(_Timed(scale, "burst", _restored(state) if restored else state, built))
         if settled:  # built again (not copied: a copy lays the objects out anew in memory)
             progress(f"building {scale}x (settled)")
             with Traced(memory) as built:
@@ -435,7 +441,8 @@ def measure(
             vc = VirtualCluster(state=state, now=NOW)
             vc.settle()  # the burst's decisions, and the cycles after it, until quiet
             built.seconds += time.perf_counter() - started
-            timed.append(_Timed(scale, "settled", vc.state, built))
+            state = _restored(vc.state) if restored else vc.state
+            timed.append(_Timed(scale, "settled", state, built))
     for t in timed:
         progress(f"warm-up cycle, {t.scale}x {t.cycle}")
         # warm-up, the size of the answer, and the memory a cycle takes
@@ -462,6 +469,13 @@ def measure(
         gc.enable()
         gc.unfreeze()
     return [_figures(t) for t in timed]
+
+
+def _restored(state: ClusterState) -> ClusterState:
+    """The state as a service restarting from a snapshot of it has it: decoded, every
+    replica's node name and GPU list, and every job's values, come from bytes, as they do
+    from the log (built here, they are the objects this file made them with)."""
+    return decode_snapshot(encode_snapshot(state, state.position))[0]
 
 
 class Traced:
@@ -692,6 +706,7 @@ def main(
     victim_order: VictimOrder = "newest",
     gc_mode: Annotated[GcMode, cyclopts.Parameter(name="--gc")] = "on",
     memory: bool = True,
+    restored: bool = False,
     profile_top: Annotated[int, cyclopts.Parameter(name="--profile")] = 0,
     baseline: str | None = None,
     output: Output = "text",
@@ -724,6 +739,9 @@ def main(
     memory
         Measure the memory of each build and of one cycle (tracemalloc, which makes the builds
         four to five times slower: --no-memory for their true time).
+    restored
+        Time each state restored from a snapshot of it, as a decision service has it after a
+        restart (its values decoded from bytes, as from the log), rather than as built.
     profile_top
         Instead of timing, profile the burst cycle at the first scale and print this many
         functions by own time.
@@ -748,6 +766,7 @@ def main(
             "fitting": fitting,
             "victim_order": victim_order,
             "gc_mode": gc_mode,
+            "restored": restored,
         }
         sys.exit(main_against(baseline, sizes, runs, options, output))
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
@@ -764,6 +783,7 @@ def main(
             victim_order=victim_order,
             gc_mode=gc_mode,
             memory=memory,
+            restored=restored,
             progress=lambda text: bar.update(task, description=text, total=None, completed=0),
             tick=lambda done, total: bar.update(task, completed=done, total=total),
         )
@@ -777,6 +797,7 @@ def main(
             "victim_order": victim_order,
             "gc": gc_mode,
             "memory": memory,
+            "restored": restored,
             "seed": seed,
             "peak_rss_mib": peak_mib(),
             "results": [asdict(f) for f in results],

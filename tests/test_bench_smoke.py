@@ -39,6 +39,15 @@ def test_policy_bench_measures_no_memory_when_told_not_to() -> None:
     assert (burst.build_peak_mib, burst.state_mib, burst.cycle_peak_mib) == (None, None, None)
 
 
+def test_policy_bench_times_restored_states_deciding_as_built() -> None:
+    """`--restored` decides on each state as a restarted service has it: the same plans."""
+    base = Size(nodes=8, running=30, pending=60)
+    built = policy_cycle.measure([1], runs=1, base=base, memory=False)
+    restored = policy_cycle.measure([1], runs=1, base=base, memory=False, restored=True)
+    assert [f.plan_sha256 for f in restored] == [f.plan_sha256 for f in built]
+    assert [f.decisions for f in restored] == [f.decisions for f in built]
+
+
 @pytest.mark.parametrize("text", ["", "1,x", "0", "2,101", "-1"])
 def test_policy_bench_refuses_a_bad_scale(text: str) -> None:
     with pytest.raises(ValueError, match="--scales"):

@@ -10,6 +10,7 @@ from events import (
     JobNominated,
     JobScheduled,
     JobSpec,
+    JobStarted,
     JobSubmitted,
     NodeRegistered,
     ProjectConfigured,
@@ -29,16 +30,19 @@ def cluster(gpus: int = 4, quota: int = 4, limit: int | None = None) -> ClusterS
     return state
 
 
-def admit(state: ClusterState, job: str, gpus: int, replicas: int = 1, **kw: object) -> None:
+def admit(
+    state: ClusterState, job: str, gpus: int, replicas: int = 1, project: str = "a", **kw: object
+) -> None:
     minimum = int(kw.pop("min_replicas", replicas))  # type: ignore[call-overload]
-    state.apply(JobSubmitted(id=f"{job}/s", time=0, actor="t", job_id=job, spec=JobSpec("a")))
+    spec = JobSpec(project)
+    state.apply(JobSubmitted(id=f"{job}/s", time=0, actor="t", job_id=job, spec=spec))
     state.apply(
         JobAdmitted(
             id=f"{job}/a",
             time=0,
             actor="t",
             job_id=job,
-            project="a",
+            project=project,
             priority=50,
             preemptible=True,
             gpus=gpus,
@@ -97,6 +101,34 @@ def test_a_nominee_that_starts_is_not_waiting_though_an_extra_does_not_fit() -> 
     plan = decide(state, 1.0)
     assert [e.scale_up for e in plan.placements] == [False, True]  # one extra fits of three
     assert plan.waiting == {}
+
+
+def run(state: ClusterState, job: str, replicas: tuple[Replica, ...]) -> None:
+    for event in (
+        JobScheduled(
+            id=f"{job}/p", time=0, actor="t", job_id=job, attempt=1, pool="p", replicas=replicas
+        ),
+        JobStarted(id=f"{job}/r", time=0, actor="t", job_id=job, attempt=1),
+    ):
+        state.apply(event)
+
+
+def test_an_extra_that_finds_no_room_after_one_is_placed_reclaims_in_that_cycle() -> None:
+    """Rule 6 and rule 5: a running elastic job's next extra replica, queued once one is
+    placed on idle GPUs, takes its turn in the same cycle's preemption pass, as every
+    candidate left waiting does."""
+    state = cluster(gpus=3, quota=3)
+    terms = {"p": ProjectTerms(quota=0)}
+    state.apply(ProjectConfigured(id="b", time=0, actor="t", project="b", terms=terms))
+    admit(state, "lender", 1, project="b")
+    run(state, "lender", (Replica("n0", (2,)),))
+    admit(state, "e", 1, replicas=3, min_replicas=1)
+    run(state, "e", (Replica("n0", (0,)),))
+    plan = decide(state, 1.0)
+    placed = [(e.job_id, e.replicas, e.scale_up) for e in plan.placements]
+    assert placed == [("e", (Replica("n0", (1,)),), True)]
+    assert [(e.job_id, e.reason) for e in plan.stops] == [("lender", "reclaim")]
+    assert [(e.job_id, e.replicas) for e in plan.nominations] == [("e", (Replica("n0", (2,)),))]
 
 
 def test_why_pending_jobs_wait() -> None:

@@ -14,7 +14,7 @@ on, and why each job left waiting waits. Order of work:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -49,10 +49,10 @@ class Plan:
     #: the log position of the state decided on (every decision carries it as `basis_seq`)
     basis_seq: int
     events: list[Event] = field(default_factory=list)
-    #: the reasons given while deciding, and the candidates left waiting for room ("no_fit")
+    #: the reasons given while deciding, and the jobs left waiting for room ("no_fit")
     #: unless a reason was given for them: what `waiting` is made of
     reasons: dict[str, WaitReason] = field(default_factory=dict)
-    waiting_for_room: list[Sequence[Candidate]] = field(default_factory=list)
+    waiting_for_room: list[list[Job]] = field(default_factory=list)
     #: jobs that hold GPUs or are given some in this cycle: not waiting, whatever was said
     not_waiting: set[str] = field(default_factory=set)
     _waiting: dict[str, WaitReason] | None = None
@@ -69,9 +69,9 @@ class Plan:
         if self._waiting is None:
             leaving = self.not_waiting
             waiting = {j: r for j, r in self.reasons.items() if j not in leaving}
-            for cands in self.waiting_for_room:
-                for cand in cands:
-                    job_id = cand.job.id
+            for jobs in self.waiting_for_room:
+                for job in jobs:
+                    job_id = job.id
                     if job_id not in leaving:
                         waiting.setdefault(job_id, "no_fit")
             self._waiting = waiting
@@ -257,7 +257,7 @@ def _pool_cycles(
     stopping: list[Job],
     decisions: Decisions,
     waiting: dict[str, WaitReason],
-    waiting_for_room: list[Sequence[Candidate]],
+    waiting_for_room: list[list[Job]],
 ) -> dict[str, PoolCycle]:
     """Each pool's cycle, with its idle GPUs (neither held by a job nor held for a nominee:
     the fold's `owners` and `reserved`, rather than every job's replicas) and the GPUs being

@@ -167,9 +167,6 @@ class _Queue:
             self.key_usage, self.key_gpus = usage, gpus
         return self.key
 
-    def remaining(self) -> list[Candidate]:
-        return self.items[self.at :] + [item[5] for item in self.later]
-
 
 class Turns:
     """Projects taking turns, each with its own queue of candidates.
@@ -215,10 +212,6 @@ class Turns:
         self._tie += 1
         item = (*job_key(cand), self._tie, cand)
         heapq.heappush(self.queues[cand.project].later, item)
-
-    def remaining(self) -> list[Candidate]:
-        """Every candidate not yet popped."""
-        return [c for q in self.queues.values() for c in q.remaining()]
 
 
 def fewest_held_key(acct: Account) -> tuple[int, int]:

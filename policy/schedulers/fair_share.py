@@ -65,10 +65,11 @@ def allocate(cycle: PoolCycle, cands: list[Candidate]) -> list[Candidate]:
             no_fit.add(shape)
             cycle.waiting[cand.job.id] = "no_fit"
             if _nothing_fits(cycle, left, no_fit):
-                # no candidate left could be placed: they all wait (their order does not
-                # matter: the preemption pass orders them by its own turns)
-                cycle.wait_for_room(turns.remaining())
-                break
+                # no candidate left could be placed: they all wait (those that had their turn
+                # were given a reason already, which wins over waiting for room)
+                waiting = _left_waiting(cands, follow_ups, placed)
+                cycle.wait_for_room(waiting)
+                return waiting
     return _left_waiting(cands, follow_ups, placed)
 
 

@@ -67,6 +67,9 @@ def _preemption_requested(entry: dict[str, Any], event: dict[str, Any]) -> str:
 
 def _preempted(entry: dict[str, Any], event: dict[str, Any]) -> str:
     text = f"stopped ({event.get('reason')})"
+    if event.get("own_replicas") and event.get("node"):
+        # a stop spanning nodes is reported by each node for its own replicas: one line each
+        text += f" on {event['node']}"
     text += ", checkpoint saved" if event.get("checkpointed") else ""
     if event.get("stored_bytes"):  # in the cluster's checkpoint store, for any node
         text += f" and stored ({event['stored_bytes']} bytes)"

@@ -213,3 +213,14 @@ def test_describe_says_how_much_checkpoint_a_stop_stored() -> None:
     assert (
         details({"type": "JobPreempted", "event": event}) == "stopped (priority), checkpoint saved"
     )
+
+
+def test_describe_names_the_node_of_each_nodes_own_stop_report() -> None:
+    """A gang across two nodes is stopped by both, each reporting its own replicas: the
+    timeline's two lines say which node each is from."""
+    event = {"job_id": "j", "attempt": 1, "reason": "reclaim", "checkpointed": True}
+    for node in ("node-a", "node-b"):
+        entry = {"type": "JobPreempted", "event": {**event, "node": node, "own_replicas": True}}
+        assert details(entry) == f"stopped (reclaim) on {node}, checkpoint saved"
+    whole = {"type": "JobPreempted", "event": {**event, "node": "node-a"}}  # the whole stop
+    assert details(whole) == "stopped (reclaim), checkpoint saved"

@@ -70,7 +70,7 @@ export function describe(e, jobLink) {
       return [`attempt ${ev.attempt}: ${reason}`, ...forJob,
         ev.facts?.note ? ` (${ev.facts.note})` : ""];
     case "JobPreempted":
-      return `attempt ${ev.attempt} stopped: ${reason}${ev.checkpointed ? ", checkpointed" : ", no checkpoint"}${ev.killed ? ", killed after its grace period" : ""}${utilization(ev)}`;
+      return `attempt ${ev.attempt} stopped${ev.own_replicas && ev.node ? ` on ${ev.node}` : ""}: ${reason}${ev.checkpointed ? ", checkpointed" : ", no checkpoint"}${ev.killed ? ", killed after its grace period" : ""}${utilization(ev)}`;
     case "JobCheckpointed":
       return `attempt ${ev.attempt}${ev.step !== undefined ? `, step ${ev.step}` : ""}${ev.save_s ? ` in ${ev.save_s.toFixed(1)}s` : ""}`;
     case "JobProgress":

@@ -20,6 +20,13 @@ pytestmark = [pytest.mark.nats]
 STREAMS = 8
 
 
+def refused(answer: httpx.Response, field: str) -> str:
+    """The answer is a 400 naming `field`; its error message."""
+    assert answer.status_code == 400 and answer.json()["field"] == field, answer.text
+    error: str = answer.json()["error"]
+    return error
+
+
 @pytest.fixture
 async def api(
     nats_server: NatsServer, postgres_server: Postgres, tmp_path: Path
@@ -64,12 +71,11 @@ async def test_a_body_that_is_not_json_or_none_at_all_names_the_body(
         assert answer.json()["error"].startswith("the body is not JSON this API reads: ")
         assert said in answer.json()["error"]
     empty = await c.post("/v1/jobs", content=b"", headers=json_headers)
-    assert empty.status_code == 400 and empty.json()["field"] == "body", empty.text
-    assert empty.json()["error"] == "body: a JSON body is needed (in body)"
+    assert refused(empty, "body") == "body: a JSON body is needed (in body)"
     array = await c.post("/v1/jobs", content=b"[]", headers=json_headers)
-    assert array.status_code == 400 and array.json()["field"] == "body", array.text
+    refused(array, "body")
     missing = await c.post("/v1/jobs", json={"job_id": "j"}, headers=admin)
-    assert missing.status_code == 400 and missing.json()["field"] == "project", missing.text
+    refused(missing, "project")
 
 
 async def test_a_bad_query_or_path_parameter_is_named_with_its_value(
@@ -77,14 +83,11 @@ async def test_a_bad_query_or_path_parameter_is_named_with_its_value(
 ) -> None:
     c, admin = api
     limit = await c.get("/v1/jobs", params={"limit": "-5"}, headers=admin)
-    assert limit.status_code == 400 and limit.json()["field"] == "limit", limit.text
-    assert limit.json()["error"] == 'limit: Expected `int` >= 1, given "-5" (in query)'
+    assert refused(limit, "limit") == 'limit: Expected `int` >= 1, given "-5" (in query)'
     job = await c.get("/v1/jobs/%2e%2e", headers=admin)
-    assert job.status_code == 400 and job.json()["field"] == "job_id", job.text
-    assert 'given ".." (in path)' in job.json()["error"]
+    assert 'given ".." (in path)' in refused(job, "job_id")
     first = await c.get("/v1/audit", params={"from": "-1"}, headers=admin)  # (alias of first)
-    assert first.status_code == 400 and first.json()["field"] == "from", first.text
-    assert first.json()["error"] == 'from: Expected `int` >= 1, given "-1" (in query)'
+    assert refused(first, "from") == 'from: Expected `int` >= 1, given "-1" (in query)'
 
 
 async def test_a_word_not_among_its_choices_is_said_with_them(
@@ -92,14 +95,12 @@ async def test_a_word_not_among_its_choices_is_said_with_them(
 ) -> None:
     c, admin = api
     state = await c.get("/v1/jobs", params={"state": "done"}, headers=admin)
-    assert state.status_code == 400 and state.json()["field"] == "state", state.text
-    assert state.json()["error"] == (
+    assert refused(state, "state") == (
         "state: Invalid enum value 'done', given \"done\"; one of submitted, pending, starting, "
         "running, stopping, paused, completed, failed, cancelled, rejected (in query)"
     )
     fitting = await c.put("/v1/pools/default", json={"fitting": "tight"}, headers=admin)
-    assert fitting.status_code == 400 and fitting.json()["field"] == "fitting", fitting.text
-    assert fitting.json()["error"] == (
+    assert refused(fitting, "fitting") == (
         "fitting: Invalid enum value 'tight', given \"tight\"; one of best, worst (in body)"
     )
     scheduler = await c.put("/v1/pools/default", json={"scheduler": "fifo"}, headers=admin)
@@ -117,7 +118,7 @@ async def test_types_are_strict(api: tuple[httpx.AsyncClient, dict[str, str]]) -
                             headers=admin)  # fmt: skip
     assert negative.status_code == 400 and "given -1" in negative.json()["error"], negative.text
     quota = await c.put("/v1/projects/p", json={"quota": "4"}, headers=admin)
-    assert quota.status_code == 400 and quota.json()["field"] == "quota", quota.text
+    refused(quota, "quota")
 
 
 async def test_names_with_a_trailing_newline_are_refused(
@@ -125,11 +126,11 @@ async def test_names_with_a_trailing_newline_are_refused(
 ) -> None:
     c, admin = api
     job = await c.post("/v1/jobs", json={"job_id": "j\n", "project": "p"}, headers=admin)
-    assert job.status_code == 400 and job.json()["field"] == "job_id", job.text
+    refused(job, "job_id")
     project = await c.post("/v1/jobs", json={"job_id": "j", "project": "p\n"}, headers=admin)
-    assert project.status_code == 400 and project.json()["field"] == "project", project.text
+    refused(project, "project")
     token = await c.post("/v1/tokens", json={"name": "t\n"}, headers=admin)
-    assert token.status_code == 400 and token.json()["field"] == "name", token.text
+    refused(token, "name")
 
 
 async def test_a_body_over_the_limit_is_refused_naming_the_limit(
@@ -157,7 +158,7 @@ async def test_an_oversized_last_event_id_is_refused(
         assert answer.status_code == 400, (said, answer.text)
         assert answer.json()["field"] == "Last-Event-ID"
     huge = await c.get("/v1/events", params={"after": str(1 << 63)}, headers=admin)
-    assert huge.status_code == 400 and huge.json()["field"] == "after", huge.text
+    refused(huge, "after")
 
 
 async def test_the_live_stream_cap_is_exact(

@@ -98,24 +98,20 @@ def grouped_in_job_order(cands: list[Candidate]) -> dict[str, list[Candidate]]:
 def _in_order(buckets: dict[_Bucket, list[Candidate]], by_seq: bool) -> list[Candidate]:
     """The buckets' candidates in job order (each bucket sorted by submission order unless
     `by_seq` says it is)."""
+    if not by_seq:
+        for bucket in buckets.values():
+            bucket.sort(key=_seq)  # stable: equal keys keep the order given
     if len(buckets) == 1:
         (bucket,) = buckets.values()
-        return bucket if by_seq else _by_seq(bucket)
+        return bucket
     ranks = sorted((_rank(key), bucket) for key, bucket in buckets.items())
-    if by_seq:
-        return [cand for _, bucket in ranks for cand in bucket]
-    return [cand for _, bucket in ranks for cand in _by_seq(bucket)]
+    return [cand for _, bucket in ranks for cand in bucket]
 
 
 def _rank(key: _Bucket) -> Rank:
     if isinstance(key, int):
         return (-key, 0, 0)
     return (-key[0], 1, key[1])
-
-
-def _by_seq(bucket: list[Candidate]) -> list[Candidate]:
-    bucket.sort(key=_seq)  # stable: equal keys keep the order given
-    return bucket
 
 
 _seq = operator.attrgetter("seq")

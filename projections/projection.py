@@ -37,6 +37,7 @@ from events import (
     encode_event,
 )
 from events.catalogue import LOCAL_ADDRESS, MAKES_ROOM
+from policy.commands.admission import asked_priority
 from policy.cycle import decide, fair_shares
 from policy.state import ClusterState, Job
 from policy.usage import Usage
@@ -91,6 +92,27 @@ class _Clock:
             self.running_s += elapsed
         self.gpu_s += self.gpus_held * elapsed
         self.since = max(self.since, to)
+
+
+@dataclass(frozen=True, slots=True)
+class _Shape:
+    priority: int
+    preemptible: bool
+    gpus: int
+    replicas: int
+    min_replicas: int
+
+
+def _shape(state: ClusterState, job: Job) -> _Shape:
+    """What the job is: as admitted, or, for a job never admitted (waiting for admission, or
+    rejected), what its spec asks for: the fold resolves a job's shape only when admitting
+    it. An unknown class (a reason to reject it) leaves priority 0."""
+    if job.phase not in ("submitted", "rejected"):
+        return _Shape(job.priority, job.preemptible, job.gpus, job.replicas, job.min_replicas)
+    spec = job.spec
+    priority, preemptible = asked_priority(state, spec) or (0, True)
+    minimum = spec.replicas if spec.min_replicas is None else spec.min_replicas
+    return _Shape(priority, preemptible, spec.gpus, spec.replicas, minimum)
 
 
 def _signature(job: Job | None) -> object:
@@ -445,6 +467,7 @@ class Projection:
     def job_row(self, job_id: str) -> JobRow:
         job = self.state.jobs[job_id]
         clock = self._clocks[job_id]
+        shape = _shape(self.state, job)
         return JobRow(
             job_id=job.id,
             order=job.seq,
@@ -452,11 +475,11 @@ class Projection:
             pool=job.pool or job.nomination_pool or next(iter(job.pools), None),
             pools=job.pools,
             state=job.phase,
-            priority=job.priority,
-            preemptible=job.preemptible,
-            gpus=job.gpus,
-            replicas=job.replicas,
-            min_replicas=job.min_replicas,
+            priority=shape.priority,
+            preemptible=shape.preemptible,
+            gpus=shape.gpus,
+            replicas=shape.replicas,
+            min_replicas=shape.min_replicas,
             attempt=job.attempt,
             gpus_held=job.gpus_held(),
             nodes=tuple(dict.fromkeys(r.node for r in job.held)),

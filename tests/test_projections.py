@@ -13,6 +13,7 @@ from events import (
     JobCompleted,
     JobPreempted,
     JobProgress,
+    JobRejected,
     JobScheduled,
     JobSpec,
     JobStarted,
@@ -232,6 +233,29 @@ def test_a_job_row_says_its_ports_and_where_they_are_reached() -> None:
     )  # fmt: skip
     running = final_rows(project(events, batch_every=1))["jobs"]["ws"]
     assert running.urls == ("http://10.0.0.7:8888", "http://10.0.0.7:6006")
+
+
+def test_a_rejected_job_row_says_what_it_asked_for() -> None:
+    """A job is shaped at admission; one never admitted shows what its spec asked for (its
+    class's priority), not the defaults of one GPU and priority 0."""
+    asked = JobSpec(project="p", priority_class="interactive", gpus=5, replicas=2, min_replicas=1)
+    unknown = JobSpec(project="p", priority_class="nope", gpus=3)
+    events = [
+        JobSubmitted(id="big/s", time=1.0, actor="u", job_id="big", spec=asked),
+        JobRejected(id="big/r", time=1.0, actor="admission", job_id="big", reason="never fits"),
+        JobSubmitted(id="odd/s", time=2.0, actor="u", job_id="odd", spec=unknown),
+    ]
+    rows = final_rows(project(events, batch_every=1))["jobs"]
+    big, odd = rows["big"], rows["odd"]
+    assert (big.state, big.gpus, big.replicas, big.min_replicas) == ("rejected", 5, 2, 1)
+    assert (big.priority, big.preemptible) == (75, True)
+    assert (odd.state, odd.gpus, odd.replicas, odd.min_replicas, odd.priority) == (
+        "submitted",
+        3,
+        1,
+        1,
+        0,
+    )
 
 
 def test_a_job_as_of_any_position_equals_the_projection_then() -> None:

@@ -132,16 +132,24 @@ def _resolve(state: ClusterState, job_id: str, spec: JobSpec) -> dict[str, objec
 
 
 def _priority(state: ClusterState, spec: JobSpec) -> tuple[int, bool]:
-    """The job's priority and preemptibility: given, or from its class (by default `train`,
-    or the first class there is); a job given only a priority is preemptible."""
+    """The job's priority and preemptibility (`asked_priority`); an unknown class is refused."""
+    found = asked_priority(state, spec)
+    if found is None:
+        known = ", ".join(c.name for c in state.settings.priority_classes)
+        raise Inadmissible(refuse("unknown_class", "class", spec.priority_class, known=known))
+    return found
+
+
+def asked_priority(state: ClusterState, spec: JobSpec) -> tuple[int, bool] | None:
+    """The priority and preemptibility a spec asks for: given, or from its class (by default
+    `train`, or the first class there is); a job given only a priority is preemptible. None
+    for a class the cluster does not have."""
     if spec.priority_class is None and spec.priority is not None:
         return spec.priority, True if spec.preemptible is None else spec.preemptible
     if spec.priority_class is not None:
         cls = state.priority_class(spec.priority_class)
         if cls is None:
-            known = ", ".join(c.name for c in state.settings.priority_classes)
-            unknown = refuse("unknown_class", "class", spec.priority_class, known=known)
-            raise Inadmissible(unknown)
+            return None
     else:
         cls = state.priority_class("train") or state.settings.priority_classes[0]
     priority = cls.priority if spec.priority is None else spec.priority

@@ -25,7 +25,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
 from fairlane.client import CliError
-from fairlane.output import USAGE
+from fairlane.output import USAGE, parse_duration
 
 
 class JobFile(msgspec.Struct, forbid_unknown_fields=True, rename="kebab"):
@@ -42,9 +42,10 @@ class JobFile(msgspec.Struct, forbid_unknown_fields=True, rename="kebab"):
     command: list[str] | str | None = None
     env: dict[str, str] | list[str] | None = None
     preemptible: bool | None = None
-    preemption_delay: float | None = None
-    min_runtime: float | None = None
-    grace: float | None = None
+    #: lengths of time: seconds, or 90s, 10m, 1h30m (read with `parse_duration`)
+    preemption_delay: float | str | None = None
+    min_runtime: float | str | None = None
+    grace: float | str | None = None
     working_dir: str | None = None
     #: HOST:CONTAINER[:ro|rw], as `--volume` takes them
     volume: list[str] | str | None = None
@@ -78,9 +79,20 @@ def read_job_file(path: Path) -> JobFile:
             raise CliError(f"-f {path}: gpus {value}: fractional GPUs are not supported yet",
                            USAGE)  # fmt: skip
     try:
-        return msgspec.convert(fields, JobFile)
+        spec = msgspec.convert(fields, JobFile)
     except msgspec.ValidationError as e:
         raise CliError(f"-f {path}: {_said(e)}", USAGE) from None
+    times = {
+        key: parse_duration(value, f"-f {path}: {key}")
+        for key, value in fields.items()
+        if key in _LENGTHS_OF_TIME and value is not None
+    }
+    return msgspec.structs.replace(
+        spec, **{name.replace("-", "_"): seconds for name, seconds in times.items()}
+    )
+
+
+_LENGTHS_OF_TIME = frozenset({"preemption-delay", "min-runtime", "grace"})
 
 
 def job_fields(path: Path) -> dict[str, Any]:

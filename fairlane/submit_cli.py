@@ -18,6 +18,7 @@ from fairlane.client import (
 from fairlane.output import (
     USAGE,
     MaybeGpus,
+    MaybeSeconds,
     MaybeWhole,
     Output,
     emit,
@@ -60,9 +61,9 @@ def submit(
     command: list[str] | None = None,
     env: Annotated[list[str] | None, cyclopts.Parameter(name=["--env", "-e"])] = None,
     preemptible: bool | None = None,
-    preemption_delay: float | None = None,
-    min_runtime: float | None = None,
-    grace: float | None = None,
+    preemption_delay: MaybeSeconds = None,
+    min_runtime: MaybeSeconds = None,
+    grace: MaybeSeconds = None,
     working_dir: str | None = None,
     port: list[str] | None = None,
     volume: list[str] | None = None,
@@ -118,11 +119,12 @@ def submit(
     preemptible
         Whether it may be preempted (default: from its class).
     preemption_delay
-        Seconds it waits pending before it may preempt others.
+        How long it waits pending before it may preempt others: seconds, or 90s, 10m, 1h30m.
     min_runtime
-        Seconds it runs before it may be preempted.
+        How long it runs before it may be preempted: seconds, or 90s, 10m, 1h30m.
     grace
-        Seconds between SIGTERM and SIGKILL when it is stopped (default: the cluster's).
+        How long between SIGTERM and SIGKILL when it is stopped (default: the cluster's):
+        seconds, or 90s, 10m.
     working_dir
         The folder the workload runs in on its node (its checkpoint folder is only named in
         FAIRLANE_CHECKPOINT_DIR). Default: with no --image and the cluster on this machine,
@@ -209,7 +211,7 @@ def _check_replicas(replicas: object, min_replicas: object) -> None:
         return  # a file's odd value: the API names its field
     if not 1 <= min_replicas <= replicas:
         fail(
-            f"--min-replicas {min_replicas}: give 1 to --replicas ({replicas}); fewer than "
+            f"--min-replicas {min_replicas}: must be from 1 to --replicas ({replicas}); fewer than "
             "--replicas makes the job elastic",
             USAGE,
         )

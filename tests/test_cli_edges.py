@@ -108,28 +108,42 @@ def test_fractional_or_negative_gpus_are_refused_not_rounded(api: FakeApi, gpus:
     assert api.sent("POST", "/v1/jobs") == []  # refused here, never sent
 
 
-def test_seconds_that_json_cannot_carry_are_refused_naming_the_flag(
+def test_lengths_of_time_are_seconds_or_written_out_and_a_bad_one_names_its_flag(
     api: FakeApi, tmp_path: Path
 ) -> None:
-    for args in (["--grace", "nan"], ["--preemption-delay", "inf"], ["--min-runtime", "1e400"]):
+    bad = (["--grace", "nan"], ["--preemption-delay", "inf"], ["--min-runtime", "1e400"],
+           ["--preemption-delay", "5x"], ["--min-runtime", "-3"])  # fmt: skip
+    for args in bad:
         done = fairlane(api, "submit", "j", "--project", "p", *args)
         assert done.returncode == 2, done.stderr
-        assert f"error: {args[0]} {float(args[1])}: give a finite number" in done.stderr
+        said = " ".join(done.stderr.replace("│", " ").split())  # (cyclopts draws a box)
+        assert f"{args[0]}: '{args[1]}' is not a duration (write it like 45, 90s" in said
     spec = tmp_path / "job.yaml"
     spec.write_text("name: j\nproject: p\ngrace: .nan\n")
     from_file = fairlane(api, "submit", "-f", str(spec))
-    assert from_file.returncode == 2 and "error: --grace nan: give a finite" in from_file.stderr
+    assert from_file.returncode == 2
+    assert "grace takes a length of time: nan is not a duration" in from_file.stderr
     assert api.sent("POST", "/v1/jobs") == []  # refused here, never sent
+    api.on("POST", "/v1/jobs", (201, {"event": "JobAdmitted", "job_id": "j"}))
+    spec.write_text("name: j\nproject: p\nmin-runtime: 1h30m\ngrace: 45\n")
+    args = ("--preemption-delay", "5m", "--grace", "90s")
+    assert fairlane(api, "submit", "-f", str(spec), *args).returncode == 0
+    body = api.sent("POST", "/v1/jobs")[0].body
+    assert (body["preemption_delay_s"], body["min_runtime_s"], body["grace_s"]) == (
+        300.0,
+        5400.0,
+        90.0,
+    )
 
 
 def test_more_min_replicas_than_replicas_is_a_usage_error(api: FakeApi, tmp_path: Path) -> None:
     done = fairlane(api, "submit", "j", "--project", "p", "--replicas", "2", "--min-replicas", "3")
     assert done.returncode == 2, done.stderr
-    assert "error: --min-replicas 3: give 1 to --replicas (2)" in done.stderr
+    assert "error: --min-replicas 3: must be from 1 to --replicas (2)" in done.stderr
     spec = tmp_path / "job.yaml"
     spec.write_text("name: j\nproject: p\nmin-replicas: 2\n")  # replicas: 1 by default
     from_file = fairlane(api, "submit", "-f", str(spec))
-    assert from_file.returncode == 2 and "--min-replicas 2: give 1 to" in from_file.stderr
+    assert from_file.returncode == 2 and "--min-replicas 2: must be from 1 to" in from_file.stderr
     assert api.sent("POST", "/v1/jobs") == []  # refused here, never sent
     api.on("POST", "/v1/jobs", (201, {"event": "JobAdmitted", "job_id": "j"}))
     elastic = fairlane(api, "submit", "j", "--project", "p", "--replicas", "4", "--min-replicas=2")

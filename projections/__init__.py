@@ -5,6 +5,8 @@ projector service) stores each batch of rows with the last stream sequence they 
 Nothing here does I/O: the same code projects a live log, a rebuild and a test's list of events.
 """
 
+from typing import Final
+
 from projections.projection import Batch, Projection
 from projections.rows import (
     JobRow,
@@ -15,7 +17,14 @@ from projections.rows import (
     TimelineRow,
 )
 
+#: What the same log projects to, as a number: raised with every change to the rows a log gives
+#: (a column's meaning, a row that was wrong). A projector finding read models written by
+#: another version rebuilds them from the log (services/projector). 2: a job never admitted
+#: shows the GPUs, replicas and priority it asked for.
+VERSION: Final = 2
+
 __all__ = [
+    "VERSION",
     "Batch",
     "JobRow",
     "NodeRow",

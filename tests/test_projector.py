@@ -16,6 +16,7 @@ import pytest
 
 from bench.projector import synthetic_log
 from cluster.servers import NatsServer, Postgres
+from projections import VERSION
 from services.projector.service import Projector
 from services.runtime.auth import projector_consumer
 from services.runtime.eventlog import STREAM, JetStreamLog, connect
@@ -51,6 +52,37 @@ async def test_incremental_equals_rebuild(
     incremental = await dump(postgres_server.uri)
     assert [r[0] for r in incremental["timeline"]] == [s for s in range(1, 6002) if s != junk]
     assert incremental == await rebuilt(log, postgres_server.uri)
+    await log.nc.close()
+
+
+async def test_read_models_of_another_projection_version_are_rebuilt(
+    nats_server: NatsServer, postgres_server: Postgres
+) -> None:
+    """Rows written by an older projection (`projections.VERSION`) are made again from the
+    log when a projector of this version starts, not left as they were: here a job row
+    altered behind the projector's back, under version 1."""
+    log = JetStreamLog(await connect(nats_server.url, "test"))
+    await log.ensure_stream()
+    last = await publish_all(log, synthetic_log(1500, nodes=5))
+    expected = await rebuilt(log, postgres_server.uri)
+    conn = await asyncpg.connect(postgres_server.uri)
+    try:
+        altered = await conn.fetchval("SELECT job_id FROM jobs ORDER BY job_id LIMIT 1")
+        await conn.execute("UPDATE jobs SET gpus = 99 WHERE job_id = $1", altered)
+        await conn.execute("UPDATE projector_position SET version = 1")
+        task = asyncio.create_task(Projector(log, postgres_server.uri).run())
+        try:
+            for _ in range(600):  # rebuilt: back at the log's end, under this version
+                got = await conn.fetchrow("SELECT seq, version FROM projector_position")
+                if got is not None and (got["seq"], got["version"]) == (last, VERSION):
+                    break
+                await asyncio.sleep(0.05)
+        finally:
+            await cancel_and_wait(task)
+    finally:
+        await conn.close()
+    assert (got["seq"], got["version"]) == (last, VERSION)
+    assert await dump(postgres_server.uri) == expected  # the altered row included
     await log.nc.close()
 
 

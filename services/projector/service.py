@@ -27,7 +27,7 @@ import asyncpg
 import structlog
 
 from events import EventSetAside, set_aside_id, subject_for
-from projections import Batch, Projection
+from projections import VERSION, Batch, Projection
 from projections.storable import storable
 from services.projector import store
 from services.runtime.eventlog import EventLog, Stored
@@ -100,6 +100,11 @@ class Projector:
                 written = await store.position(conn, self.name)
                 if written > await self.log.last_seq():
                     log.warning("the log is shorter than the read models: rebuilding")
+                    await store.reset(conn, self.name)
+                    written = 0
+                elif written and (found := await store.version(conn, self.name)) != VERSION:
+                    log.warning("read models of another projection version: rebuilding",
+                                found=found, version=VERSION)  # fmt: skip
                     await store.reset(conn, self.name)
                     written = 0
             self.position = written

@@ -11,6 +11,7 @@ import asyncpg
 import msgspec
 
 from projections import (
+    VERSION,
     Batch,
     JobRow,
     NodeRow,
@@ -72,6 +73,12 @@ async def position(conn: asyncpg.Connection, name: str) -> int:
     return int(seq or 0)
 
 
+async def version(conn: asyncpg.Connection, name: str) -> int | None:
+    """The projection version that wrote the read models (None: nothing written yet)."""
+    found = await conn.fetchval("SELECT version FROM projector_position WHERE name = $1", name)
+    return None if found is None else int(found)
+
+
 async def write(conn: asyncpg.Connection, name: str, expected: int, batch: Batch) -> None:
     """Store `batch`, which follows position `expected`, and move the position to its end."""
     async with conn.transaction():
@@ -93,10 +100,12 @@ async def write(conn: asyncpg.Connection, name: str, expected: int, batch: Batch
         await _upsert(conn, "over_quota_periods", batch.over_quota)
         await _upsert(conn, "preemptions", batch.preemptions)
         await conn.execute(
-            "INSERT INTO projector_position (name, seq) VALUES ($1, $2) ON CONFLICT (name)"
-            " DO UPDATE SET seq = EXCLUDED.seq, updated_at = now()",
+            "INSERT INTO projector_position (name, seq, version) VALUES ($1, $2, $3)"
+            " ON CONFLICT (name) DO UPDATE SET seq = EXCLUDED.seq, version = EXCLUDED.version,"
+            " updated_at = now()",
             name,
             batch.last_seq,
+            VERSION,
         )
 
 
@@ -112,7 +121,9 @@ async def reset(conn: asyncpg.Connection, name: str) -> None:
     async with conn.transaction():
         await conn.execute(f"TRUNCATE {', '.join(TABLES)}")
         await conn.execute(
-            "INSERT INTO projector_position (name, seq) VALUES ($1, 0) ON CONFLICT (name)"
-            " DO UPDATE SET seq = 0, updated_at = now()",
+            "INSERT INTO projector_position (name, seq, version) VALUES ($1, 0, $2)"
+            " ON CONFLICT (name) DO UPDATE SET seq = 0, version = EXCLUDED.version,"
+            " updated_at = now()",
             name,
+            VERSION,
         )

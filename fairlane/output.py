@@ -152,7 +152,9 @@ def length_of_time(_: Any, tokens: Sequence[Any]) -> float:
 
 
 #: A length of time given to a flag (None: not given)
-MaybeSeconds = Annotated[float | None, cyclopts.Parameter(converter=length_of_time)]
+MaybeSeconds = Annotated[
+    float | None, cyclopts.Parameter(converter=length_of_time, metavar="DURATION")
+]
 
 
 def parse_when(text: str, flag: str, now: float | None = None) -> float:

@@ -126,8 +126,8 @@ def test_lengths_of_time_are_seconds_or_written_out_and_a_bad_one_names_its_flag
     assert api.sent("POST", "/v1/jobs") == []  # refused here, never sent
     api.on("POST", "/v1/jobs", (201, {"event": "JobAdmitted", "job_id": "j"}))
     spec.write_text("name: j\nproject: p\nmin-runtime: 1h30m\ngrace: 45\n")
-    args = ("--preemption-delay", "5m", "--grace", "90s")
-    assert fairlane(api, "submit", "-f", str(spec), *args).returncode == 0
+    written = ("--preemption-delay", "5m", "--grace", "90s")
+    assert fairlane(api, "submit", "-f", str(spec), *written).returncode == 0
     body = api.sent("POST", "/v1/jobs")[0].body
     assert (body["preemption_delay_s"], body["min_runtime_s"], body["grace_s"]) == (
         300.0,

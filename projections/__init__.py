@@ -20,7 +20,7 @@ from projections.rows import (
 #: What the same log projects to, as a number: raised with every change to the rows a log gives
 #: (a column's meaning, a row that was wrong). A projector finding read models written by
 #: another version rebuilds them from the log (services/projector). 2: a job never admitted
-#: shows the GPUs, replicas and priority it asked for.
+#: shows the GPUs and replicas it asked for, a rejected one its priority too.
 VERSION: Final = 2
 
 __all__ = [

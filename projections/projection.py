@@ -105,12 +105,16 @@ class _Shape:
 
 def _shape(state: ClusterState, job: Job) -> _Shape:
     """What the job is: as admitted, or, for a job never admitted (waiting for admission, or
-    rejected), what its spec asks for: the fold resolves a job's shape only when admitting
-    it. An unknown class (a reason to reject it) leaves priority 0."""
+    rejected), the GPUs and replicas its spec asks for: the fold shapes a job only when
+    admitting it. A rejected job also shows the priority its spec asks for (an unknown class,
+    a reason to reject it, leaves the fold's); one still waiting keeps the fold's, which a
+    change of priority may have set."""
     if job.phase not in ("submitted", "rejected"):
         return _Shape(job.priority, job.preemptible, job.gpus, job.replicas, job.min_replicas)
     spec = job.spec
-    priority, preemptible = asked_priority(state, spec) or (0, True)
+    priority, preemptible = job.priority, job.preemptible
+    if job.phase == "rejected":
+        priority, preemptible = asked_priority(state, spec) or (priority, preemptible)
     minimum = spec.replicas if spec.min_replicas is None else spec.min_replicas
     return _Shape(priority, preemptible, spec.gpus, spec.replicas, minimum)
 

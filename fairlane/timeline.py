@@ -48,7 +48,10 @@ def _whole(kind: str, event: dict[str, Any]) -> dict[str, Any]:
 
 
 def _scheduled(entry: dict[str, Any], event: dict[str, Any]) -> str:
-    where = ", ".join(f"{r[0]}:{','.join(map(str, r[1]))}" for r in event.get("replicas", []))
+    where = ", ".join(
+        f"{node}:{','.join(map(str, gpus))}" if gpus else f"{node} (no GPU)"
+        for node, gpus in event.get("replicas", [])
+    )
     text = f"attempt {event.get('attempt')} on {where}"
     return text + (f" ({event['note']})" if event.get("note") else "") + _history(event)
 

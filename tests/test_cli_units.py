@@ -224,3 +224,11 @@ def test_describe_names_the_node_of_each_nodes_own_stop_report() -> None:
         assert details(entry) == f"stopped (reclaim) on {node}, checkpoint saved"
     whole = {"type": "JobPreempted", "event": {**event, "node": "node-a"}}  # the whole stop
     assert details(whole) == "stopped (reclaim), checkpoint saved"
+
+
+def test_a_placement_says_each_replicas_node_and_gpus_or_that_it_has_none() -> None:
+    event = {"job_id": "j", "attempt": 2, "pool": "default"}
+    gang = {"type": "JobScheduled", "event": {**event, "replicas": [["a", [0, 1]], ["b", [3]]]}}
+    assert details(gang) == "attempt 2 on a:0,1, b:3"
+    cpu = {"type": "JobScheduled", "event": {**event, "replicas": [["vm-2", []]]}}
+    assert details(cpu) == "attempt 2 on vm-2 (no GPU)"

@@ -53,6 +53,7 @@ def with_gpus(nodes: list[dict[str, Any]], gpus: dict[str, Any]) -> list[dict[st
         merged.append({
             **n,
             "source": g.get("source", UNKNOWN),
+            "error": g.get("error", ""),
             "sampled_at": g.get("sampled_at"),
             "devices": g.get("devices", [{"index": i} for i in range(n["gpus"])]),
             "jobs": g.get("jobs", []),
@@ -112,3 +113,23 @@ def print_gpus(nodes: list[dict[str, Any]]) -> None:
     if any(n["devices"] for n in nodes):
         console.print()
         console.print(gpus_table(nodes))
+        for why, names in unsampled(nodes).items():
+            console.print(f"[dim]no readings from {escape(', '.join(names))}: {escape(why)}[/]")
+
+
+def not_sampled(node: dict[str, Any]) -> str | None:
+    """Why the node's GPUs have no readings (None: they have NVML's): what its executor's
+    sampler said, else that no recent sample came."""
+    if node.get("source") == "nvml":
+        return None
+    return node.get("error") or "no recent sample from its executor"
+
+
+def unsampled(nodes: list[dict[str, Any]]) -> dict[str, list[str]]:
+    """The nodes without readings, by why (one line for a cluster of machines without NVML)."""
+    found: dict[str, list[str]] = {}
+    for n in nodes:
+        why = not_sampled(n)
+        if why is not None and n.get("devices"):
+            found.setdefault(why, []).append(n["node"])
+    return found

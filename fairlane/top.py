@@ -173,11 +173,14 @@ def _nodes(s: Snapshot) -> Table:
     table.add_column("GPUS (utilization, memory)")
     for n in s.gpus["nodes"]:
         state = "[red]lost[/]" if n["lost"] else n["cordon"] or "ready"
+        why = gpus_cli.not_sampled(n)
         each = "  ".join(
             f"{d['index']}:{gpus_cli.percent(d['utilization'])}"
             f" {gpus_cli.memory(d['memory_used_mb'], d['memory_total_mb'])}"
             for d in n["devices"]
         )
+        if why is not None:  # a row of "unknown unknown" for every GPU says less than why
+            each = f"no readings: {why}"
         table.add_row(
             escape(n["node"]),
             state,

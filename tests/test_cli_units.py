@@ -11,14 +11,17 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from rich.console import Console
 from ruamel.yaml import YAML
 
 from cluster.cluster_file import ClusterFile, cluster_file
 from events.catalogue import AnyEvent
+from fairlane import gpus_cli
 from fairlane.client import CliError, closest, resolve
 from fairlane.output import duration, to_yaml
 from fairlane.submit_cli import _on_this_machine, _working_dir
 from fairlane.timeline import details
+from fairlane.top import Snapshot, _nodes
 from services.api.logs import Lines
 
 
@@ -232,3 +235,25 @@ def test_a_placement_says_each_replicas_node_and_gpus_or_that_it_has_none() -> N
     assert details(gang) == "attempt 2 on a:0,1, b:3"
     cpu = {"type": "JobScheduled", "event": {**event, "replicas": [["vm-2", []]]}}
     assert details(cpu) == "attempt 2 on vm-2 (no GPU)"
+
+
+def test_nodes_without_gpu_readings_say_why_once_not_unknown_for_every_gpu() -> None:
+    def node(name: str, source: str, error: str = "") -> dict[str, typing.Any]:
+        reading = 40.0 if source == "nvml" else None
+        devices = [{"index": i, "utilization": reading, "memory_used_mb": None,
+                    "memory_total_mb": None} for i in range(2)]  # fmt: skip
+        return {"node": name, "source": source, "error": error, "devices": devices,
+                "lost": False, "cordon": "", "gpus": 2, "free": 2}  # fmt: skip
+
+    why = "NVMLError_LibraryNotFound: NVML Shared Library Not Found"
+    nodes = [node("a", "unknown", why), node("b", "nvml"), node("c", "unknown", why),
+             node("d", "unknown")]  # fmt: skip
+    assert gpus_cli.unsampled(nodes) == {
+        why: ["a", "c"],
+        "no recent sample from its executor": ["d"],
+    }
+    console = Console(width=200, record=True)
+    console.print(_nodes(Snapshot(gpus={"nodes": nodes, "jobs": []})))
+    seen = console.export_text()
+    assert f"no readings: {why}" in seen and "0:40% unknown  1:40% unknown" in seen
+    assert "0:unknown" not in seen

@@ -208,6 +208,19 @@ def ago(then: float | None, now: float | None = None) -> str:
     return duration((now or time.time()) - then) + " ago"
 
 
+def size(count: int) -> str:
+    """A number of bytes as a person reads it: 512 bytes, 10.2 kB, 3.4 MB, 1.2 GB (powers of
+    1,000, as disks and object stores count)."""
+    if count < 1000:
+        return f"{count} bytes"
+    value, unit = count / 1000, "kB"
+    for larger in ("MB", "GB"):
+        if value < 999.95:  # (what rounds to 1000.0 reads better as the next unit's 1.0)
+            break
+        value, unit = value / 1000, larger
+    return f"{value:.1f} {unit}"
+
+
 def duration(seconds: float | None) -> str:
     if seconds is None:
         return "-"

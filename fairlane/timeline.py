@@ -10,7 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from fairlane.client import Api
-from fairlane.output import clock, console
+from fairlane.output import clock, console, size
 from policy.decay import in_words
 
 #: Fields every event has, or that a timeline entry already shows in its own columns.
@@ -75,7 +75,7 @@ def _preempted(entry: dict[str, Any], event: dict[str, Any]) -> str:
         text += f" on {event['node']}"
     text += ", checkpoint saved" if event.get("checkpointed") else ""
     if event.get("stored_bytes"):  # in the cluster's checkpoint store, for any node
-        text += f" and stored ({event['stored_bytes']} bytes)"
+        text += f" and stored ({size(event['stored_bytes'])})"
     text += ", killed after its grace" if event.get("killed") else ""
     return text + _utilization(event)
 
@@ -164,7 +164,7 @@ def _checkpointed(entry: dict[str, Any], event: dict[str, Any]) -> str:
     if event.get("step") is not None:
         text += f" at step {event['step']}"
     if event.get("size_bytes") is not None:
-        text += f", {event['size_bytes'] / 1e6:.1f} MB"
+        text += f", {size(event['size_bytes'])}"
     if event.get("refused"):
         text += ", not stored (over the checkpoint store's bound)"
     save_s = event.get("save_s") or 0

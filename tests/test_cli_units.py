@@ -18,7 +18,7 @@ from cluster.cluster_file import ClusterFile, cluster_file
 from events.catalogue import AnyEvent
 from fairlane import gpus_cli
 from fairlane.client import CliError, closest, resolve
-from fairlane.output import duration, to_yaml
+from fairlane.output import duration, size, to_yaml
 from fairlane.submit_cli import _on_this_machine, _working_dir
 from fairlane.timeline import details
 from fairlane.top import Snapshot, _nodes
@@ -212,7 +212,7 @@ def test_the_working_dir_defaults_to_the_submitting_folder_on_this_machine(
 def test_describe_says_how_much_checkpoint_a_stop_stored() -> None:
     event = {"job_id": "j", "attempt": 1, "reason": "priority", "checkpointed": True}
     entry = {"type": "JobPreempted", "event": {**event, "stored_bytes": 2048}}
-    assert details(entry) == "stopped (priority), checkpoint saved and stored (2048 bytes)"
+    assert details(entry) == "stopped (priority), checkpoint saved and stored (2.0 kB)"
     assert (
         details({"type": "JobPreempted", "event": event}) == "stopped (priority), checkpoint saved"
     )
@@ -257,3 +257,17 @@ def test_nodes_without_gpu_readings_say_why_once_not_unknown_for_every_gpu() -> 
     seen = console.export_text()
     assert f"no readings: {why}" in seen and "0:40% unknown  1:40% unknown" in seen
     assert "0:unknown" not in seen
+
+
+def test_sizes_read_in_the_unit_that_suits_them() -> None:
+    sizes = (0, 999, 1000, 10240, 3_400_000, 999_960_000, 1_200_000_000, 5 * 10**12)
+    assert [size(n) for n in sizes] == [
+        "0 bytes",
+        "999 bytes",
+        "1.0 kB",
+        "10.2 kB",
+        "3.4 MB",
+        "1.0 GB",
+        "1.2 GB",
+        "5000.0 GB",
+    ]

@@ -16,15 +16,18 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import asyncpg
 import pytest
 
 from cluster.servers import free_port
-from services.executor import docker, runtime
+from services.executor import docker, identity, runtime
 from services.executor.docker import ContainerHost, container_config
 from services.executor.identity import REFUSAL, WorkloadUser, job_user
 from services.executor.runtime import Launch
+
+T = TypeVar("T", bound=Callable[..., object])
 
 #: The cluster's tests: only root gives workloads users of their own (CI runs as root).
 live = [
@@ -34,7 +37,7 @@ live = [
 ]
 
 
-def _live(test: Callable[..., None]) -> Callable[..., None]:
+def _live(test: T) -> T:
     for mark in live:
         test = mark(test)
     return test
@@ -244,9 +247,11 @@ async def test_an_executor_that_cannot_switch_users_starts_nothing(
 async def test_a_builtin_workload_its_user_cannot_run_is_refused_clearly(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The built-in workload runs the executor's interpreter: one in a folder closed to other
-    users (root's home) is said to be so, not left to fail as "Permission denied"."""
+    """The built-in workload runs the executor's interpreter, else the system's: where both
+    are closed to other users (root's home; no system Python) that is said, not left to fail
+    as "Permission denied"."""
     monkeypatch.setattr(runtime, "can_switch_users", lambda: True)
+    monkeypatch.setattr(identity, "SYSTEM_PYTHONS", (str(tmp_path / "none/python3"),))
     closed = tmp_path / "closed"
     closed.mkdir(mode=0o700)
     python = closed / "python3"
@@ -267,6 +272,50 @@ async def test_a_builtin_workload_its_user_cannot_run_is_refused_clearly(
     workload = await rt.start(launch, "n1", None)
     assert await workload.wait() == 126
     assert workload.failure is not None and "cannot run" in workload.failure
+
+
+@_live
+async def test_a_builtin_workload_runs_on_the_systems_python_where_the_executors_is_closed() -> (
+    None
+):
+    """As root, with the executor's interpreter in a folder closed to other users (a virtual
+    environment under root's home), the built-in workload runs on the system's Python as the
+    job's own user, finding its code where the executor does: the README's walk-through as
+    root failed its first job with exit 126."""
+    folder = Path(tempfile.mkdtemp(prefix="fairlane-builtin-"))
+    try:
+        folder.chmod(0o755)
+        closed = folder / "closed"
+        closed.mkdir(mode=0o700)
+        python = closed / "python3"  # the shim runs on it as root, as the executor's does
+        python.write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
+        python.chmod(0o755)
+        checkpoints = folder / "checkpoints/builtin/replica-0"
+        launch = Launch(
+            job_id="builtin",
+            attempt=1,
+            replica=0,
+            gpus=(),
+            command=(),  # the built-in workload
+            image=None,
+            env={"FAIRLANE_CHECKPOINT_DIR": str(checkpoints), "FAIRLANE_ATTEMPT": "1"},
+            checkpoint_dir=checkpoints,
+            run_dir=folder / "runs/builtin",
+        )
+        rt = runtime.ProcessRuntime(python=str(python), same_user=False)
+        workload = await rt.start(launch, "n1", None)
+        saved = checkpoints / "state.json"
+        for _ in range(200):  # its first save comes after its first steps
+            if saved.exists() or not workload.alive():
+                break
+            await asyncio.sleep(0.05)
+        (checkpoints / ".exit").write_text("0\n")  # as the live engine completes a job
+        assert await workload.wait() == 0, workload.failure
+        assert workload.failure is None
+        assert saved.stat().st_uid == job_user("builtin").uid  # it ran as the job's user
+        assert "training: attempt 1, from step 0" in launch.log_file.read_text()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def test_a_container_runs_as_the_jobs_uid_as_root_else_the_executors(

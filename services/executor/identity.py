@@ -39,12 +39,25 @@ REFUSAL: Final = (
 )
 
 
+#: The system's own interpreters, which every user may run. The built-in workload needs only
+#: the standard library, so it runs on one of these where the executor's interpreter is closed
+#: to the job's user (a virtual environment under root's home, 0700, say).
+SYSTEM_PYTHONS: Final = ("/usr/local/bin/python3", "/usr/bin/python3")
+
+
 def unreachable(python: str) -> str:
     return (
         f"the built-in workload runs {python}, which the job's own user cannot run (a folder "
-        "on its way is closed to other users): nothing was started (install Python where "
-        "every user can run it, or name a command)"
+        f"on its way is closed to other users), and neither {' nor '.join(SYSTEM_PYTHONS)} "
+        "is there for every user, or its code is closed to them: nothing was started "
+        "(install Python where every user can run it, or name a command)"
     )
+
+
+def python_for_others(python: str) -> str | None:
+    """`python` if a user with no rights of its own here may run it, else the first of the
+    system's interpreters that it may (None: none)."""
+    return next((p for p in (python, *SYSTEM_PYTHONS) if others_can_run(p)), None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +83,17 @@ def others_can_run(path: str) -> bool:
             if not folder.stat().st_mode & 0o001:
                 return False
         return bool(target.stat().st_mode & 0o001)
+    except OSError:
+        return False
+
+
+def others_can_read(path: Path) -> bool:
+    """Whether a user with no rights of its own here may read the file at `path`."""
+    target = path.resolve()
+    try:
+        return all(f.stat().st_mode & 0o001 for f in target.parents) and bool(
+            target.stat().st_mode & 0o004
+        )
     except OSError:
         return False
 

@@ -34,9 +34,10 @@ from services.executor.identity import (
     WorkloadUser,
     can_switch_users,
     job_user,
-    others_can_run,
+    others_can_read,
     own,
     pass_through,
+    python_for_others,
     unreachable,
 )
 from services.executor.logs import job_dir_name
@@ -317,6 +318,16 @@ def home_dir(launch: Launch) -> Path:
     return launch.run_dir / "home"
 
 
+#: The folder holding the `services` package, and the files the built-in workload's user must
+#: read to run it (`python -m services.executor.workload`)
+CODE_ROOT: Final = Path(__file__).resolve().parents[2]
+BUILTIN_FILES: Final = tuple(
+    CODE_ROOT / name
+    for name in ("services/__init__.py", "services/executor/__init__.py",
+                 "services/executor/workload.py")
+)  # fmt: skip
+
+
 class ProcessRuntime:
     """Replicas as local processes: as a user of their own per job where the executor runs as
     root (`identity`), as the executor's own user only where `same_user` says so."""
@@ -333,8 +344,11 @@ class ProcessRuntime:
         """Whose uid the replica runs as (None: the executor's own)."""
         return None if self.same_user else job_user(launch.job_id)
 
-    def argv(self, launch: Launch) -> list[str]:
-        command = list(launch.command) or [self.python, "-m", "services.executor.workload"]
+    def argv(self, launch: Launch, builtin: str | None = None) -> list[str]:
+        """The shim's command line; `builtin`: the interpreter of the built-in workload (by
+        default the executor's own)."""
+        workload = [builtin or self.python, "-m", "services.executor.workload"]
+        command = list(launch.command) or workload
         user = self.user(launch)
         default_cwd = launch.run_dir if user is None else home_dir(launch)
         switch = [] if user is None else ["--uid", str(user.uid), "--gid", str(user.gid)]
@@ -383,14 +397,20 @@ class ProcessRuntime:
             why = f"the process runtime mounts no volumes (the job asks for {asked})"
             return self._refused(launch, node, checkpoint_mtime, exit_file, why)
         user = self.user(launch)
-        env = launch.env
+        env, builtin = launch.env, None
         if user is not None:
             if not can_switch_users():
                 return self._refused(launch, node, checkpoint_mtime, exit_file, REFUSAL)
-            if not launch.command and not others_can_run(self.python):
-                why = unreachable(self.python)
-                return self._refused(launch, node, checkpoint_mtime, exit_file, why)
+            if not launch.command:
+                builtin = python_for_others(self.python)
+                if builtin is None or not all(map(others_can_read, BUILTIN_FILES)):
+                    why = unreachable(self.python)
+                    return self._refused(launch, node, checkpoint_mtime, exit_file, why)
             env = self.prepare(launch, user)
+            if builtin is not None and builtin != self.python:
+                # the system's interpreter knows nothing of the executor's environment: it
+                # finds the workload's package where the executor's does
+                env = {**env, "PYTHONPATH": str(CODE_ROOT)}
         # 0600: the workload writes through the descriptor; no other job's user may read it
         output = os.open(launch.log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         try:
@@ -398,7 +418,7 @@ class ProcessRuntime:
             # is closed (at the executor's exit), and these must outlive the executor.
             pid = os.posix_spawn(  # noqa: ASYNC221  (returns once the shim is exec'd)
                 self.python,
-                self.argv(launch),
+                self.argv(launch, builtin),
                 workload_env(env),
                 file_actions=[
                     (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),

@@ -221,23 +221,41 @@ def test_a_container_runs_as_its_jobs_user_with_its_own_folders_only() -> None:
     assert "User" not in container_config(launch, "n1", None, ContainerHost(()))
 
 
+def process_launch(
+    folder: Path, job_id: str, command: tuple[str, ...], env: dict[str, str] | None = None
+) -> Launch:
+    """Replica 0 of attempt 1 of `job_id`, its folders under `folder`."""
+    return Launch(
+        job_id=job_id,
+        attempt=1,
+        replica=0,
+        gpus=(),
+        command=command,
+        image=None,
+        env=env or {},
+        checkpoint_dir=folder / f"checkpoints/{job_id}/replica-0",
+        run_dir=folder / f"runs/{job_id}",
+    )
+
+
+def closed_python(folder: Path, script: str) -> Path:
+    """An interpreter (`script`, a shell script) in a folder closed to other users, as a
+    virtual environment under root's home is."""
+    closed = folder / "closed"
+    closed.mkdir(mode=0o700)
+    python = closed / "python3"
+    python.write_text(script)
+    python.chmod(0o755)
+    return python
+
+
 async def test_an_executor_that_cannot_switch_users_starts_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Not root and no --insecure-same-user: the workload is not started and says why."""
     monkeypatch.setattr(runtime, "can_switch_users", lambda: False)
     ran = tmp_path / "ran"
-    launch = Launch(
-        job_id="j",
-        attempt=1,
-        replica=0,
-        gpus=(),
-        command=("touch", str(ran)),
-        image=None,
-        env={},
-        checkpoint_dir=tmp_path / "checkpoints/j/replica-0",
-        run_dir=tmp_path / "runs/j",
-    )
+    launch = process_launch(tmp_path, "j", ("touch", str(ran)))
     workload = await runtime.ProcessRuntime(same_user=False).start(launch, "n1", None)
     assert await workload.wait() == 126
     assert workload.failure == REFUSAL and "--insecure-same-user" in REFUSAL
@@ -252,32 +270,15 @@ async def test_a_builtin_workload_its_user_cannot_run_is_refused_clearly(
     as "Permission denied"."""
     monkeypatch.setattr(runtime, "can_switch_users", lambda: True)
     monkeypatch.setattr(identity, "SYSTEM_PYTHONS", (str(tmp_path / "none/python3"),))
-    closed = tmp_path / "closed"
-    closed.mkdir(mode=0o700)
-    python = closed / "python3"
-    python.write_text("#!/bin/sh\n")
-    python.chmod(0o755)
-    launch = Launch(
-        job_id="j",
-        attempt=1,
-        replica=0,
-        gpus=(),
-        command=(),
-        image=None,
-        env={},
-        checkpoint_dir=tmp_path / "checkpoints/j/replica-0",
-        run_dir=tmp_path / "runs/j",
-    )
+    python = closed_python(tmp_path, "#!/bin/sh\n")
     rt = runtime.ProcessRuntime(python=str(python), same_user=False)
-    workload = await rt.start(launch, "n1", None)
+    workload = await rt.start(process_launch(tmp_path, "j", ()), "n1", None)
     assert await workload.wait() == 126
     assert workload.failure is not None and "cannot run" in workload.failure
 
 
 @_live
-async def test_a_builtin_workload_runs_on_the_systems_python_where_the_executors_is_closed() -> (
-    None
-):
+async def test_a_builtin_workload_runs_on_the_systems_python_where_ours_is_closed() -> None:
     """As root, with the executor's interpreter in a folder closed to other users (a virtual
     environment under root's home), the built-in workload runs on the system's Python as the
     job's own user, finding its code where the executor does: the README's walk-through as
@@ -285,23 +286,11 @@ async def test_a_builtin_workload_runs_on_the_systems_python_where_the_executors
     folder = Path(tempfile.mkdtemp(prefix="fairlane-builtin-"))
     try:
         folder.chmod(0o755)
-        closed = folder / "closed"
-        closed.mkdir(mode=0o700)
-        python = closed / "python3"  # the shim runs on it as root, as the executor's does
-        python.write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
-        python.chmod(0o755)
+        # the shim runs on it as root, as on the executor's own
+        python = closed_python(folder, f'#!/bin/sh\nexec {sys.executable} "$@"\n')
         checkpoints = folder / "checkpoints/builtin/replica-0"
-        launch = Launch(
-            job_id="builtin",
-            attempt=1,
-            replica=0,
-            gpus=(),
-            command=(),  # the built-in workload
-            image=None,
-            env={"FAIRLANE_CHECKPOINT_DIR": str(checkpoints), "FAIRLANE_ATTEMPT": "1"},
-            checkpoint_dir=checkpoints,
-            run_dir=folder / "runs/builtin",
-        )
+        env = {"FAIRLANE_CHECKPOINT_DIR": str(checkpoints), "FAIRLANE_ATTEMPT": "1"}
+        launch = process_launch(folder, "builtin", (), env)  # no command: the built-in one
         rt = runtime.ProcessRuntime(python=str(python), same_user=False)
         workload = await rt.start(launch, "n1", None)
         saved = checkpoints / "state.json"

@@ -74,26 +74,23 @@ def job_user(job_id: str) -> WorkloadUser:
 
 
 def others_can_run(path: str) -> bool:
-    """Whether a user with no rights of its own here may run `path`: every folder on the way
-    crossable by others, the file executable by them (an interpreter under root's home, 0700,
-    is not)."""
-    target = Path(path).resolve()
-    try:
-        for folder in target.parents:
-            if not folder.stat().st_mode & 0o001:
-                return False
-        return bool(target.stat().st_mode & 0o001)
-    except OSError:
-        return False
+    """Whether a user with no rights of its own here may run `path` (an interpreter under
+    root's home, 0700, may not)."""
+    return _others_may(Path(path), 0o001)
 
 
 def others_can_read(path: Path) -> bool:
     """Whether a user with no rights of its own here may read the file at `path`."""
+    return _others_may(path, 0o004)
+
+
+def _others_may(path: Path, others_bit: int) -> bool:
+    """Every folder on the way to `path` crossable by others, and `others_bit` (run, read)
+    theirs on the file itself."""
     target = path.resolve()
     try:
-        return all(f.stat().st_mode & 0o001 for f in target.parents) and bool(
-            target.stat().st_mode & 0o004
-        )
+        crossable = all(folder.stat().st_mode & 0o001 for folder in target.parents)
+        return crossable and bool(target.stat().st_mode & others_bit)
     except OSError:
         return False
 

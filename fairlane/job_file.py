@@ -82,14 +82,12 @@ def read_job_file(path: Path) -> JobFile:
         spec = msgspec.convert(fields, JobFile)
     except msgspec.ValidationError as e:
         raise CliError(f"-f {path}: {_said(e)}", USAGE) from None
-    times = {
-        key: parse_duration(value, f"-f {path}: {key}")
+    seconds = {
+        key.replace("-", "_"): parse_duration(value, f"-f {path}: {key}")
         for key, value in fields.items()
         if key in _LENGTHS_OF_TIME and value is not None
     }
-    return msgspec.structs.replace(
-        spec, **{name.replace("-", "_"): seconds for name, seconds in times.items()}
-    )
+    return msgspec.structs.replace(spec, **seconds)
 
 
 _LENGTHS_OF_TIME = frozenset({"preemption-delay", "min-runtime", "grace"})

@@ -134,21 +134,23 @@ _UNITS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 def parse_duration(text: object, flag: str) -> float:
     """Seconds from a length of time as a person gives it (`events.units`' grammar: 45, 90s,
     10m, 1h30m, 30d); a usage error naming `flag` otherwise."""
-    # imported here: the event catalogue `events` loads is for the commands that need it,
-    # not for every command's start
-    from events.units import parse_duration as seconds_of  # noqa: PLC0415
-
     try:
-        return seconds_of(text)
+        return _seconds(text)
     except ValueError as e:
         raise CliError(f"{flag} takes a length of time: {e}", USAGE) from None
 
 
 def length_of_time(_: Any, tokens: Sequence[Any]) -> float:
     """A flag's length of time: seconds, or 90s, 10m, 1h30m, 1d (cyclopts names the flag)."""
-    from events.units import parse_duration as seconds_of  # noqa: PLC0415 (as above)
+    return _seconds(tokens[0].value)
 
-    return seconds_of(tokens[0].value)
+
+def _seconds(value: object) -> float:
+    # imported here: the event catalogue `events` loads is for the commands that need it,
+    # not for every command's start
+    from events.units import parse_duration as seconds_of  # noqa: PLC0415
+
+    return seconds_of(value)
 
 
 #: A length of time given to a flag (None: not given)

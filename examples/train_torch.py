@@ -10,10 +10,11 @@ tells the job's timeline through `fairlane.workload`; a later attempt resumes fr
 
 As a gang (`fairlane submit --replicas 2 ...`) it trains data-parallel with torch.distributed:
 each replica joins the process group at the `MASTER_ADDR:MASTER_PORT` the executor gives every
-replica of the attempt (`WORLD_SIZE`, `RANK`: `env://`), over NCCL on GPUs and gloo on CPUs,
-and wraps the network in DistributedDataParallel. The replicas agree on when to stop (a
-SIGTERM on any of them stops all at the same step) and each saves to its own checkpoint folder,
-so every replica resumes from the same step, wherever it runs next.
+replica of the attempt (`WORLD_SIZE`, `RANK`: `env://`), over NCCL on GPUs and gloo on CPUs
+(`--backend gloo` on GPUs too: NCCL refuses two replicas on one GPU, as when two nodes of one
+machine share it), and wraps the network in DistributedDataParallel. The replicas agree on when
+to stop (a SIGTERM on any of them stops all at the same step) and each saves to its own
+checkpoint folder, so every replica resumes from the same step, wherever it runs next.
 """
 
 from __future__ import annotations
@@ -63,11 +64,17 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=2000)
     parser.add_argument("--checkpoint-every", type=int, default=100, metavar="STEPS")
     parser.add_argument("--report-every", type=int, default=20, metavar="STEPS")
+    parser.add_argument(
+        "--backend",
+        choices=("nccl", "gloo"),
+        help="a gang's torch.distributed backend (default: nccl on GPUs, gloo on CPUs)",
+    )
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, on_sigterm)
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    world = join(device)
+    backend = args.backend or ("nccl" if device.type == "cuda" else "gloo")
+    world = join(backend)
     model: torch.nn.Module = torch.nn.Sequential(
         torch.nn.Linear(1, 64), torch.nn.Tanh(), torch.nn.Linear(64, 1)
     ).to(device)
@@ -90,7 +97,7 @@ def main() -> int:
     rank = dist.get_rank() if world > 1 else 0
     generator = torch.Generator(device="cpu").manual_seed(step * world + rank)
     while step < args.steps:
-        if stopping(world, device):
+        if stopping(world, device if backend == "nccl" else torch.device("cpu")):
             save(path, step, model, optimizer)
             signum = stop_signal or signal.SIGTERM  # or another replica got it
             print(f"stopping at step {step} (signal {signum})", flush=True)
@@ -115,19 +122,20 @@ def main() -> int:
     return 0
 
 
-def join(device: torch.device) -> int:
+def join(backend: str) -> int:
     """Join the gang's process group where there is a gang; its size (1: alone)."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world > 1:  # env:// reads MASTER_ADDR, MASTER_PORT, WORLD_SIZE and RANK
-        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+        dist.init_process_group(backend)
         where = f"{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}"
-        print(f"rank {dist.get_rank()} of {world} met at {where}", flush=True)
+        print(f"rank {dist.get_rank()} of {world} met at {where} over {backend}", flush=True)
     return world
 
 
 def stopping(world: int, device: torch.device) -> bool:
     """Whether to save and stop now: this replica got SIGTERM, or (in a gang) any replica did,
-    so all stop after the same step instead of one waiting for the others' gradients."""
+    so all stop after the same step instead of one waiting for the others' gradients. `device`
+    is where the backend reduces: the GPU for NCCL, the CPU for gloo."""
     if world == 1:
         return stop_signal is not None
     flag = torch.tensor([0 if stop_signal is None else 1], device=device)

@@ -1212,13 +1212,15 @@ async def test_the_pytorch_example_is_preempted_and_resumes(cluster: Cluster) ->
 
 
 async def test_the_pytorch_example_trains_as_a_gang_over_two_nodes(cluster: Cluster) -> None:
-    """torch.distributed over the rendezvous the executors give (gloo on CPUs, NCCL on GPUs):
-    two replicas on two nodes meet, are preempted together and resume from the same step.
+    """torch.distributed over the rendezvous the executors give: two replicas on two nodes
+    meet, are preempted together and resume from the same step. Both nodes declare GPU 0 of
+    this machine, which NCCL refuses to give two ranks: gloo, on the GPU where there is one.
     Runs where PyTorch is installed (it is not a dependency)."""
     require_torch()
     nodes = [await cluster.executor(n, gpus=1) for n in ("n1", "n2")]
     example = str(Path(__file__).resolve().parent.parent / "examples" / "train_torch.py")
-    command = (sys.executable, example, "--steps", "1000000", "--checkpoint-every", "50")
+    steps = ("--steps", "1000000", "--checkpoint-every", "50")
+    command = (sys.executable, example, *steps, "--backend", "gloo")
     gang = (Replica("n1", (0,)), Replica("n2", (0,)))
 
     def output(attempt: int) -> list[str]:

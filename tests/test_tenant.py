@@ -21,7 +21,7 @@ from typing import TypeVar
 import asyncpg
 import pytest
 
-from cluster.servers import free_port
+from cluster.servers import Postgres, free_port
 from services.executor import docker, identity, runtime
 from services.executor.docker import ContainerHost, container_config
 from services.executor.identity import REFUSAL, WorkloadUser, job_user
@@ -319,3 +319,77 @@ def test_a_container_runs_as_the_jobs_uid_as_root_else_the_executors(
     own = WorkloadUser(os.getuid(), os.getgid())
     assert docker.DockerRuntime(same_user=False).user(launch) == own
     assert docker.DockerRuntime(same_user=True).user(launch) is None
+
+
+@_live
+async def test_a_workload_whose_folders_its_user_cannot_reach_is_refused_clearly() -> None:
+    """A folder above the executor's closed to other users (a data folder under root's home,
+    0700) would leave the job's user unable to enter its checkpoint folder: that is said,
+    naming the folder, not left to fail in the workload as "Permission denied"."""
+    folder = Path(tempfile.mkdtemp(prefix="fairlane-walled-"))
+    try:
+        folder.chmod(0o755)
+        closed = folder / "home"
+        closed.mkdir(mode=0o700)
+        ran = folder / "ran"
+        launch = process_launch(closed / "executor", "j", ("touch", str(ran)))
+        workload = await runtime.ProcessRuntime(same_user=False).start(launch, "n1", None)
+        assert await workload.wait() == 126
+        assert workload.failure == identity.walled_off(closed)
+        assert f"chmod o+x {closed}" in workload.failure
+        assert not ran.exists()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@_live
+def test_a_job_moves_to_a_node_started_later_and_resumes_there_as_its_own_user(
+    base: Path,
+) -> None:
+    """A second node of an embedded cluster keeps its folder under `nodes/`: each job's user
+    must pass through it. A job checkpointed on the first node, drained, resumes on the second
+    from the checkpoint the first stored: as its own uid it could not enter its folder there
+    (found on a GPU machine, where the moved job failed with "Permission denied")."""
+    data = base / "moves"
+    ports = ["--nats-port", str(free_port()), "--api-port", str(free_port())]
+    fairlane("up", "--detach", "--gpus", "1", "--nodes", "2", *ports, data_dir=data)
+    try:
+        nodes = json.loads(fairlane("nodes", "-o", "json", data_dir=data).stdout)
+        first, second = sorted(n["node"] for n in nodes)
+        _eventually(functools.partial(_configured, data, "mover"), "project mover")
+        fairlane("node", "cordon", second, data_dir=data)
+        fairlane("submit", "moved", "--project", "mover", "--gpus", "1", data_dir=data)
+        saved = data / "executor/checkpoints/moved/replica-0/state.json"
+        _eventually(saved.exists, "the first attempt's checkpoint")
+        fairlane("node", "uncordon", second, data_dir=data)
+        fairlane("node", "drain", first, data_dir=data)
+        log = data / f"nodes/{second}/executor/runs/moved/2.0.log"
+        _eventually(lambda: "training: attempt 2" in _read(log), f"attempt 2 in {log}")
+        step = int(_read(log).split("training: attempt 2, from step ")[1].split()[0])
+        assert step > 0  # resumed from the checkpoint, not from the start
+        for folder in (data / "nodes", data / "nodes" / second):
+            assert folder.stat().st_mode & 0o777 == 0o711  # passed through, never listed
+        job = json.loads(fairlane("describe", "moved", "-o", "json", data_dir=data).stdout)
+        assert (job["state"], job["attempt"], job["nodes"]) == ("running", 2, [second])
+    finally:
+        fairlane("down", data_dir=data, check=False)
+
+
+@_live
+async def test_postgres_as_root_lets_others_pass_the_folders_above_and_list_none() -> None:
+    """The PostgreSQL wheel's server runs as a user of its own where we are root; the wheel
+    made every folder up to `/` listable by everyone for it (a home folder of 0700 became
+    0755). Its user needs only to pass through them."""
+    folder = Path(tempfile.mkdtemp(prefix="fairlane-pg-"))
+    try:
+        home = folder / "home"
+        home.mkdir(mode=0o700)
+        server = Postgres(home / "cluster" / "postgres")
+        await server.start()
+        try:
+            assert home.stat().st_mode & 0o777 == 0o711
+            assert folder.stat().st_mode & 0o777 == 0o711  # mkdtemp's 0700, passed through
+        finally:
+            await server.stop()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)

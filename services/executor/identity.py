@@ -54,6 +54,14 @@ def unreachable(python: str) -> str:
     )
 
 
+def walled_off(folder: Path) -> str:
+    return (
+        f"the job's own user cannot reach its folders: {folder} is closed to other users, so "
+        f"nothing was started (let others pass through it: chmod o+x {folder}; or give the "
+        "executor a --data-dir whose folders others may pass through)"
+    )
+
+
 def python_for_others(python: str) -> str | None:
     """`python` if a user with no rights of its own here may run it, else the first of the
     system's interpreters that it may (None: none)."""
@@ -82,6 +90,18 @@ def others_can_run(path: str) -> bool:
 def others_can_read(path: Path) -> bool:
     """Whether a user with no rights of its own here may read the file at `path`."""
     return _others_may(path, 0o004)
+
+
+def closed_on_the_way(path: Path) -> Path | None:
+    """The first folder above `path`, from `/` down, that others may not pass through (None:
+    they may pass through every one)."""
+    for folder in reversed(path.resolve().parents):
+        try:
+            if not folder.stat().st_mode & 0o001:
+                return folder
+        except OSError:
+            return folder
+    return None
 
 
 def _others_may(path: Path, others_bit: int) -> bool:

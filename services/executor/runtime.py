@@ -33,12 +33,14 @@ from services.executor.identity import (
     REFUSAL,
     WorkloadUser,
     can_switch_users,
+    closed_on_the_way,
     job_user,
     others_can_read,
     own,
     pass_through,
     python_for_others,
     unreachable,
+    walled_off,
 )
 from services.executor.logs import job_dir_name
 from services.executor.shim import exit_code_of
@@ -407,6 +409,12 @@ class ProcessRuntime:
                     why = unreachable(self.python)
                     return self._refused(launch, node, checkpoint_mtime, exit_file, why)
             env = self.prepare(launch, user)
+            closed = closed_on_the_way(launch.checkpoint_dir.parent) or closed_on_the_way(
+                home_dir(launch)
+            )
+            if closed is not None:
+                why = walled_off(closed)
+                return self._refused(launch, node, checkpoint_mtime, exit_file, why)
             if builtin is not None and builtin != self.python:
                 # the system's interpreter knows nothing of the executor's environment: it
                 # finds the workload's package where the executor's does

@@ -343,7 +343,7 @@ async def test_a_workload_whose_folders_its_user_cannot_reach_is_refused_clearly
 
 
 @_live
-def test_a_job_moves_to_a_node_started_later_and_resumes_there_as_its_own_user(
+def test_a_job_drained_to_a_second_node_resumes_there_as_its_own_user(
     base: Path,
 ) -> None:
     """A second node of an embedded cluster keeps its folder under `nodes/`: each job's user

@@ -50,7 +50,7 @@ from nats.js.errors import BucketNotFoundError, KeyNotFoundError, NotFoundError
 
 from cluster.cluster_file import ClusterFile, read_cluster
 from cluster.detached import spawn_detached, stop_pid
-from cluster.embedded import SUPERVISOR, is_root, server_pid
+from cluster.embedded import SUPERVISOR, is_root, private_data, server_pid
 from cluster.supervisor import STOP_GRACE_S, Plan, Program, read_plan, read_status
 from services.runtime.auth import (
     ADMIN,
@@ -217,6 +217,21 @@ def credentials_for(path: Path, node: str) -> Credentials:
 
 
 # -- the shell ------------------------------------------------------------------------------------
+
+
+def private_node(data_dir: Path, node: str) -> Path:
+    """The folders of a node joining a cluster elsewhere, kept as `fairlane up` keeps its own
+    (`private_data`): every file written from here on, by this process and the supervisor it
+    starts, readable by its user alone (umask 077); the logs, which name every job the node
+    runs, closed; the data folder and the node's passed through by the jobs' uids where we
+    are root. With the caller's umask (022) a job could read the node's log and plan."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    private_data(data_dir)
+    folder = make_node_dir(data_dir, node)
+    logs = folder / "logs"
+    logs.mkdir(exist_ok=True)
+    logs.chmod(0o700)
+    return folder
 
 
 @contextlib.contextmanager
@@ -472,8 +487,7 @@ async def start_remote_node(  # noqa: PLR0913 (the `fairlane node start` options
         await refuse_if_beating(nc, node)
     finally:
         await nc.close()
-    make_node_dir(data_dir.resolve(), node)
-    (folder / "logs").mkdir(parents=True, exist_ok=True)
+    private_node(data_dir.resolve(), node)
     args = executor_args(
         nats_url=nats_url,
         node=node,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import time
 from collections.abc import Callable
@@ -211,11 +212,23 @@ def joins_from_elsewhere(api: Api, data: Path, remote: Path, url: str, a: str) -
     assert not (remote / "nodes" / "gpu-d").exists()
     fairlane("node", "start", "gpu-c", *joining, data_dir=remote)
     assert {n["node"] for n in api.get("/v1/nodes") if not n["lost"]} == {a, "gpu-c"}
+    keeps_its_files_private(remote, remote / "nodes" / "gpu-c")
     clash = fairlane("node", "start", "gpu-c", "--gpus", "1", data_dir=data, check=False)
     assert clash.returncode == 1 and "a node of that name is running" in clash.stderr
     fairlane("node", "stop", "gpu-c", data_dir=remote)
     gone = fairlane("node", "stop", "gpu-c", data_dir=remote, check=False)
     assert gone.returncode == 1 and "no node named 'gpu-c' runs from" in gone.stderr
+
+
+def keeps_its_files_private(data: Path, folder: Path) -> None:
+    """As `fairlane up` keeps its data folder: jobs (each a uid of its own where we are root)
+    pass through to their folders and read nothing else; the log names every job of the node."""
+    passed = 0o711 if os.geteuid() == 0 else 0o700
+    for crossed in (data, data / "nodes", folder):
+        assert crossed.stat().st_mode & 0o777 == passed, crossed
+    assert (folder / "logs").stat().st_mode & 0o777 == 0o700
+    files = [f for f in (*folder.iterdir(), *(folder / "logs").iterdir()) if f.is_file()]
+    assert files and all(f.stat().st_mode & 0o077 == 0 for f in files), files
 
 
 def program_of_node(node: str, host: str) -> str:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib.util
 import io
 import json
 import os
@@ -67,6 +66,7 @@ from services.runtime.checkpoint_bucket import checkpoint_bucket
 from services.runtime.eventlog import JetStreamLog, connect
 from services.runtime.relays import relay_log
 from services.runtime.tasks import cancel_and_wait
+from tests.torch_support import require_torch
 
 pytestmark = pytest.mark.nats
 E = TypeVar("E", bound=Event)
@@ -1180,15 +1180,6 @@ async def test_a_gang_of_the_training_example_resumes_each_replica_from_its_own_
     assert said(2, "resumed from step ") == stopped
     await asyncio.sleep(0.3)
     assert not cluster.recorder.of(JobFailed, "g4")
-
-
-def require_torch() -> None:
-    """PyTorch is not a dependency (only the example uses it): skip without it, but with
-    CI=true fail, since `.ci/torch` installs it there."""
-    if importlib.util.find_spec("torch") is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("torch is not installed (CI=true: run .ci/torch first)")
-        pytest.skip("torch is not installed (.ci/torch installs its CPU build)")
 
 
 async def test_the_pytorch_example_is_preempted_and_resumes(cluster: Cluster) -> None:

@@ -210,6 +210,11 @@ def joins_from_elsewhere(api: Api, data: Path, remote: Path, url: str, a: str) -
     assert f"--credentials {mine} holds the NATS user 'executor-gpu-c'" in wrong.stderr
     assert "not node gpu-d's 'executor-gpu-d'" in wrong.stderr
     assert not (remote / "nodes" / "gpu-d").exists()
+    nowhere = f"nats://127.0.0.1:{free_port()}"  # a typo in the URL: said, not waited on
+    lost = ("--gpus", "1", "--nats", nowhere, "--credentials", str(mine))
+    unanswered = fairlane("node", "start", "gpu-c", *lost, data_dir=remote, check=False)
+    assert unanswered.returncode == 1
+    assert f"cannot reach NATS at {nowhere}: no server answered within" in unanswered.stderr
     fairlane("node", "start", "gpu-c", *joining, data_dir=remote)
     assert {n["node"] for n in api.get("/v1/nodes") if not n["lost"]} == {a, "gpu-c"}
     keeps_its_files_private(remote, remote / "nodes" / "gpu-c")

@@ -41,6 +41,11 @@ def on_reconnect(nc: Client, listener: Callable[[], None]) -> Callable[[], None]
     return stop
 
 
+class NoServerAnswered(ConnectionError):
+    """No server of the URL took a first connection within the time given (none listens
+    there, or a firewall drops what is sent)."""
+
+
 class NotAuthorized(Exception):
     """The server refused this connection's user or password: retrying cannot help (nats-py
     would retry for ever), so the first connection gives up at once and says who was refused."""
@@ -81,8 +86,16 @@ async def connect(
         for listener in list(_reconnect_listeners.get(client[0], ())) if client else ():
             listener()
 
+    deadline = asyncio.get_running_loop().time() + retry_for
+
     async def attempt() -> Client:
-        nc = await _unless_refused(refused, who, _connect())
+        # nats-py tries a first connection again and again by itself, without end (the
+        # unlimited reconnects asked for below are meant for later ones): `retry_for` ends it
+        try:
+            async with asyncio.timeout_at(deadline):
+                nc = await _unless_refused(refused, who, _connect())
+        except TimeoutError:
+            raise NoServerAnswered(f"no server answered within {retry_for:g}s") from None
         client.append(nc)
         return nc
 
@@ -116,10 +129,13 @@ async def _unless_refused(
     """The connection, or `NotAuthorized` as soon as the server refuses `who`."""
     task = asyncio.ensure_future(connecting)
     either: set[asyncio.Future[Any]] = {task, refused}
-    await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
-    if task.done():
-        return task.result()
-    task.cancel()
-    with contextlib.suppress(BaseException):
-        await task
+    try:
+        await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+        if task.done():
+            return task.result()
+    finally:  # refused, or given up on (a timeout): the connecting stops too
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
     raise NotAuthorized(f"the NATS server refused {who}: {refused.result()}")

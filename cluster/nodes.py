@@ -62,7 +62,7 @@ from services.runtime.auth import (
     node_of,
     write_auth,
 )
-from services.runtime.connection import NotAuthorized, connect
+from services.runtime.connection import NotAuthorized, connect, url_problem
 from services.runtime.eventlog import JetStreamLog
 from services.runtime.heartbeats import BUCKET as HEARTBEATS
 from services.runtime.processes import pid_exists
@@ -473,6 +473,9 @@ async def start_remote_node(  # noqa: PLR0913 (the `fairlane node start` options
     read the log)."""
     check_name(node)
     check_gpus(gpus)
+    problem = url_problem(nats_url)
+    if problem is not None:
+        raise NodeError(f"--nats {nats_url}: {problem}", code=2)
     credentials = credentials.resolve()
     creds = credentials_for(credentials, node)
     folder = node_dir(data_dir.resolve(), node)

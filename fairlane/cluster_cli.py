@@ -16,6 +16,7 @@ from typing import Annotated, Literal
 
 import cyclopts
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from cluster.cluster_file import DEFAULT_DATA_DIR, ClusterFile, read_cluster, stopped
@@ -30,6 +31,7 @@ from cluster.embedded import (
 from cluster.log_health import LogHealth, describe, look_now
 from cluster.supervisor import STABLE_S, ProgramStatus
 from cluster.tool_log import log_like_services
+from services.runtime.connection import url_problem
 
 console = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -97,14 +99,9 @@ def up_command(
         yours; the default where `up` is not root, which cannot give each job a user of its
         own (as root each job runs as a uid of its own).
     """
-    if nodes < 1:
-        err.print(f"[red]error:[/] --nodes {nodes}: run at least 1 node")
-        sys.exit(2)
-    if nodes > 1 and gpus is None:
-        err.print(f"[red]error:[/] --nodes {nodes} needs --gpus N: each node declares its own")
-        sys.exit(2)
-    if heartbeat_timeout is not None and not 0 < heartbeat_timeout <= 86_400:
-        err.print(f"[red]error:[/] --heartbeat-timeout {heartbeat_timeout:g}: not in (0, 86400]")
+    problem = _bad_value(nodes, gpus, heartbeat_timeout, nats)
+    if problem is not None:
+        err.print(f"[red]error:[/] {escape(problem)}")
         sys.exit(2)
     log_like_services("warning")  # the table below says what started
     same_user = insecure_same_user or os.geteuid() != 0
@@ -173,6 +170,20 @@ def up_command(
     code = asyncio.run(foreground())
     if code:
         sys.exit(code)
+
+
+def _bad_value(
+    nodes: int, gpus: int | None, heartbeat_timeout: float | None, nats: str | None
+) -> str | None:
+    """What is wrong with `up`'s values, naming the flag and the value (None: nothing)."""
+    if nodes < 1:
+        return f"--nodes {nodes}: run at least 1 node"
+    if nodes > 1 and gpus is None:
+        return f"--nodes {nodes} needs --gpus N: each node declares its own"
+    if heartbeat_timeout is not None and not 0 < heartbeat_timeout <= 86_400:
+        return f"--heartbeat-timeout {heartbeat_timeout:g}: not in (0, 86400]"
+    problem = None if nats is None else url_problem(nats)
+    return None if problem is None else f"--nats {nats}: {problem}"
 
 
 def without_password(dsn: str) -> str:

@@ -210,6 +210,11 @@ def joins_from_elsewhere(api: Api, data: Path, remote: Path, url: str, a: str) -
     assert f"--credentials {mine} holds the NATS user 'executor-gpu-c'" in wrong.stderr
     assert "not node gpu-d's 'executor-gpu-d'" in wrong.stderr
     assert not (remote / "nodes" / "gpu-d").exists()
+    api_url = ("--gpus", "1", "--nats", "http://127.0.0.1:8080", "--credentials", str(mine))
+    malformed = fairlane("node", "start", "gpu-c", *api_url, data_dir=remote, check=False)
+    assert malformed.returncode == 2  # the API's URL for the NATS server's: said at once
+    said = "--nats http://127.0.0.1:8080: 'http://127.0.0.1:8080' is not a NATS server's address"
+    assert said in malformed.stderr
     nowhere = f"nats://127.0.0.1:{free_port()}"  # a typo in the URL: said, not waited on
     lost = ("--gpus", "1", "--nats", nowhere, "--credentials", str(mine))
     unanswered = fairlane("node", "start", "gpu-c", *lost, data_dir=remote, check=False)

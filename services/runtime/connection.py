@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import urllib.parse
 import weakref
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import Any, Final
 
 import nats
 import structlog
@@ -39,6 +40,30 @@ def on_reconnect(nc: Client, listener: Callable[[], None]) -> Callable[[], None]
             listeners.remove(listener)
 
     return stop
+
+
+#: The schemes nats-py connects with (a server named without one is `nats://`).
+SCHEMES: Final = ("nats", "tls", "ws", "wss")
+
+
+def url_problem(url: str) -> str | None:
+    """What makes `url` (servers of one cluster, comma-separated) one that no connection could
+    use, or None: said at once, where a connection would try it until it gave up."""
+    servers = [u.strip() for u in url.split(",") if u.strip()]
+    if not servers:
+        return "names no server"
+    for server in servers:
+        parts = urllib.parse.urlsplit(server if "://" in server else f"nats://{server}")
+        if parts.scheme not in SCHEMES:
+            schemes = ", ".join(f"{scheme}://" for scheme in SCHEMES[1:])
+            return f"{server!r} is not a NATS server's address (nats://HOST:PORT, or {schemes})"
+        try:
+            parts.port  # noqa: B018  (read for the ValueError a bad port raises)
+        except ValueError:
+            return f"{server!r} has no port number 0 to 65535 after its host"
+        if not parts.hostname:
+            return f"{server!r} names no host"
+    return None
 
 
 class NoServerAnswered(ConnectionError):

@@ -74,7 +74,7 @@ from services.runtime.auth import (
     load_credentials,
     write_auth,
 )
-from services.runtime.connection import connect
+from services.runtime.connection import connect, url_problem
 from services.runtime.eventlog import JetStreamLog
 from services.runtime.logstream import DEFAULT_LOG_MAX_BYTES
 from services.runtime.postgres import DSN_ENV
@@ -550,6 +550,13 @@ def _supervisor_grace(data_dir: Path) -> float:
     except (OSError, msgspec.DecodeError, msgspec.ValidationError):
         return 25.0
     return stop_within(plan) + 5.0
+
+
+def nats_flag_problem(nats_url: str) -> str | None:
+    """`--nats URL` refused as a bad value, flag and value named, where no client could use
+    the URL (None: it may be tried)."""
+    problem = url_problem(nats_url)
+    return None if problem is None else f"--nats {nats_url}: {problem}"
 
 
 async def _reachable(nats_url: str, within: float = 5.0) -> None:

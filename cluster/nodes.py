@@ -50,7 +50,13 @@ from nats.js.errors import BucketNotFoundError, KeyNotFoundError, NotFoundError
 
 from cluster.cluster_file import ClusterFile, read_cluster
 from cluster.detached import spawn_detached, stop_pid
-from cluster.embedded import SUPERVISOR, is_root, private_data, server_pid
+from cluster.embedded import (
+    SUPERVISOR,
+    is_root,
+    nats_flag_problem,
+    private_data,
+    server_pid,
+)
 from cluster.supervisor import STOP_GRACE_S, Plan, Program, read_plan, read_status
 from services.runtime.auth import (
     ADMIN,
@@ -62,7 +68,7 @@ from services.runtime.auth import (
     node_of,
     write_auth,
 )
-from services.runtime.connection import NotAuthorized, connect, url_problem
+from services.runtime.connection import NotAuthorized, connect
 from services.runtime.eventlog import JetStreamLog
 from services.runtime.heartbeats import BUCKET as HEARTBEATS
 from services.runtime.processes import pid_exists
@@ -473,9 +479,9 @@ async def start_remote_node(  # noqa: PLR0913 (the `fairlane node start` options
     read the log)."""
     check_name(node)
     check_gpus(gpus)
-    problem = url_problem(nats_url)
+    problem = nats_flag_problem(nats_url)
     if problem is not None:
-        raise NodeError(f"--nats {nats_url}: {problem}", code=2)
+        raise NodeError(problem, code=2)
     credentials = credentials.resolve()
     creds = credentials_for(credentials, node)
     folder = node_dir(data_dir.resolve(), node)

@@ -24,6 +24,7 @@ from cluster.embedded import (
     EmbeddedError,
     down,
     limit_warnings,
+    nats_flag_problem,
     started,
     supervisor_status,
     up,
@@ -31,7 +32,6 @@ from cluster.embedded import (
 from cluster.log_health import LogHealth, describe, look_now
 from cluster.supervisor import STABLE_S, ProgramStatus
 from cluster.tool_log import log_like_services
-from services.runtime.connection import url_problem
 
 console = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -182,8 +182,7 @@ def _bad_value(
         return f"--nodes {nodes} needs --gpus N: each node declares its own"
     if heartbeat_timeout is not None and not 0 < heartbeat_timeout <= 86_400:
         return f"--heartbeat-timeout {heartbeat_timeout:g}: not in (0, 86400]"
-    problem = None if nats is None else url_problem(nats)
-    return None if problem is None else f"--nats {nats}: {problem}"
+    return None if nats is None else nats_flag_problem(nats)
 
 
 def without_password(dsn: str) -> str:

@@ -278,33 +278,33 @@ async def test_a_builtin_workload_its_user_cannot_run_is_refused_clearly(
 
 
 @_live
-async def test_a_builtin_workload_runs_on_the_systems_python_where_ours_is_closed() -> None:
+async def test_a_builtin_workload_runs_on_the_systems_python_where_ours_is_closed(
+    base: Path,
+) -> None:
     """As root, with the executor's interpreter in a folder closed to other users (a virtual
     environment under root's home), the built-in workload runs on the system's Python as the
     job's own user, finding its code where the executor does: the README's walk-through as
     root failed its first job with exit 126."""
-    folder = Path(tempfile.mkdtemp(prefix="fairlane-builtin-"))
-    try:
-        folder.chmod(0o755)
-        # the shim runs on it as root, as on the executor's own
-        python = closed_python(folder, f'#!/bin/sh\nexec {sys.executable} "$@"\n')
-        checkpoints = folder / "checkpoints/builtin/replica-0"
-        env = {"FAIRLANE_CHECKPOINT_DIR": str(checkpoints), "FAIRLANE_ATTEMPT": "1"}
-        launch = process_launch(folder, "builtin", (), env)  # no command: the built-in one
-        rt = runtime.ProcessRuntime(python=str(python), same_user=False)
-        workload = await rt.start(launch, "n1", None)
-        saved = checkpoints / "state.json"
-        for _ in range(200):  # its first save comes after its first steps
-            if saved.exists() or not workload.alive():
-                break
-            await asyncio.sleep(0.05)
-        (checkpoints / ".exit").write_text("0\n")  # as the live engine completes a job
-        assert await workload.wait() == 0, workload.failure
-        assert workload.failure is None
-        assert saved.stat().st_uid == job_user("builtin").uid  # it ran as the job's user
-        assert "training: attempt 1, from step 0" in launch.log_file.read_text()
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+    folder = base / "builtin"
+    folder.mkdir()
+    folder.chmod(0o755)  # as `base`: others pass through, whatever the umask
+    # the shim runs on it as root, as on the executor's own
+    python = closed_python(folder, f'#!/bin/sh\nexec {sys.executable} "$@"\n')
+    checkpoints = folder / "checkpoints/builtin/replica-0"
+    env = {"FAIRLANE_CHECKPOINT_DIR": str(checkpoints), "FAIRLANE_ATTEMPT": "1"}
+    launch = process_launch(folder, "builtin", (), env)  # no command: the built-in one
+    rt = runtime.ProcessRuntime(python=str(python), same_user=False)
+    workload = await rt.start(launch, "n1", None)
+    saved = checkpoints / "state.json"
+    for _ in range(200):  # its first save comes after its first steps
+        if saved.exists() or not workload.alive():
+            break
+        await asyncio.sleep(0.05)
+    (checkpoints / ".exit").write_text("0\n")  # as the live engine completes a job
+    assert await workload.wait() == 0, workload.failure
+    assert workload.failure is None
+    assert saved.stat().st_uid == job_user("builtin").uid  # it ran as the job's user
+    assert "training: attempt 1, from step 0" in launch.log_file.read_text()
 
 
 def test_a_container_runs_as_the_jobs_uid_as_root_else_the_executors(
@@ -322,24 +322,23 @@ def test_a_container_runs_as_the_jobs_uid_as_root_else_the_executors(
 
 
 @_live
-async def test_a_workload_whose_folders_its_user_cannot_reach_is_refused_clearly() -> None:
+async def test_a_workload_whose_folders_its_user_cannot_reach_is_refused_clearly(
+    base: Path,
+) -> None:
     """A folder above the executor's closed to other users (a data folder under root's home,
     0700) would leave the job's user unable to enter its checkpoint folder: that is said,
     naming the folder, not left to fail in the workload as "Permission denied"."""
-    folder = Path(tempfile.mkdtemp(prefix="fairlane-walled-"))
-    try:
-        folder.chmod(0o755)
-        closed = folder / "home"
-        closed.mkdir(mode=0o700)
-        ran = folder / "ran"
-        launch = process_launch(closed / "executor", "j", ("touch", str(ran)))
-        workload = await runtime.ProcessRuntime(same_user=False).start(launch, "n1", None)
-        assert await workload.wait() == 126
-        assert workload.failure == identity.walled_off(closed)
-        assert f"chmod o+x {closed}" in workload.failure
-        assert not ran.exists()
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+    (base / "walled").mkdir()
+    (base / "walled").chmod(0o755)  # as `base`: others pass through, whatever the umask
+    closed = base / "walled" / "home"
+    closed.mkdir(mode=0o700)
+    ran = base / "walled" / "ran"
+    launch = process_launch(closed / "executor", "j", ("touch", str(ran)))
+    workload = await runtime.ProcessRuntime(same_user=False).start(launch, "n1", None)
+    assert await workload.wait() == 126
+    assert workload.failure == identity.walled_off(closed)
+    assert f"chmod o+x {closed}" in workload.failure
+    assert not ran.exists()
 
 
 @_live

@@ -26,7 +26,14 @@ import msgspec
 from events import NODE_REPORTS, Event, ids
 from services.executor.checkpointing import Checkpointing
 from services.executor.config import ExecutorConfig
-from services.executor.facts import AttemptFacts, AttemptKey, Closing, Here
+from services.executor.facts import (
+    AttemptFacts,
+    AttemptKey,
+    Closing,
+    Here,
+    ReplicaOrder,
+    replica_order,
+)
 from services.executor.inventory import Inventory
 from services.executor.nodework import NodeWork, desired
 from services.executor.plan import (
@@ -100,6 +107,12 @@ class Actuator:
         self.closing: Closing = ""
         self.lost = False
         self.registrations = 0
+        # made from the facts for a plan, and kept for the next while those did not change:
+        # most plans follow a change to one job, and making these for every replica and
+        # attempt here took a third of a hollow executor's planning
+        self._order: tuple[int, ReplicaOrder] | None = None
+        self._attempts_used: tuple[tuple[int, int], dict[AttemptKey, AttemptFacts]] | None = None
+        self._here: tuple[tuple[object, ...], Here] | None = None
 
     @property
     def objects(self) -> ObjectCheckpoints | None:
@@ -115,15 +128,27 @@ class Actuator:
 
     def here(self, offer: Event | None = None) -> Here:
         """The facts, as the planner reads them: this actuator's own mappings, not copies (a
-        plan runs after every change, and only reads them before anything acts on it)."""
-        attempts = {k: self._with_usage(k, a) for k, a in self.attempts.items()}
-        return Here(
+        plan runs after every change, and only reads them before anything acts on it). The
+        last one again while nothing it was made from changed (its sets and `shut` are these
+        same objects, whatever they hold now)."""
+        stamp = (
+            self.inventory.replica_changes,
+            self.inventory.attempt_changes,
+            self.usage.changes,
+            self.closing,
+            self.lost,
+            self.registrations,
+            offer,
+        )
+        if self._here is not None and self._here[0] == stamp and self._here[1].shut is self.shut:
+            return self._here[1]
+        here = Here(
             node=self.node,
             actor=self.config.actor,
             boot_id=self.config.boot_id,
             saves=self.runtime.saves,
             objects=self.objects is not None,
-            attempts=attempts,
+            attempts=self._attempts_with_usage(),
             replicas=self.replicas,
             reported=self.reported,
             published=self.published,
@@ -132,7 +157,24 @@ class Actuator:
             lost=self.lost,
             registrations=self.registrations,
             offer=offer,  # type: ignore[arg-type]
+            order=self._replica_order(),
         )
+        self._here = (stamp, here)
+        return here
+
+    def _replica_order(self) -> ReplicaOrder:
+        changes = self.inventory.replica_changes
+        if self._order is None or self._order[0] != changes:
+            self._order = (changes, replica_order(self.replicas))
+        return self._order[1]
+
+    def _attempts_with_usage(self) -> dict[AttemptKey, AttemptFacts]:
+        """Each attempt's facts with its GPUs' mean use as sampled now."""
+        changes = (self.inventory.attempt_changes, self.usage.changes)
+        if self._attempts_used is None or self._attempts_used[0] != changes:
+            attempts = {k: self._with_usage(k, a) for k, a in self.attempts.items()}
+            self._attempts_used = (changes, attempts)
+        return self._attempts_used[1]
 
     def _with_usage(self, key: AttemptKey, facts: AttemptFacts) -> AttemptFacts:
         """The attempt's facts with its GPUs' mean use as sampled now (made anew only when that

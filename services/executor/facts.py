@@ -9,6 +9,8 @@ cost more than the plan).
 
 from __future__ import annotations
 
+import itertools
+import operator
 from collections.abc import Mapping, Set
 from dataclasses import dataclass, field
 from typing import Literal, TypeAlias
@@ -100,6 +102,9 @@ class Here:
     lost: bool = False  # this node was declared lost: it registers again once emptied
     registrations: int = 0  # how often it registered again
     offer: NodeRegistered | None = None  # its registration as configured
+    #: the replicas' order (`replica_order`), when the caller keeps it between plans; made
+    #: from `replicas` otherwise
+    order: ReplicaOrder | None = field(default=None, repr=False, compare=False)
     #: each attempt's replicas here, in order (job, attempt, index): made once with the facts,
     #: since a plan looks them up for every attempt and every stop (a scan of all replicas each
     #: time made a plan quadratic in the replicas here)
@@ -110,13 +115,24 @@ class Here:
     in_order: tuple[ReplicaFacts, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        in_order = tuple(sorted(self.replicas.values(), key=_in_order))
-        grouped: dict[AttemptKey, list[ReplicaFacts]] = {}
-        for r in in_order:
-            grouped.setdefault(r.attempt_key, []).append(r)
-        object.__setattr__(self, "by_attempt", {k: tuple(v) for k, v in grouped.items()})
-        object.__setattr__(self, "in_order", in_order)
+        order = self.order if self.order is not None else replica_order(self.replicas)
+        object.__setattr__(self, "by_attempt", order.by_attempt)
+        object.__setattr__(self, "in_order", order.in_order)
 
 
-def _in_order(r: ReplicaFacts) -> tuple[str, int, int]:
-    return (r.job_id, r.attempt, r.index)
+@dataclass(frozen=True, slots=True)
+class ReplicaOrder:
+    """The replicas here in order (job, attempt, index), and each attempt's in that order."""
+
+    by_attempt: Mapping[AttemptKey, tuple[ReplicaFacts, ...]]
+    in_order: tuple[ReplicaFacts, ...]
+
+
+_IN_ORDER = operator.attrgetter("job_id", "attempt", "index")
+_ATTEMPT = operator.attrgetter("job_id", "attempt")
+
+
+def replica_order(replicas: Mapping[ReplicaKey, ReplicaFacts]) -> ReplicaOrder:
+    in_order = tuple(sorted(replicas.values(), key=_IN_ORDER))
+    by_attempt = {key: tuple(group) for key, group in itertools.groupby(in_order, key=_ATTEMPT)}
+    return ReplicaOrder(by_attempt, in_order)

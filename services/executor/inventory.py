@@ -74,6 +74,10 @@ class Inventory:
         self.checkpoints = checkpoints_root(config, self.data_dir)
         self.replicas: dict[ReplicaKey, ReplicaFacts] = {}
         self.attempts: dict[AttemptKey, AttemptFacts] = {}
+        #: how often each of the two changed: what the actuator keeps made from them between
+        #: plans is made again when its count moved (`Actuator.here`)
+        self.replica_changes = 0
+        self.attempt_changes = 0
         self.handles: dict[ReplicaKey, Handle] = {}
         self.folders: dict[AttemptKey, Path] = {}  # whose marker counts for the attempt
         self.started: dict[AttemptKey, asyncio.Event] = {}  # set once `JobStarted` is in
@@ -92,12 +96,14 @@ class Inventory:
         facts = self.replicas.get(key)
         if facts is not None:
             self.replicas[key] = dataclasses.replace(facts, **changes)  # type: ignore[arg-type]
+            self.replica_changes += 1
         self.touch(key[0])
 
     def set_attempt(self, key: AttemptKey, **changes: object) -> None:
         att = self.attempts.get(key)
         if att is not None:
             self.attempts[key] = dataclasses.replace(att, **changes)  # type: ignore[arg-type]
+            self.attempt_changes += 1
         self.touch(key[0])
 
     def attempt(self, key: AttemptKey, first: int, announce: bool, scheduled: str | None) -> None:
@@ -110,6 +116,7 @@ class Inventory:
         self.attempts[key] = AttemptFacts(
             key[0], key[1], announce=announce, scheduled_id=scheduled, baseline=mark, mark=mark
         )
+        self.attempt_changes += 1
         started = self.started.setdefault(key, asyncio.Event())
         if not announce:
             started.set()
@@ -118,6 +125,7 @@ class Inventory:
         job_id, attempt, replica = key
         folder = checkpoint_dir(self.checkpoints, job_id, index)
         self.replicas[key] = ReplicaFacts(job_id, attempt, index, replica, **facts)  # type: ignore[arg-type]
+        self.replica_changes += 1
         handle = Handle(job_id, attempt, index, replica, folder)
         self.handles[key] = handle
         self.touch(job_id)
@@ -125,12 +133,14 @@ class Inventory:
 
     def forget(self, key: ReplicaKey) -> None:
         facts, handle = self.replicas.pop(key, None), self.handles.pop(key, None)
+        self.replica_changes += 1
         if handle is not None and handle.workload is not None and facts and facts.ended:
             handle.workload.discard()
         self.forgotten(handle)
         attempt = attempt_of(key)
         if not any(r.attempt_key == attempt for r in self.replicas.values()):
             self.attempts.pop(attempt, None)
+            self.attempt_changes += 1
             self.folders.pop(attempt, None)
             self.started.pop(attempt, None)
         self.save_records()

@@ -133,9 +133,10 @@ def plan(work: NodeWork, here: Here, now: float, jobs: Set[str] | None = None) -
     for facts in in_order:
         actions += replica_actions(work, here, facts, now)
     actions += stop_reports(work, here, now, jobs)
-    for att in sorted(here.attempts.values(), key=lambda a: (a.job_id, a.attempt)):
-        if jobs is None or att.job_id in jobs:
-            actions += announce(work, here, att, now) + checkpoint(work, here, att)
+    attempts = here.attempts
+    for key in sorted(attempts if jobs is None else [k for k in attempts if k[0] in jobs]):
+        att = attempts[key]
+        actions += announce(work, here, att, now) + checkpoint(work, here, att)
     for facts in in_order:
         actions += messages(here, facts, now)
     actions += register(here, now) + shutdown_reported(work, here)

@@ -87,12 +87,15 @@ class UsageTracker:
     def __init__(self, idle_after_s: float) -> None:
         self.idle_after_s = idle_after_s
         self._attempts: dict[AttemptKey, _Attempt] = {}
+        #: how often an average may have moved (a sample folded, an attempt dropped)
+        self.changes = 0
 
     def observe(
         self, now: float, gpus: tuple[GpuSample, ...], held: Mapping[AttemptKey, tuple[int, ...]]
     ) -> tuple[tuple[GpuSample, ...], tuple[JobGpuUsage, ...]]:
         """Fold one sample: `held` is each running attempt's GPU indexes on this node. Returns
         the GPUs marked with the job holding each, and each attempt's usage."""
+        self.changes += 1
         by_index = {g.index: g for g in gpus}
         owner = {i: key[0] for key, indexes in held.items() for i in indexes}
         marked = tuple(msgspec.structs.replace(g, job_id=owner.get(g.index)) for g in gpus)
@@ -136,6 +139,7 @@ class UsageTracker:
         """Drop attempts that are over here (their end event has been published)."""
         for key in [k for k in self._attempts if k not in keep]:
             del self._attempts[key]
+            self.changes += 1
 
 
 def open_nvml() -> tuple[ModuleType | None, str]:

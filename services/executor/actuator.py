@@ -108,8 +108,8 @@ class Actuator:
         self.lost = False
         self.registrations = 0
         # made from the facts for a plan, and kept for the next while those did not change:
-        # most plans follow a change to one job, and making these for every replica and
-        # attempt here took a third of a hollow executor's planning
+        # made for every replica and attempt here at every plan, they grew with the node
+        # (docs/executor.md has the figures)
         self._order: tuple[int, ReplicaOrder] | None = None
         self._attempts_used: tuple[tuple[int, int], dict[AttemptKey, AttemptFacts]] | None = None
         self._here: tuple[tuple[object, ...], Here] | None = None

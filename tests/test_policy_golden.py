@@ -6,8 +6,9 @@ case is a seeded random cluster driven through random commands, with executors t
 under each scheduler, fitting and victim order; every `decide()` output along the way is encoded
 and hashed.
 
-A deliberate change of the policy's semantics changes these hashes. Check that the change is
-meant, then record the new answers:
+A deliberate change of the policy's semantics changes these hashes, and so does a change of how
+the benchmark builds its cluster (the `bench-*` cases only: their input changed, not the policy).
+Check that the change is meant, then record the new answers:
 
     FAIRLANE_UPDATE_GOLDEN=1 uv run pytest tests/test_policy_golden.py
 """

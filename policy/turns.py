@@ -11,6 +11,7 @@ from __future__ import annotations
 import heapq
 import operator
 from collections.abc import Iterator
+from typing import Protocol
 
 from policy.accounts import Account, Accounts
 from policy.candidates import Candidate, JobKey
@@ -21,11 +22,16 @@ ProjectKey = tuple[bool, bool, int, float, float, int]
 def project_key(acct: Account, cand: Candidate) -> ProjectKey:
     """Rule 2: not over fair share first, then within quota (with this job), then higher project
     priority, then the lower share of the fair share in use, then the older project."""
+    return key_for_gpus(acct, cand.gpus)
+
+
+def key_for_gpus(acct: Account, gpus: int) -> ProjectKey:
+    """`project_key` with a job of this many GPUs: all it reads of the job."""
     return (
         acct.usage > acct.fair_share,
-        acct.usage + cand.gpus > acct.quota,
+        acct.usage + gpus > acct.quota,
         -acct.priority,
-        acct.share_in_use(cand.gpus),
+        acct.share_in_use(gpus),
         acct.share_in_use(),
         acct.order,
     )
@@ -163,6 +169,42 @@ class _Queue:
             self.key_usage, self.key_gpus = usage, gpus
         return self.key
 
+    def pass_idle(
+        self, able: set[Candidate], project: str, beat: tuple[ProjectKey, str] | None
+    ) -> None:
+        """Move past the idle candidates (not `able`) from the front on that the project
+        would take one after another now (each a turn in which nothing happens): up to the
+        first able one, or the first whose key does not `beat` (the next project's entry in
+        the turns' heap; None if there is none), which is left at the front.
+
+        Nothing changes while they take their turns, so the project's key with each depends
+        only on its request size, worked out once per size."""
+        items, at = self.items, self.at
+        stops: dict[int, bool] = {}  # per request size: would the project stop there?
+        while at < len(items):
+            cand = items[at]
+            if cand in able:
+                break
+            if beat is not None:
+                gpus = cand.gpus
+                stop = stops.get(gpus)
+                if stop is None:
+                    stop = stops[gpus] = not (key_for_gpus(self.acct, gpus), project) < beat
+                if stop:
+                    break
+            at += 1
+        self.at = at
+
+
+class Sleepers(Protocol):
+    """Candidates that can do nothing at their turn while their project is `asleep`, all but
+    the `able`: the turns pass over them without giving them (the fair-share preemption
+    pass's). A candidate that is not able is idle."""
+
+    able: set[Candidate]
+
+    def asleep(self, project: str) -> bool: ...
+
 
 class Turns:
     """Projects taking turns, each with its own queue of candidates.
@@ -170,14 +212,22 @@ class Turns:
     A heap holds one entry per project with candidates left, keyed by `project_key` as it was
     when the project was last served (other projects are not ranked again when one is served).
     A project whose new key is still the smallest goes again without a trip through the heap.
+
+    With `sleepers`, the idle candidates of a project that is asleep take their turns without
+    being given (nothing would happen in them), a run of them at once (`_Queue.pass_idle`):
+    a preemption pass gives every waiting candidate its turn, and most of 40,000 at 4x the
+    bench's size could do nothing in it.
     """
 
-    def __init__(self, accounts: Accounts, cands: list[Candidate]) -> None:
+    def __init__(
+        self, accounts: Accounts, cands: list[Candidate], sleepers: Sleepers | None = None
+    ) -> None:
         self._tie = len(cands)  # candidates queued later go after those of the same job_key
         self.queues: dict[str, _Queue] = {
             project: _Queue(accounts.account(project), items)
             for project, items in grouped_in_job_order(cands).items()
         }
+        self.sleepers = sleepers
         self.heap: list[tuple[ProjectKey, str]] = []
         for project, q in self.queues.items():
             front = q.front()
@@ -188,12 +238,22 @@ class Turns:
     def __iter__(self) -> Iterator[Candidate]:
         """The candidates in turn order. The loop body handles each one (and may `queue` what
         follows it) before its project is ranked again."""
-        heap, queues = self.heap, self.queues
+        heap, queues, sleepers = self.heap, self.queues, self.sleepers
+        able = sleepers.able if sleepers is not None else None
         while heap:
             _, project = heapq.heappop(heap)
             q = queues[project]
             while (cand := q.take()) is not None:
-                yield cand
+                if (
+                    sleepers is not None
+                    and able is not None
+                    and cand not in able
+                    and not q.later
+                    and sleepers.asleep(project)
+                ):
+                    q.pass_idle(able, project, heap[0] if heap else None)
+                else:
+                    yield cand
                 front = q.front()
                 if front is None:
                     break

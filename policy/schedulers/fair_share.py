@@ -114,16 +114,27 @@ def _nothing_fits(
 
 
 def preempt(cycle: PoolCycle, waiting: list[Candidate]) -> None:
-    """For jobs still waiting, in turn order: wait for releasing GPUs where they suffice
+    """For every job still waiting, in turn order: wait for releasing GPUs where they suffice
     (rule 7), else reclaim from other projects (rule 5), else take from lower-priority jobs of
     the same project (rule 4). A job still in its preemption_delay only waits for releasing
-    GPUs: that preempts nobody, so the delay does not hold it back (rule 7)."""
-    kept, delayed = _may_preempt(cycle, waiting)
-    turns = Turns(cycle.accounts, kept)
+    GPUs: that preempts nobody, so the delay does not hold it back (rule 7).
+
+    Every waiting job has its turn, also one that could do none of these as the pass starts
+    (rule 2: a project is ranked with its next job, whatever that job may do). GPUs a reclaim
+    frees beyond what its claimant needs are releasing from then on and go to the next job in
+    turn order that fits them, and a project that gave victims may now reclaim. Left out of
+    the turns as the pass started, such jobs let those GPUs go to a later project's job: in a
+    cluster a random scenario found, that project then stood above its fair share, was
+    reclaimed from, took the GPUs back, and the cycles never settled.
+
+    Most waiting jobs can do nothing at their turn, and stay so until GPUs are releasing or
+    their project's usage falls (`_Sleepers`): the turns pass over them in runs (`Turns`)."""
+    sleepers = _Sleepers(cycle, waiting)
+    turns = Turns(cycle.accounts, waiting, sleepers)
     failed: dict[tuple[object, ...], int] = {}
     for cand in turns:
-        if cand in delayed:
-            if cycle.may_ask(cand):
+        if cand in sleepers.delayed:
+            if cycle.releasing and cycle.may_ask(cand):
                 cycle.try_releasing(cand)
             continue
         # what a failure says nothing has changed for: same project, priority, preemptibility,
@@ -147,45 +158,55 @@ def preempt(cycle: PoolCycle, waiting: list[Candidate]) -> None:
             failed[memo] = cycle.generation
 
 
-def _may_preempt(
-    cycle: PoolCycle, waiting: list[Candidate]
-) -> tuple[list[Candidate], set[Candidate]]:
-    """The candidates that could reclaim (the project would stay within its fair share) or
-    preempt in their project (lower-priority victims exist), and which of them are still in
-    their preemption_delay (kept only while GPUs are being given back: all they may do is wait
-    for those). Judged as the pass starts: a project whose standing changes during the pass is
-    looked at again in the next cycle."""
-    room: dict[str, int] = {}  # fair share less usage, per project
-    lowest: dict[str, float] = {}  # the lowest priority of a possible victim, per project
-    kept: list[Candidate] = []
-    delayed: set[Candidate] = set()
-    now = cycle.now
-    releasing = bool(cycle.releasing)
-    # every job became pending at an event's time, at the latest the state's last: unless the
-    # clock is behind the log, a job without a delay has waited long enough, and its
-    # pending_since (a float elsewhere in memory) need not be read
-    behind = now < cycle.state.last_time
-    for cand in waiting:
-        delay = cand.delay  # cycle.delay_passed, inline
-        if (delay or behind) and now - cand.job.pending_since < delay:
-            cycle.waiting[cand.job.id] = "preemption_delay"
-            if not releasing:
+class _Sleepers:
+    """Which waiting jobs could do something at their turn as the pass starts (`able`: reclaim,
+    their project staying within its fair share, or preempt in their project, a victim of
+    lower priority there), and whether the others still can't (`asleep`): those in their
+    preemption_delay (they may only wait for releasing GPUs), and those that could do neither.
+
+    They wake when GPUs are releasing, or when their project's usage falls below what it was
+    as the pass started (it gave victims: it may reclaim). A project's victims only go during
+    a pass, so the lowest priority among them only rises, and its fair share does not move."""
+
+    __slots__ = ("_cycle", "_usage", "able", "delayed")
+
+    def __init__(self, cycle: PoolCycle, waiting: list[Candidate]) -> None:
+        self._cycle = cycle
+        self._usage: dict[str, int] = {}  # per project, as the pass starts
+        self.delayed: set[Candidate] = set()
+        self.able: set[Candidate] = set()
+        room: dict[str, int] = {}  # fair share less usage, per project
+        lowest: dict[str, float] = {}  # the lowest priority of a possible victim, per project
+        now = cycle.now
+        # every job became pending at an event's time, at the latest the state's last: unless
+        # the clock is behind the log, a job without a delay has waited long enough, and its
+        # pending_since (a float elsewhere in memory) need not be read
+        behind = now < cycle.state.last_time
+        for cand in waiting:
+            project = cand.project
+            left = room.get(project)
+            if left is None:
+                acct = cycle.accounts.account(project)
+                self._usage[project] = acct.usage
+                left = room[project] = acct.fair_share - acct.usage
+            delay = cand.delay  # cycle.delay_passed, inline
+            if (delay or behind) and now - cand.job.pending_since < delay:
+                cycle.waiting[cand.job.id] = "preemption_delay"
+                self.delayed.add(cand)
                 continue
-            delayed.add(cand)
-        project = cand.project
-        left = room.get(project)
-        if left is None:
-            acct = cycle.accounts.account(project)
-            left = room[project] = acct.fair_share - acct.usage
-        if cand.gpus <= left:
-            kept.append(cand)
-            continue
-        low = lowest.get(project)
-        if low is None:
-            low = lowest[project] = cycle.victims.lowest_priority(project)
-        if low < cand.priority:
-            kept.append(cand)
-    return kept, delayed
+            if cand.gpus <= left:
+                self.able.add(cand)
+                continue
+            low = lowest.get(project)
+            if low is None:
+                low = lowest[project] = cycle.victims.lowest_priority(project)
+            if low < cand.priority:
+                self.able.add(cand)
+
+    def asleep(self, project: str) -> bool:
+        """Can the project's candidates that were not able still do nothing at their turn?"""
+        cycle = self._cycle
+        return not cycle.releasing and cycle.accounts.account(project).usage >= self._usage[project]
 
 
 def try_preempt_in_project(cycle: PoolCycle, cand: Candidate) -> bool:

@@ -48,7 +48,7 @@ from bench.options import BadOption, Output, run_command
 from bench.pipeline import SERVICES, Starts, closed_loop, cpu_seconds, until_ok
 from bench.rss import peak_mib
 from cluster.provision import provision
-from cluster.servers import NatsServer, free_port
+from cluster.servers import NatsServer, free_ports
 from events import JobCompleted, JobStarted
 from events.commands import CancelJob, SetPool, SetProject
 from events.units import percentile
@@ -126,12 +126,17 @@ def check(job_ids: list[str], stored: list[Stored]) -> Checks:
 
 async def start_servers(root: Path) -> list[NatsServer]:
     """Three nats-servers in one cluster, routes logging in, every Fairlane user configured."""
-    routes = [f"127.0.0.1:{free_port()}" for _ in range(SERVERS)]
+    ports = free_ports(2 * SERVERS)  # at once: asked apart, two could be the same
+    routes = [f"127.0.0.1:{port}" for port in ports[:SERVERS]]
     servers = []
     for i, route in enumerate(routes):
         config = root / f"nats-{i + 1}.conf"
         write_auth(root, config, [], cluster=Cluster("fairlane-bench", route, routes))
-        servers.append(NatsServer(root / f"nats-{i + 1}", config=config, name=f"nats-{i + 1}"))
+        servers.append(
+            NatsServer(
+                root / f"nats-{i + 1}", port=ports[SERVERS + i], config=config, name=f"nats-{i + 1}"
+            )
+        )
     await asyncio.gather(*(s.start() for s in servers))
     return servers
 

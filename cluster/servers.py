@@ -46,10 +46,22 @@ class ServerError(RuntimeError):
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+    """A port on loopback that nothing listens on now."""
+    return free_ports(1)[0]
+
+
+def free_ports(count: int) -> list[int]:
+    """`count` different ports on loopback that nothing listens on now. Each is held until all
+    are found: asked one by one, the system may give the same port twice (a closed socket's
+    port is free again), and a test that gave it to NATS and the API saw one of them fail."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [int(s.getsockname()[1]) for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
 
 
 def nats_server_binary() -> Path:

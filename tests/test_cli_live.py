@@ -32,6 +32,7 @@ from services.runtime.auth import ADMIN, credentials_file, load_credentials
 from services.runtime.client import send
 from services.runtime.connection import connect
 from services.runtime.eventlog import JetStreamLog
+from tests.test_embedded import port_flags
 
 pytestmark = [pytest.mark.nats, pytest.mark.slow]
 
@@ -61,7 +62,7 @@ def data() -> Iterator[Path]:
         data = Path(folder) / ".fairlane"
         data.mkdir()
         # ports of its own: another cluster on this machine may take the defaults meanwhile
-        ports = ["--nats-port", str(free_port()), "--api-port", str(free_port())]
+        ports = port_flags()
         # its jobs run this run's interpreter, which may sit where no job's own user may run
         # it (root's home): workloads as users of their own are tests/test_tenant.py's
         same_user = ["--insecure-same-user"]

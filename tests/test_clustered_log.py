@@ -15,7 +15,7 @@ from nats.aio.msg import Msg
 from nats.js.api import StreamConfig
 from nats.js.errors import APIError, NoStreamResponseError, ServiceUnavailableError
 
-from cluster.servers import NatsServer, free_port
+from cluster.servers import NatsServer, free_ports
 from events import JobCancelled, LeaderElected
 from services.runtime.auth import ADMIN, load_credentials, route_credentials, route_urls, write_auth
 from services.runtime.auth import Cluster as AuthCluster
@@ -36,12 +36,14 @@ class Cluster:
 async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
     """Three servers whose routes log in (as `fairlane deploy secrets` writes them for
     deploy/compose.cluster.yaml), with the users and permissions of any Fairlane server."""
-    routes = [f"127.0.0.1:{free_port()}" for _ in range(3)]
+    ports = free_ports(6)  # at once: asked apart, two could be the same
+    routes = [f"127.0.0.1:{port}" for port in ports[:3]]
     servers, files = [], {}
     for i, route in enumerate(routes):
         config = tmp_path / f"n{i}.conf"
         files = write_auth(tmp_path, config, [], cluster=AuthCluster("fl", route, routes))
-        servers.append(NatsServer(store_dir=tmp_path / f"n{i}", config=config, name=f"n{i}"))
+        store = tmp_path / f"n{i}"
+        servers.append(NatsServer(store, port=ports[3 + i], config=config, name=f"n{i}"))
     try:
         await asyncio.gather(*(s.start() for s in servers))
         yield Cluster(servers, routes, files, tmp_path)
@@ -91,9 +93,10 @@ async def joined_by(cluster: Cluster, tmp_path: Path, routes: list[str]) -> bool
     published on it reaches a subscriber on the cluster (routes carry both)."""
     tmp_path.mkdir(parents=True)
     config = tmp_path / "stranger.conf"
-    listen = f"127.0.0.1:{free_port()}"
+    route, client = free_ports(2)
+    listen = f"127.0.0.1:{route}"
     config.write_text(json.dumps({"cluster": {"name": "fl", "listen": listen, "routes": routes}}))
-    stranger = NatsServer(store_dir=tmp_path / "stranger", config=config, name="stranger")
+    stranger = NatsServer(tmp_path / "stranger", port=client, config=config, name="stranger")
     await stranger.start()
     admin = load_credentials(cluster.files[ADMIN])
     member = await connect(cluster.servers[0].url, "member", credentials=admin)

@@ -18,7 +18,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -35,6 +34,7 @@ import pytest
 from ruamel.yaml import YAML
 
 from cluster.deploy import API_ADMIN_TOKEN, NATS_CLUSTER_CONFIG, write_secrets
+from cluster.servers import free_ports
 from events import JobCompleted, JobPreempted, JobScheduled, JobStarted, JobSubmitted, LeaderElected
 from services.runtime.auth import (
     ADMIN,
@@ -136,17 +136,6 @@ class Stack:
         return httpx.Client(base_url=self.api, headers=headers, timeout=10.0)
 
 
-def free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
-
-
 @pytest.fixture
 def stack() -> Iterator[Stack]:
     began = time.monotonic()
@@ -163,9 +152,10 @@ def stack() -> Iterator[Stack]:
             os.chown(data, IMAGE_UID, IMAGE_UID)
         except PermissionError:  # not root: let the image's user in all the same
             data.chmod(0o777)
-    clients, routes, monitors = free_ports(3), free_ports(3), free_ports(3)
+    ports = free_ports(11)  # at once: asked apart, two could be the same
+    clients, routes, monitors = ports[0:3], ports[3:6], ports[6:9]
     login = route_credentials(secrets)  # written by write_secrets with the cluster's config
-    postgres, api = free_ports(2)
+    postgres, api = ports[9:11]
     nats_url = ",".join(f"nats://127.0.0.1:{p}" for p in clients)
     env = {
         "PATH": os.environ["PATH"],

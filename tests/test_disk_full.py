@@ -25,13 +25,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from cluster.servers import free_port
 from events import JobCompleted, JobSubmitted
 from services.runtime.auth import ADMIN, credentials_file, load_credentials
 from services.runtime.connection import connect
 from services.runtime.eventlog import STREAM, JetStreamLog
 from services.runtime.relays import RELAY_STREAM
-from tests.test_embedded import fairlane
+from tests.test_embedded import fairlane, port_flags
 
 pytestmark = pytest.mark.slow
 #: skip starting PostgreSQL where nothing reads it
@@ -122,7 +121,7 @@ async def events(data: Path, url: str) -> list[object]:
 
 def test_a_full_disk_is_ridden_out_and_nothing_answered_503_is_created(tmp_path: Path) -> None:
     data = tmp_path / "fl"
-    ports = ["--nats-port", str(free_port()), "--api-port", str(free_port())]
+    ports = port_flags()
     with mounted(data / "nats", "160m") as store:  # JetStream's store only: a disk of its own
         try:  # (a failed `up` leaves the cluster to `down` too)
             fairlane("up", "--detach", "--gpus", "2", *ports, data_dir=data)  # the API: PostgreSQL

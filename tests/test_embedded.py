@@ -15,9 +15,16 @@ from typing import Any, TypedDict
 
 import pytest
 
-from cluster.servers import free_port
+from cluster.servers import free_ports
 
 pytestmark = pytest.mark.slow
+
+
+def port_flags() -> list[str]:
+    """`--nats-port` and `--api-port` for a cluster of a test's own (another cluster on this
+    machine may take the defaults meanwhile): two different free ports."""
+    nats_port, api_port = free_ports(2)
+    return ["--nats-port", str(nats_port), "--api-port", str(api_port)]
 
 
 def fairlane(*args: str, data_dir: Path, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -81,7 +88,7 @@ def test_foreground_up_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
     """A person runs `fairlane up` in a terminal, reads what it prints, and presses Ctrl-C:
     every log path it printed exists, and everything stops without a warning or a traceback."""
     data = tmp_path / "fl"
-    ports = ["--nats-port", str(free_port()), "--api-port", str(free_port())]
+    ports = port_flags()
     cmd = [sys.executable, "-m", "fairlane.cli", "up", "--gpus", "2", "--data-dir", str(data)]
     env = {**os.environ, "COLUMNS": "400"}  # one table row a line, paths unbroken
     proc = subprocess.Popen(
@@ -169,7 +176,7 @@ def test_down_and_up_keep_the_running_jobs(tmp_path: Path) -> None:
     `shutdown`, checkpoint saved); `fairlane up` queues them again and they resume from their
     checkpoints: neither is failed, and "Ran" counts only the time they ran."""
     data = tmp_path / "fl"
-    ports = ["--nats-port", str(free_port()), "--api-port", str(free_port())]
+    ports = port_flags()
     fairlane("up", "--detach", "--gpus", "2", "--insecure-same-user", *ports, data_dir=data)
     try:
         fairlane("project", "set", "team", "--quota", "2", data_dir=data)

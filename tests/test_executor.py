@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from cluster.servers import NatsServer, free_port
+from cluster.servers import NatsServer, free_ports
 from events import (
     ClusterConfigured,
     ClusterSettings,
@@ -1005,7 +1005,7 @@ async def test_a_process_is_handed_its_ports_and_serves_on_the_nodes_port(
     listen on the host port (`FAIRLANE_PORT`), with every mapping in `FAIRLANE_PORTS`; what
     it serves there is reached at the node's address and that port."""
     await cluster.executor("n1", gpus=1)
-    port, other = free_port(), free_port()
+    port, other = free_ports(2)
     serve = (
         'echo "$FAIRLANE_PORTS" > "$FAIRLANE_CHECKPOINT_DIR/ports"; '
         f'exec {sys.executable} -m http.server --bind 127.0.0.1 "$FAIRLANE_PORT"'

@@ -105,7 +105,7 @@ def said(output: str, what: str) -> int | None:
 @pytest.mark.nats
 def test_a_job_moves_between_two_nodes_on_one_machine_drained_then_lost(tmp_path: Path) -> None:
     data = tmp_path / "fl"
-    ports = ("--nats-port", str(free_port()), "--api-port", str(free_port()))
+    ports = test_embedded.port_flags()
     try:
         fairlane(
             "up",
@@ -258,7 +258,7 @@ def test_docker_nodes_move_a_job_by_the_object_store_and_meet_as_a_gang(
     image = asyncio.run(built_example_image())
     monkeypatch.setenv("DOCKER_HOST", DOCKER_HOST)  # the executors' engine (read by aiodocker)
     data = tmp_path / "fl"
-    ports = ("--nats-port", str(free_port()), "--api-port", str(free_port()))
+    ports = test_embedded.port_flags()
     docker_nodes = ("--runtime", "docker", "--nodes", "2", "--gpus", "1")
     nodes: set[str] = set()
     try:

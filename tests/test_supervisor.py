@@ -15,12 +15,11 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from cluster.servers import free_port
 from cluster.supervisor import Plan, Program, Supervisor, read_status, stop_within
 from services.runtime.auth import ADMIN, credentials_file, load_credentials
 from services.runtime.connection import connect
 from services.runtime.eventlog import STREAM
-from tests.test_embedded import fairlane
+from tests.test_embedded import fairlane, port_flags
 
 pytestmark = pytest.mark.slow
 #: skip starting PostgreSQL: nothing here reads it
@@ -182,7 +181,7 @@ def test_nats_server_and_postgres_killed_9_come_back_by_themselves(tmp_path: Pat
     """Both servers run under the supervisor: each killed -9 is started again on its data
     folder (the stream, the read models) and its port, and a job submitted after runs."""
     data = tmp_path / "fl"
-    ports = ["--nats-port", str(free_port()), "--api-port", str(free_port())]
+    ports = port_flags()
     try:  # (a failed `up` leaves the cluster to `down` too)
         fairlane("up", "--detach", "--gpus", "2", *ports, data_dir=data)
         deadline = time.monotonic() + 30

@@ -21,11 +21,12 @@ from typing import TypeVar
 import asyncpg
 import pytest
 
-from cluster.servers import Postgres, free_port
+from cluster.servers import Postgres, free_ports
 from services.executor import docker, identity, runtime
 from services.executor.docker import ContainerHost, container_config
 from services.executor.identity import REFUSAL, WorkloadUser, job_user
 from services.executor.runtime import Launch
+from tests.test_embedded import port_flags
 
 T = TypeVar("T", bound=Callable[..., object])
 
@@ -73,7 +74,7 @@ def base() -> Iterator[Path]:
 def results(base: Path) -> Iterator[tuple[Path, dict[str, object]]]:
     """One cluster; the victim's job running; the tenant's job's findings."""
     data = base / "fl"
-    nats_port, api_port = free_port(), free_port()
+    nats_port, api_port = free_ports(2)
     ports = ["--nats-port", str(nats_port), "--api-port", str(api_port)]
     fairlane("up", "--detach", "--gpus", "2", *ports, data_dir=data)
     try:
@@ -350,7 +351,7 @@ def test_a_job_drained_to_a_second_node_resumes_there_as_its_own_user(
     from the checkpoint the first stored: as its own uid it could not enter its folder there
     (found on a GPU machine, where the moved job failed with "Permission denied")."""
     data = base / "moves"
-    ports = ["--nats-port", str(free_port()), "--api-port", str(free_port())]
+    ports = port_flags()
     fairlane("up", "--detach", "--gpus", "1", "--nodes", "2", *ports, data_dir=data)
     try:
         nodes = json.loads(fairlane("nodes", "-o", "json", data_dir=data).stdout)

@@ -34,6 +34,7 @@ import signal
 import socket
 import time
 from collections.abc import Callable
+from http import HTTPStatus
 from pathlib import Path
 from typing import Final, NamedTuple
 
@@ -193,7 +194,7 @@ async def up(  # noqa: PLR0913, PLR0915 (the `fairlane up` options, in the order
         write_private(cluster_file(data_dir), msgspec.json.encode(info))  # the DSN's password
         await _node_registered(url, node, files[ADMIN] if files else None, data_dir)
         if own_postgres:  # (the API waits for a PostgreSQL given to it, however long)
-            await _listening(api_url, data_dir)
+            await _listening(api_url, token_file, data_dir)
     except Exception as e:  # leave nothing running: the supervisor stops what it runs
         await stop_pid(pids[SUPERVISOR], 25.0)
         if postgres.pid() is not None:  # (should the keeper have been killed)
@@ -317,20 +318,47 @@ def _limits(auth: Path, sizes: StoreSizes) -> Path:
     return config
 
 
-async def _listening(api_url: str, data_dir: Path, within: float = 30.0) -> None:
-    """Wait until the API takes connections, so that a command right after `up` reaches it;
-    one that does not within `within` seconds is left to `started` to report."""
+async def _listening(api_url: str, token_file: Path, data_dir: Path, within: float = 30.0) -> None:
+    """Wait until the API answers, so that a command right after `up` reaches it; one that
+    does not within `within` seconds is left to `started` to report.
+
+    An API there that refuses this cluster's admin token is another cluster's: two `up`s that
+    found the default port free at the same moment. This one's API could not listen, and
+    every command would have gone to the other ("unknown API token")."""
     host, port = api_url.removeprefix("http://").rsplit(":", 1)
+    token = token_file.read_text().strip()
     deadline = time.monotonic() + within
     while time.monotonic() < deadline and not _exited(data_dir, "api"):
         try:
-            _, writer = await asyncio.open_connection(host, int(port))
-        except OSError:
+            status = await _whoami_status(host, int(port), token)
+        except (OSError, TimeoutError):
             await asyncio.sleep(0.1)
             continue
-        writer.close()
-        await writer.wait_closed()
+        if status == HTTPStatus.UNAUTHORIZED:
+            raise EmbeddedError(
+                f"port {port} answers for another Fairlane cluster's API (it refused this "
+                "cluster's admin token): stop that cluster, or give this one --api-port"
+            )
         return
+
+
+async def _whoami_status(host: str, port: int, token: str) -> int:
+    """The HTTP status of `GET /v1/whoami` with this token (0 if the answer is not HTTP)."""
+    reader, writer = await asyncio.open_connection(host, port)
+    try:
+        request = (
+            f"GET /v1/whoami HTTP/1.1\r\nHost: {host}:{port}\r\n"
+            f"Authorization: Bearer {token}\r\nConnection: close\r\n\r\n"
+        )
+        writer.write(request.encode())
+        await writer.drain()
+        line = await asyncio.wait_for(reader.readline(), 5.0)
+    finally:
+        writer.close()
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()
+    parts = line.split()
+    return int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 0
 
 
 async def _planned(data_dir: Path, names: list[str], within: float = 15.0) -> None:

@@ -18,6 +18,7 @@ from events import WorkRelayed
 from events.catalogue import encode_event
 from events.export import read_export
 from services.runtime.eventlog import JetStreamLog, connect
+from tests.test_embedded import port_flags
 
 pytestmark = pytest.mark.nats
 HISTORY = Path(__file__).parent / "histories" / "gang-preempted-whole.jsonl"
@@ -97,9 +98,8 @@ def test_audit_a_running_embedded_cluster_as_its_admin(tmp_path: Path) -> None:
     """`fairlane up` secures NATS: the audit reads the log with the cluster's admin credentials,
     and a reclaim that really happened there audits clean, from the stream and from a file."""
     data = tmp_path / "fl"
-    assert (
-        _cli("up", "--detach", "--gpus", "2", "--insecure-same-user", data_dir=data).returncode == 0
-    )
+    up = ("up", "--detach", "--gpus", "2", "--insecure-same-user", *port_flags())
+    assert _cli(*up, data_dir=data).returncode == 0
     try:
         for project in ("a", "b"):
             assert _cli("project", "set", project, "--quota", "1", data_dir=data).returncode == 0

@@ -44,7 +44,8 @@ async def consumers(data: Path, url: str) -> list[str]:
 
 def test_a_killed_service_is_restarted_and_reuses_its_consumer(tmp_path: Path) -> None:
     data = tmp_path / "fl"
-    fairlane("up", "--detach", "--gpus", "2", data_dir=data)  # the API, which commands go through
+    # the API, which commands go through; ports of its own, as another test may start a cluster
+    fairlane("up", "--detach", "--gpus", "2", *port_flags(), data_dir=data)
     try:
         url = json.loads((data / "cluster.json").read_text())["nats_url"]
         before = asyncio.run(consumers(data, url))

@@ -323,15 +323,19 @@ async def _listening(api_url: str, token_file: Path, data_dir: Path, within: flo
     does not within `within` seconds is left to `started` to report.
 
     An API there that refuses this cluster's admin token is another cluster's: two `up`s that
-    found the default port free at the same moment. This one's API could not listen, and
-    every command would have gone to the other ("unknown API token")."""
+    found the default port free at the same moment, or a port given that another cluster
+    holds. This one's API could not listen, and every command would have gone to the other
+    ("unknown API token"). Asked before looking whether the API exited, so that `up` says
+    which, whenever the other answers."""
     host, port = api_url.removeprefix("http://").rsplit(":", 1)
     token = token_file.read_text().strip()
     deadline = time.monotonic() + within
-    while time.monotonic() < deadline and not _exited(data_dir, "api"):
+    while time.monotonic() < deadline:
         try:
             status = await _whoami_status(host, int(port), token)
         except (OSError, TimeoutError):
+            if _exited(data_dir, "api"):
+                return
             await asyncio.sleep(0.1)
             continue
         if status == HTTPStatus.UNAUTHORIZED:

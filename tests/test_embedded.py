@@ -63,6 +63,15 @@ def test_up_submit_pause_delete_down(tmp_path: Path) -> None:
             "api",
         }
         assert {p["state"] for p in status.values()} == {"running"}
+        # a second cluster told to take this one's API port says so, and leaves nothing running
+        api_port = info["api_url"].rsplit(":", 1)[1]
+        (nats_port,) = free_ports(1)
+        other = tmp_path / "other"
+        ports = ("--nats-port", str(nats_port), "--api-port", api_port)
+        taken = fairlane("up", "--detach", "--gpus", "1", *ports, data_dir=other, check=False)
+        assert taken.returncode == 1, taken.stdout + taken.stderr
+        assert f"port {api_port} answers for another Fairlane cluster's API" in taken.stderr
+        assert not (other / "cluster.json").exists()
         assert fairlane("project", "set", "team", "--quota", "2", data_dir=data).returncode == 0
         submitted = fairlane(
             "submit", "train-1", "--project", "team", "--gpus", "2", "-o", "json", data_dir=data

@@ -239,19 +239,17 @@ class Turns:
         """The candidates in turn order. The loop body handles each one (and may `queue` what
         follows it) before its project is ranked again."""
         heap, queues, sleepers = self.heap, self.queues, self.sleepers
-        able = sleepers.able if sleepers is not None else None
         while heap:
             _, project = heapq.heappop(heap)
             q = queues[project]
             while (cand := q.take()) is not None:
                 if (
                     sleepers is not None
-                    and able is not None
-                    and cand not in able
+                    and cand not in sleepers.able
                     and not q.later
                     and sleepers.asleep(project)
                 ):
-                    q.pass_idle(able, project, heap[0] if heap else None)
+                    q.pass_idle(sleepers.able, project, heap[0] if heap else None)
                 else:
                     yield cand
                 front = q.front()

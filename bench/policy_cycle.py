@@ -178,8 +178,8 @@ CLASS_MIX: tuple[tuple[str, int], ...] = (("build", 2), ("interactive", 5), ("tr
 
 class Deck(Generic[T]):
     """Draws in fixed proportions: each round deals every value its count of times, in an
-    order shuffled by the bench's generator, so every 200 jobs have the same mix (the sizes
-    are multiples of 200).
+    order shuffled by the bench's generator, so every round's worth of jobs has the same mix
+    (200 jobs of `SHAPES`, 20 of `CLASS_MIX`; the sizes are multiples of 200).
 
     Drawn one by one, the running jobs' GPUs varied by a few percent between sizes, and what
     they leave idle (a difference of two large numbers) by far more: the default seed's 4x

@@ -341,7 +341,7 @@ async def _listening(api_url: str, token_file: Path, data_dir: Path, within: flo
         if status == HTTPStatus.UNAUTHORIZED:
             raise EmbeddedError(
                 f"port {port} answers for another Fairlane cluster's API (it refused this "
-                "cluster's admin token): stop that cluster, or give this one --api-port"
+                "cluster's admin token): stop that cluster, or give this one another --api-port"
             )
         return
 
